@@ -1,0 +1,189 @@
+"""The HTTP API of ``docs/runtime-contract.md``: routes, JSON encoding, request spans and metrics.
+
+Why a thin layer: each handler parses the request, asks the ``Gateway`` (which owns the bus and
+the read models) and encodes a ``proto.views`` Struct - the same Structs the CLI decodes - so the
+contract lives in ``proto`` and nothing here invents a shape of its own.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Awaitable, Callable
+from typing import TYPE_CHECKING, Any
+
+import msgspec
+from aiohttp import web
+from opentelemetry.trace import SpanKind, Status, StatusCode
+from prometheus_client import CONTENT_TYPE_LATEST, REGISTRY, generate_latest
+
+from proto.validation import FieldError, JobRejected
+from proto.views import TERMINAL_STATES, ErrorResponse, SubmitResponse
+from services.gateway import dashboard, metrics
+from services.gateway.admission import admit, parse
+from services.gateway.jobs_view import encode_events
+
+if TYPE_CHECKING:
+    from services.gateway.service import Gateway
+
+GATEWAY_KEY: web.AppKey[Gateway] = web.AppKey("gateway")
+JOB_STATES = ("pending", "placed", "running", "completed", "failed", "cancelled")
+_encoder = msgspec.json.Encoder()
+
+
+def json_response(obj: Any, status: int = 200) -> web.Response:
+    return web.Response(body=_encoder.encode(obj), status=status, content_type="application/json")
+
+
+def error(status: int, message: str, errors: list[FieldError] | tuple[()] = ()) -> web.Response:
+    return json_response(ErrorResponse(error=message, errors=tuple(errors)), status)
+
+
+def _route_name(request: web.Request) -> str:
+    """The route pattern (``/v1/jobs/{id}``), never the concrete path: bounded label values."""
+    info = request.match_info.route.resource
+    return info.canonical if info is not None else "unmatched"
+
+
+@web.middleware
+async def observe(
+    request: web.Request, handler: Callable[[web.Request], Awaitable[web.StreamResponse]]
+) -> web.StreamResponse:
+    """Every request in an OpenTelemetry span (messages published inside carry its context)
+    and in the latency histogram."""
+    gw = request.app[GATEWAY_KEY]
+    route = _route_name(request)
+    started = time.perf_counter()
+    status = 500
+    with gw.tracer.start_as_current_span(
+        f"{request.method} {route}",
+        kind=SpanKind.SERVER,
+        attributes={"http.request.method": request.method, "http.route": route},
+    ) as span:
+        try:
+            response = await handler(request)
+            status = response.status
+            return response
+        except web.HTTPException as exc:
+            status = exc.status
+            raise
+        except Exception as exc:
+            span.record_exception(exc)
+            gw.log.exception("http_error", route=route, method=request.method)
+            return error(500, f"internal error: {type(exc).__name__}")
+        finally:
+            span.set_attribute("http.response.status_code", status)
+            if status >= 500:
+                span.set_status(Status(StatusCode.ERROR))
+            metrics.HTTP_SECONDS.labels(route, request.method, str(status)).observe(
+                time.perf_counter() - started
+            )
+
+
+async def submit(request: web.Request) -> web.Response:
+    gw = request.app[GATEWAY_KEY]
+    now = gw.clock.now()
+    try:
+        spec = parse(await request.read(), now=now)
+    except JobRejected as exc:
+        metrics.SUBMISSIONS.labels("refused").inc()
+        return error(400, "invalid job", exc.errors)
+    existing = gw.jobs.get(spec.id)
+    if existing is not None:  # known: answer without publishing anything
+        metrics.SUBMISSIONS.labels("duplicate").inc()
+        return json_response(SubmitResponse(job=existing, duplicate=True), 200)
+    errs = admit(spec, now=now, nodes=gw.nodes.cluster())
+    if errs:
+        metrics.SUBMISSIONS.labels("refused").inc()
+        gw.log.info("job_refused", job_id=spec.id, errors=[f"{e.field}: {e.reason}" for e in errs])
+        return error(400, "invalid job", errs)
+    view, duplicate = await gw.submit(spec)
+    metrics.SUBMISSIONS.labels("duplicate" if duplicate else "accepted").inc()
+    return json_response(SubmitResponse(job=view, duplicate=duplicate), 200 if duplicate else 201)
+
+
+async def list_jobs(request: web.Request) -> web.Response:
+    gw = request.app[GATEWAY_KEY]
+    state = request.query.get("state") or None
+    tenant = request.query.get("tenant") or None
+    if state is not None and state not in JOB_STATES:
+        return error(
+            400,
+            "invalid filter",
+            [FieldError("state", f"unknown state {state!r}; one of {', '.join(JOB_STATES)}")],
+        )
+    return json_response({"jobs": gw.jobs.list(state=state, tenant=tenant)})
+
+
+async def get_job(request: web.Request) -> web.Response:
+    gw = request.app[GATEWAY_KEY]
+    job_id = request.match_info["id"]
+    view = gw.jobs.get(job_id)
+    if view is None:
+        return error(404, f"unknown job {job_id!r}")
+    return json_response(view)
+
+
+async def job_events(request: web.Request) -> web.Response:
+    gw = request.app[GATEWAY_KEY]
+    job_id = request.match_info["id"]
+    if job_id not in gw.jobs:
+        return error(404, f"unknown job {job_id!r}")
+    return json_response({"job_id": job_id, "events": encode_events(gw.jobs.events(job_id))})
+
+
+async def cancel_job(request: web.Request) -> web.Response:
+    gw = request.app[GATEWAY_KEY]
+    job_id = request.match_info["id"]
+    view = gw.jobs.get(job_id)
+    if view is None:
+        return error(404, f"unknown job {job_id!r}")
+    if view.state in TERMINAL_STATES:
+        return error(409, f"job {job_id!r} is already {view.state}")
+    reason = request.query.get("reason") or "cancelled by user"
+    await gw.cancel(job_id, reason)
+    metrics.CANCELS.inc()
+    return json_response({"job_id": job_id, "status": "cancelling"}, 202)
+
+
+async def list_nodes(request: web.Request) -> web.Response:
+    return json_response({"nodes": request.app[GATEWAY_KEY].nodes.views()})
+
+
+async def healthz(request: web.Request) -> web.Response:
+    gw = request.app[GATEWAY_KEY]
+    if not gw.connected():
+        return json_response({"status": "unavailable", "reason": "not connected to NATS"}, 503)
+    return json_response({"status": "ok"})
+
+
+async def metrics_text(request: web.Request) -> web.Response:
+    gw = request.app[GATEWAY_KEY]
+    for state in JOB_STATES:
+        metrics.JOBS.labels(state).set(0)
+    for state, n in gw.jobs.counts().items():
+        metrics.JOBS.labels(state).set(n)
+    metrics.NODES.set(len(gw.nodes.specs))
+    return web.Response(
+        body=generate_latest(REGISTRY), headers={"Content-Type": CONTENT_TYPE_LATEST}
+    )
+
+
+async def index(request: web.Request) -> web.Response:
+    gw = request.app[GATEWAY_KEY]
+    page = dashboard.render(gw.nodes.views(), gw.jobs.list(), gw.jobs.counts())
+    return web.Response(text=page, content_type="text/html")
+
+
+def build_app(gw: Gateway) -> web.Application:
+    app = web.Application(middlewares=[observe], client_max_size=1 << 20)
+    app[GATEWAY_KEY] = gw
+    app.router.add_get("/", index)
+    app.router.add_get("/healthz", healthz)
+    app.router.add_get("/metrics", metrics_text)
+    app.router.add_post("/v1/jobs", submit)
+    app.router.add_get("/v1/jobs", list_jobs)
+    app.router.add_get("/v1/jobs/{id}", get_job)
+    app.router.add_get("/v1/jobs/{id}/events", job_events)
+    app.router.add_delete("/v1/jobs/{id}", cancel_job)
+    app.router.add_get("/v1/nodes", list_nodes)
+    return app

@@ -1,0 +1,75 @@
+"""The gateway's read model of nodes: specs (KV ``nodes``), allocations (KV ``ledger``) and the
+latest telemetry sample per node, combined into ``NodeView`` records.
+
+Why three sources: each fact has one writer (rule 2) - a node's telemetry service owns its spec
+and samples, the placer owns the ledger - so the gateway only listens and joins them here. Pure:
+the service feeds it KV watch updates and samples; nothing here touches NATS.
+"""
+
+from __future__ import annotations
+
+from proto.ledger import Allocation
+from proto.nodes import NodeSpec, TelemetrySample
+from proto.views import NodeView
+
+# A node is shown cordoned when one of these labels says so. Cordoning itself is an intent the
+# placer commits (DESIGN.md); until it records that somewhere of its own, labels are the signal.
+CORDON_LABELS = ("cordoned", "mosaic/cordoned", "mosaic.cordoned")
+_TRUE = {"1", "true", "yes", "on"}
+
+
+def is_cordoned(spec: NodeSpec) -> bool:
+    return any(spec.labels.get(k, "").strip().lower() in _TRUE for k in CORDON_LABELS)
+
+
+class NodesModel:
+    """Node id -> spec, job id -> allocation, node id -> latest sample."""
+
+    def __init__(self) -> None:
+        self.specs: dict[str, NodeSpec] = {}
+        self.ledger: dict[str, Allocation] = {}
+        self.samples: dict[str, TelemetrySample] = {}
+
+    def put_spec(self, node_id: str, spec: NodeSpec | None) -> None:
+        """A KV ``nodes`` update; None = deleted."""
+        if spec is None:
+            self.specs.pop(node_id, None)
+        else:
+            self.specs[node_id] = spec
+
+    def put_allocation(self, job_id: str, alloc: Allocation | None) -> None:
+        """A KV ``ledger`` update; None = the allocation was freed."""
+        if alloc is None:
+            self.ledger.pop(job_id, None)
+        else:
+            self.ledger[job_id] = alloc
+
+    def put_sample(self, sample: TelemetrySample) -> None:
+        """Latest sample wins; an older one arriving late is ignored."""
+        old = self.samples.get(sample.node)
+        if old is None or sample.time >= old.time:
+            self.samples[sample.node] = sample
+
+    def cluster(self) -> list[NodeSpec]:
+        return [self.specs[k] for k in sorted(self.specs)]
+
+    def views(self) -> list[NodeView]:
+        """One view per known node, by id. Allocations on an unknown node are not shown."""
+        by_node: dict[str, list[Allocation]] = {}
+        for alloc in self.ledger.values():
+            by_node.setdefault(alloc.node, []).append(alloc)
+        out = []
+        for spec in self.cluster():
+            allocs = sorted(by_node.get(spec.id, ()), key=lambda a: a.job_id)
+            out.append(
+                NodeView(
+                    spec=spec,
+                    gpus_allocated=sum(len(a.gpu_indices) * a.gpu_share for a in allocs),
+                    gpu_mem_allocated_gb=sum(len(a.gpu_indices) * a.gpu_mem_gb for a in allocs),
+                    host_mem_allocated_gb=sum(a.host_mem_gb for a in allocs),
+                    jobs=tuple(a.job_id for a in allocs),
+                    cordoned=is_cordoned(spec),
+                    telemetry=self.samples.get(spec.id),
+                )
+            )
+        return out
