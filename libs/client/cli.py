@@ -1,0 +1,427 @@
+"""The ``mosaic`` command line: start a local cluster, submit and inspect jobs, simulate.
+
+Slurm's vocabulary on purpose (``submit`` ~ sbatch, ``queue`` ~ squeue, ``nodes`` ~ sinfo,
+``cancel`` ~ scancel): operators already think in it. Every error is one clear line on stderr
+and a non-zero exit (2 for bad input or a refused job, 1 for anything else), never a traceback.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import sys
+import time
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from libs.client import parse
+from libs.client.api import DEFAULT_GATEWAY, ClientError, GatewayUnreachable, MosaicClient
+from libs.clock import Clock
+from proto.jobs import WORKLOAD_CLASSES, Elastic, JobSpec
+from proto.views import JobView
+
+app = typer.Typer(
+    name="mosaic",
+    help="Mosaic: a scheduler for heterogeneous GPU clusters.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+)
+out = Console()
+err = Console(stderr=True)
+
+GatewayOpt = Annotated[str, typer.Option("--gateway", envvar="MOSAIC_GATEWAY", help="gateway URL")]
+
+
+class UsageProblem(Exception):
+    """Bad input on the command line: one line, exit 2."""
+
+
+class Refused(Exception):
+    """The gateway refused the job: one line, exit 2."""
+
+
+class Unavailable(Exception):
+    """An optional part (the simulator) is not importable: one line, exit 1."""
+
+
+def _version() -> str:
+    try:
+        from importlib.metadata import version
+
+        return version("mosaic-scheduler")
+    except Exception:
+        return "0.1.0 (not installed)"
+
+
+# --- mosaic up -------------------------------------------------------------------------------
+@app.command()
+def up(
+    demo: Annotated[bool, typer.Option("--demo", help="also run the demo workload")] = False,
+    nodes: Annotated[
+        int | None, typer.Option("--nodes", help="the seed mix scaled to about N nodes")
+    ] = None,
+    cluster: Annotated[
+        Path | None, typer.Option("--cluster", help="cluster JSON file (groups and/or nodes)")
+    ] = None,
+    clock_factor: Annotated[
+        float, typer.Option("--clock-factor", help="Mosaic time speed-up")
+    ] = 60.0,
+    data_dir: Annotated[Path, typer.Option("--data-dir", help="NATS state and logs")] = Path(
+        ".mosaic"
+    ),
+    port: Annotated[int, typer.Option("--port", help="gateway HTTP port")] = 8080,
+    duration: Annotated[
+        float | None, typer.Option("--duration", help="stop after S wall seconds")
+    ] = None,
+    no_live: Annotated[
+        bool, typer.Option("--no-live", help="periodic summary lines instead of the live view")
+    ] = False,
+    rate: Annotated[float, typer.Option("--rate", help="demo jobs per wall second")] = 1.0,
+    seed: Annotated[int, typer.Option("--seed", help="demo workload seed")] = 0,
+    keep_state: Annotated[
+        bool, typer.Option("--keep-state", help="keep the previous run's streams")
+    ] = False,
+) -> None:
+    """Start NATS, every service and a simulated cluster; Ctrl-C stops everything."""
+    from libs.client.up import UpOptions, run_up
+
+    if clock_factor <= 0:
+        raise UsageProblem(f"--clock-factor must be > 0, got {clock_factor}")
+    if rate <= 0:
+        raise UsageProblem(f"--rate must be > 0, got {rate}")
+    opts = UpOptions(
+        nodes=_cluster(nodes, cluster),
+        data_dir=data_dir.resolve(),
+        clock_factor=clock_factor,
+        port=port,
+        demo=demo,
+        demo_rate_per_s=rate,
+        seed=seed,
+        duration_s=duration,
+        live=not no_live and out.is_terminal,
+    )
+    code = asyncio.run(run_up(opts, out))
+    raise typer.Exit(code)
+
+
+def _cluster(nodes: int | None, cluster: Path | None) -> list:
+    from libs.policy import inventory
+
+    if nodes is not None and cluster is not None:
+        raise UsageProblem("give --nodes or --cluster, not both")
+    if cluster is not None:
+        try:
+            return inventory.load_cluster_file(cluster.read_bytes())
+        except OSError as exc:
+            raise UsageProblem(f"--cluster {cluster}: {exc.strerror}") from None
+        except ValueError as exc:  # msgspec errors are ValueErrors too
+            raise UsageProblem(f"--cluster {cluster}: {exc}") from None
+    if nodes is not None:
+        if nodes < 1:
+            raise UsageProblem(f"--nodes must be >= 1, got {nodes}")
+        # the seed mix averages 6.8 GPUs per node (0.4*8 + 0.3*4 + 0.3*8)
+        return inventory.seed_cluster(max(1, round(nodes * 6.8)))
+    return inventory.demo_cluster()
+
+
+# --- mosaic submit ---------------------------------------------------------------------------
+@app.command()
+def submit(
+    gpus: Annotated[float, typer.Option("--gpus", help="GPUs (0.5 = half a GPU)")] = 1.0,
+    gpu_mem: Annotated[float, typer.Option("--gpu-mem", help="GPU memory per GPU, GB")] = 8.0,
+    mem: Annotated[str, typer.Option("--mem", help="host memory, e.g. 128G or 512M")] = "16G",
+    cpus: Annotated[float, typer.Option("--cpus")] = 4.0,
+    constraint: Annotated[
+        list[str] | None,
+        typer.Option("--constraint", "-C", help="allowed GPU models (repeat or comma list)"),
+    ] = None,
+    priority: Annotated[int, typer.Option("--priority", help="0-9, >= 7 is high")] = 5,
+    deadline: Annotated[
+        str | None, typer.Option("--deadline", help="30m, 2h, 1d from now, or unix time")
+    ] = None,
+    workload_class: Annotated[str, typer.Option("--class", help="workload class")] = "other",
+    elastic: Annotated[str | None, typer.Option("--elastic", help="MIN:MAX GPUs")] = None,
+    checkpointable: Annotated[bool, typer.Option("--checkpointable")] = False,
+    energy_sensitivity: Annotated[float, typer.Option("--energy-sensitivity")] = 0.0,
+    runtime: Annotated[
+        str, typer.Option("--runtime", help="estimated runtime on the reference GPU")
+    ] = "1h",
+    tenant: Annotated[str, typer.Option("--tenant")] = "default",
+    job_id: Annotated[str | None, typer.Option("--id", help="job id (default: assigned)")] = None,
+    kind: Annotated[str, typer.Option("--kind", help="training or inference")] = "training",
+    command: Annotated[str | None, typer.Option("--command")] = None,
+    gateway: GatewayOpt = DEFAULT_GATEWAY,
+) -> None:
+    """Submit a job (like sbatch); prints its id."""
+    spec = build_spec(
+        gpus=gpus,
+        gpu_mem=gpu_mem,
+        mem=mem,
+        cpus=cpus,
+        constraint=constraint,
+        priority=priority,
+        deadline=deadline,
+        workload_class=workload_class,
+        elastic=elastic,
+        checkpointable=checkpointable,
+        energy_sensitivity=energy_sensitivity,
+        runtime=runtime,
+        tenant=tenant,
+        job_id=job_id,
+        kind=kind,
+        command=command,
+        now=lambda: server_now(gateway),
+    )
+    try:
+        resp = MosaicClient(gateway).submit(spec)
+    except GatewayUnreachable:
+        raise
+    except ClientError as exc:
+        if exc.status == 400:
+            raise Refused(f"job refused: {exc.one_line()}") from None
+        raise
+    note = " (duplicate: already submitted)" if resp.duplicate else ""
+    out.print(f"{resp.job.id}{note}", highlight=False)
+
+
+def build_spec(*, now, **f) -> JobSpec:  # type: ignore[no-untyped-def]
+    """Flags -> JobSpec; a flag that does not parse is a UsageProblem naming it."""
+    try:
+        host_mem_gb = parse.parse_mem_gb(f["mem"])
+        runtime_s = parse.parse_duration_s(f["runtime"])
+        deadline = parse.parse_deadline(f["deadline"], now()) if f["deadline"] else None
+        lo_hi = parse.parse_elastic(f["elastic"]) if f["elastic"] else None
+    except ValueError as exc:
+        raise UsageProblem(str(exc)) from None
+    if f["workload_class"] not in WORKLOAD_CLASSES:
+        raise UsageProblem(f"--class {f['workload_class']!r}: one of {', '.join(WORKLOAD_CLASSES)}")
+    if f["kind"] not in ("training", "inference"):
+        raise UsageProblem(f"--kind {f['kind']!r}: training or inference")
+    return JobSpec(
+        id=f["job_id"] or "",
+        tenant=f["tenant"],
+        priority=f["priority"],
+        gpus=f["gpus"],
+        gpu_mem_gb=f["gpu_mem"],
+        host_mem_gb=host_mem_gb,
+        cpus=f["cpus"],
+        workload_class=f["workload_class"],
+        constraints=parse.parse_list(f["constraint"]),
+        deadline=deadline,
+        energy_sensitivity=f["energy_sensitivity"],
+        elastic=Elastic(*lo_hi) if lo_hi else None,
+        checkpointable=f["checkpointable"],
+        est_runtime_s=runtime_s,
+        kind=f["kind"],
+        command=f["command"],
+    )
+
+
+def server_now(gateway: str) -> float:
+    """The Mosaic clock of the stack behind ``gateway``.
+
+    The clock is scaled wall time (``libs.clock``): from ``MOSAIC_CLOCK_EPOCH``/``FACTOR`` when
+    set, else from the ``stack.json`` that ``mosaic up`` writes for that gateway (default data
+    dir ``.mosaic`` or ``MOSAIC_DATA_DIR``), else wall time (a production clock runs at 1x).
+    """
+    if os.environ.get("MOSAIC_CLOCK_EPOCH"):
+        return Clock.from_env().now()
+    state = Path(os.environ.get("MOSAIC_DATA_DIR", ".mosaic")) / "stack.json"
+    try:
+        data = json.loads(state.read_text())
+        if data.get("gateway_url", "").rstrip("/") == gateway.rstrip("/"):
+            return Clock(float(data["clock_epoch"]), float(data["clock_factor"])).now()
+    except (OSError, ValueError, KeyError, TypeError):
+        pass
+    return time.time()
+
+
+# --- mosaic queue / nodes / cancel / show ----------------------------------------------------
+@app.command()
+def queue(
+    all_: Annotated[bool, typer.Option("--all", "-a", help="finished jobs too")] = False,
+    state: Annotated[str | None, typer.Option("--state", help="only this state")] = None,
+    gateway: GatewayOpt = DEFAULT_GATEWAY,
+) -> None:
+    """Jobs like squeue: ID, TENANT, STATE, PRIO, GPUS, NODE, REASON."""
+    jobs = MosaicClient(gateway).jobs(state)
+    if not all_ and state is None:
+        jobs = [j for j in jobs if j.state not in ("completed", "failed", "cancelled")]
+    out.print(jobs_table(jobs))
+
+
+def jobs_table(jobs: list[JobView]) -> Table:
+    table = Table(box=None, header_style="bold")
+    for col in ("ID", "TENANT", "STATE", "PRIO", "GPUS", "NODE", "REASON"):
+        table.add_column(col, justify="right" if col in ("PRIO", "GPUS") else "left")
+    for j in sorted(jobs, key=lambda j: (j.submit_time or 0, j.id)):
+        table.add_row(
+            j.id, j.tenant, j.state, str(j.priority), f"{j.gpus:g}", j.node or "-", j.reason
+        )
+    return table
+
+
+@app.command()
+def nodes(gateway: GatewayOpt = DEFAULT_GATEWAY) -> None:
+    """Nodes like sinfo: NODE, MODEL, GPUS (used/total), GPU MEM, HOST MEM, TEMP, POWER, STATE."""
+    table = Table(box=None, header_style="bold")
+    for col in ("NODE", "MODEL", "GPUS", "GPU MEM", "HOST MEM", "TEMP", "POWER", "STATE"):
+        table.add_column(col)
+    for n in sorted(MosaicClient(gateway).nodes(), key=lambda v: v.spec.id):
+        s = n.spec
+        temp = power = "-"
+        if n.telemetry and n.telemetry.gpus:
+            temp = f"{max(g.temp_c for g in n.telemetry.gpus):.0f}C"
+            power = f"{sum(g.power_w for g in n.telemetry.gpus):.0f}W"
+        if n.cordoned:
+            st = "drain"
+        elif n.gpus_allocated >= s.gpu_count:
+            st = "alloc"
+        elif n.gpus_allocated > 0:
+            st = "mix"
+        else:
+            st = "idle"
+        table.add_row(
+            s.id,
+            s.gpu_model,
+            f"{n.gpus_allocated:g}/{s.gpu_count}",
+            f"{s.gpu_mem_gb:g}G",
+            f"{n.host_mem_allocated_gb:g}/{s.host_mem_gb:g}G",
+            temp,
+            power,
+            st,
+        )
+    out.print(table)
+
+
+@app.command()
+def cancel(job_id: str, gateway: GatewayOpt = DEFAULT_GATEWAY) -> None:
+    """Cancel a job (like scancel)."""
+    resp = MosaicClient(gateway).cancel(job_id)
+    out.print(f"{resp.get('job_id', job_id)}: {resp.get('status', 'cancelling')}", highlight=False)
+
+
+@app.command()
+def show(job_id: str, gateway: GatewayOpt = DEFAULT_GATEWAY) -> None:
+    """One job and its lifecycle events."""
+    client = MosaicClient(gateway)
+    job = client.job(job_id)
+    s = job.spec
+    out.print(
+        f"[bold]{job.id}[/bold]  tenant {job.tenant}  state {job.state}  node {job.node or '-'}"
+    )
+    if job.reason:
+        out.print(f"reason     {job.reason}", highlight=False)
+    out.print(
+        f"asks       {s.gpus:g} GPU x {s.gpu_mem_gb:g} GB, host {s.host_mem_gb:g} GB, "
+        f"{s.cpus:g} CPUs, class {s.workload_class}, priority {s.priority}, "
+        f"runtime {s.est_runtime_s / 60:.0f}m"
+        + (f", constraints {','.join(s.constraints)}" if s.constraints else ""),
+        highlight=False,
+    )
+    events = client.get_json(f"/v1/jobs/{job_id}/events").get("events", [])
+    table = Table(box=None, header_style="bold")
+    for col in ("TIME", "EVENT", "NODE", "REASON"):
+        table.add_column(col)
+    for e in events:
+        t = time.strftime("%H:%M:%S", time.localtime(e.get("time", 0)))
+        table.add_row(t, e.get("type", "?"), e.get("node") or "-", e.get("reason") or "")
+    out.print(table)
+
+
+# --- mosaic sim / version --------------------------------------------------------------------
+@app.command()
+def sim(
+    trace: Annotated[
+        str, typer.Option("--trace", help="philly, helios, alibaba, synthetic...")
+    ] = "philly",
+    cluster: Annotated[str, typer.Option("--cluster", help="seed, counts or a file")] = "seed",
+    gpus: Annotated[int, typer.Option("--gpus")] = 1024,
+    policies: Annotated[str, typer.Option("--policies")] = "fifo,drf,tiresias,gavel,mosaic",
+    out_dir: Annotated[Path, typer.Option("--out", help="results folder")] = Path("results/sim"),
+    seed: Annotated[int, typer.Option("--seed")] = 0,
+    max_jobs: Annotated[int | None, typer.Option("--max-jobs")] = None,
+    load: Annotated[float | None, typer.Option("--load")] = None,
+    throughputs: Annotated[Path | None, typer.Option("--throughputs")] = None,
+) -> None:
+    """Replay a trace through the simulator under several policies and compare them."""
+    try:
+        from libs.sim.report import render_table
+        from libs.sim.runner import run_simulation
+    except ImportError as exc:
+        raise Unavailable(f"the simulator is not available: {exc}") from None
+    from rich.progress import Progress
+
+    names = [p.strip() for p in policies.split(",") if p.strip()]
+    if not names:
+        raise UsageProblem("--policies is empty")
+    with Progress(console=err, transient=True) as bar:
+        task = bar.add_task("simulating", total=None)
+
+        def progress(done: float, total: float | None = None, *_: object) -> None:
+            bar.update(task, completed=done, total=total)
+
+        results = run_simulation(
+            trace,
+            cluster,
+            gpus,
+            names,
+            out_dir,
+            seed=seed,
+            max_jobs=max_jobs,
+            load=load,
+            throughputs=throughputs,
+            progress=progress,
+        )
+    out.print(render_table(results))
+    out.print(f"results in {out_dir}", highlight=False)
+
+
+@app.command()
+def version() -> None:
+    """Print the version."""
+    out.print(f"mosaic {_version()}", highlight=False)
+
+
+# --- entry point -----------------------------------------------------------------------------
+def main(argv: list[str] | None = None) -> int:
+    """The console script: run the command; any failure becomes one line on stderr."""
+    command = typer.main.get_command(app)
+    try:
+        rv = command.main(args=argv, prog_name="mosaic", standalone_mode=False)
+        return rv if isinstance(rv, int) else 0
+    except typer.Exit as exc:
+        return exc.exit_code
+    except (UsageProblem, Refused) as exc:
+        return _fail(str(exc), 2)
+    except Unavailable as exc:
+        return _fail(str(exc), 1)
+    except typer.Abort:
+        return _fail("aborted", 130)
+    except typer.TyperException as exc:  # click's UsageError / ClickException, as vendored
+        ctx = getattr(exc, "ctx", None)
+        if type(exc).__name__ == "NoArgsIsHelpError":
+            return 0  # typer has printed the help already
+        hint = f" (see: {ctx.command_path} --help)" if ctx is not None else ""
+        return _fail(exc.format_message() + hint, getattr(exc, "exit_code", 1))
+    except ClientError as exc:
+        return _fail(exc.one_line(), 1)
+    except KeyboardInterrupt:
+        return _fail("interrupted", 130)
+    except Exception as exc:  # the promise: never a traceback
+        return _fail(f"{type(exc).__name__}: {exc}", 1)
+
+
+def _fail(message: str, code: int) -> int:
+    err.print(f"error: {message}", highlight=False, markup=False, soft_wrap=True)
+    return code
+
+
+if __name__ == "__main__":
+    sys.exit(main())
