@@ -1,0 +1,31 @@
+"""``python -m services.scorer [--rescore-s S] [--debounce-s S]`` (plus the common flags)."""
+
+from __future__ import annotations
+
+import argparse
+import os
+
+from libs.bus.runtime import common_arg_parser, run_service
+from services.scorer.service import main
+
+
+def _validate(args: argparse.Namespace) -> None:
+    if args.rescore_s <= 0 or args.debounce_s < 0:
+        raise ValueError("--rescore-s must be > 0 and --debounce-s >= 0")
+
+
+if __name__ == "__main__":
+    parser = common_arg_parser("scorer")
+    parser.add_argument(
+        "--rescore-s",
+        type=float,
+        default=float(os.environ.get("MOSAIC_SCORER_RESCORE_S", "2")),
+        help="wall seconds between re-rankings when nothing changes (aging, deadlines)",
+    )
+    parser.add_argument(
+        "--debounce-s",
+        type=float,
+        default=float(os.environ.get("MOSAIC_SCORER_DEBOUNCE_S", "0.1")),
+        help="quiet wall seconds after a change before re-ranking",
+    )
+    run_service("scorer", main, parser=parser, validate=_validate)

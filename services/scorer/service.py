@@ -1,0 +1,182 @@
+"""The scorer's shell: lifecycle stream in, ranked queue out (KV ``queue``/``ranked`` + a poke).
+
+Re-ranks shortly after every change (debounced: a burst of 200 submissions is one ranking, not
+200) and every ``rescore_s`` because aging and deadlines move scores even when nothing happens.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import time
+from dataclasses import dataclass
+
+from prometheus_client import Gauge
+
+from libs.bus.connection import Bus
+from libs.bus.runtime import ServiceContext
+from libs.clock import Clock
+from libs.policy.config import REGIMES, PolicyConfig
+from libs.policy.profiles import ProfileTable
+from proto import subjects
+from proto.decisions import RankedQueue
+from proto.events import LifecycleEvent, Queued
+from proto.ledger import Allocation
+from proto.nodes import NodeSpec
+from services.scorer.pending import PendingSet
+from services.scorer.ranking import build_queue
+from services.scorer.replay import wait_caught_up
+
+QUEUE_LENGTH = Gauge("mosaic_scorer_queue_length", "Pending jobs in the ranked queue.")
+REGIME = Gauge("mosaic_scorer_regime", "1 for the current load regime, else 0.", ["regime"])
+LOAD = Gauge("mosaic_scorer_load", "Allocated GPU share of the cluster (0..1).")
+RANK_SECONDS = Gauge("mosaic_scorer_rank_seconds", "Wall seconds of the last ranking.")
+
+
+@dataclass(frozen=True)
+class ScorerSettings:
+    debounce_s: float = 0.1  # quiet time after a change before ranking
+    max_delay_s: float = 1.0  # but never later than this after the first change
+    rescore_s: float = 2.0  # wall seconds between rankings when nothing changes
+
+
+class Scorer:
+    def __init__(
+        self,
+        bus: Bus,
+        clock: Clock,
+        log: object,
+        settings: ScorerSettings | None = None,
+        *,
+        policy: PolicyConfig | None = None,
+        profiles: ProfileTable | None = None,
+    ) -> None:
+        self.bus = bus
+        self.clock = clock
+        self.log = log
+        self.settings = settings or ScorerSettings()
+        self.policy = policy or PolicyConfig.default()
+        self.profiles = profiles or ProfileTable.default()
+        self.pending = PendingSet()
+        self.nodes: dict[str, NodeSpec] = {}
+        self.ledger: dict[str, Allocation] = {}
+        self.last_queue: RankedQueue | None = None
+        self._dirty = asyncio.Event()
+        self._last_change = 0.0
+
+    async def start(self) -> None:
+        """Mirror nodes and ledger, replay the lifecycle stream, and wait until caught up."""
+        self.queue_kv = await self.bus.kv(subjects.KV_QUEUE, RankedQueue)
+        nodes_kv = await self.bus.kv(subjects.KV_NODES, NodeSpec)
+        ledger_kv = await self.bus.kv(subjects.KV_LEDGER, Allocation)
+        self.nodes = {k: e.value for k, e in (await nodes_kv.items()).items()}
+        self.ledger = {k: e.value for k, e in (await ledger_kv.items()).items()}
+        await nodes_kv.watch(self._on_node, include_current=False)
+        await ledger_kv.watch(self._on_alloc, include_current=False)
+        consumer = await self.bus.consume(
+            subjects.STREAM_LIFECYCLE,
+            f"{subjects.LIFECYCLE_PREFIX}.>",
+            LifecycleEvent,
+            self._on_event,
+        )
+        if not await wait_caught_up(self.bus, consumer, subjects.STREAM_LIFECYCLE):
+            self.log.warning("replay_incomplete", hint="ranking with what was replayed so far")
+        self.log.info("replayed", pending=len(self.pending))
+        self._dirty.set()
+
+    async def _on_node(self, key: str, value: NodeSpec | None) -> None:
+        if value is None:
+            self.nodes.pop(key, None)
+        else:
+            self.nodes[key] = value
+
+    async def _on_alloc(self, key: str, value: Allocation | None) -> None:
+        if value is None:
+            self.ledger.pop(key, None)
+        else:
+            self.ledger[key] = value
+
+    async def _on_event(self, ev: LifecycleEvent) -> None:
+        if self.pending.apply(ev):
+            self._last_change = time.monotonic()
+            self._dirty.set()
+
+    async def run(self, stop: asyncio.Event) -> None:
+        """Rank after changes (debounced) and every ``rescore_s``, until ``stop``."""
+        s = self.settings
+        while not stop.is_set():
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._dirty.wait(), timeout=s.rescore_s)
+            if stop.is_set():
+                return
+            if self._dirty.is_set():
+                first = time.monotonic()
+                while time.monotonic() - self._last_change < s.debounce_s:
+                    if time.monotonic() - first >= s.max_delay_s:
+                        break
+                    await asyncio.sleep(s.debounce_s / 2)
+            self._dirty.clear()
+            try:
+                await self.rank_and_publish()
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:  # NATS hiccup: the next round retries
+                self.log.exception("rank_failed", error=repr(exc))
+                await asyncio.sleep(0.5)
+
+    async def rank_and_publish(self) -> RankedQueue | None:
+        """One ranking: emit ``Queued`` for newcomers, write the queue, poke the placer.
+        Skips the write when the queue is and was empty."""
+        jobs = list(self.pending.pending.values())
+        if not jobs and self.last_queue is not None and not self.last_queue.entries:
+            return None
+        t0 = time.perf_counter()
+        queue = build_queue(
+            jobs,
+            list(self.nodes.values()),
+            list(self.ledger.values()),
+            now=self.clock.now(),
+            cfg=self.policy,
+            profiles=self.profiles,
+        )
+        RANK_SECONDS.set(time.perf_counter() - t0)
+        await self._emit_queued(queue)
+        await self.queue_kv.put(subjects.KV_QUEUE_KEY, queue)
+        # the poke carries the header only: readers take the queue from KV
+        poke = RankedQueue(time=queue.time, load=queue.load, regime=queue.regime)
+        await self.bus.publish(subjects.QUEUE_UPDATED, poke, durable=False)
+        self.last_queue = queue
+        QUEUE_LENGTH.set(len(queue.entries))
+        LOAD.set(queue.load)
+        for r in REGIMES:
+            REGIME.labels(r).set(1.0 if r == queue.regime else 0.0)
+        return queue
+
+    async def _emit_queued(self, queue: RankedQueue) -> None:
+        wanted = self.pending.needs_queued_event
+        new = [(i, e) for i, e in enumerate(queue.entries) if wanted(e.spec.id)]
+        if not new:
+            return
+
+        async def one(rank: int, entry_score: float, job: str) -> None:
+            attempt = self.pending.pending[job].attempt
+            ev = Queued(job_id=job, time=queue.time, rank=rank + 1, score=entry_score)
+            await self.bus.publish(subjects.lifecycle(job), ev, msg_id=f"queued-{job}-{attempt}")
+            self.pending.mark_queued(job)
+
+        await asyncio.gather(*(one(i, e.score, e.spec.id) for i, e in new))
+
+
+async def main(ctx: ServiceContext) -> None:
+    """``python -m services.scorer``: run until ``ctx.stop``."""
+    scorer = Scorer(ctx.bus, ctx.clock, ctx.log, settings_from_args(ctx.args))
+    await scorer.start()
+    await scorer.run(ctx.stop)
+
+
+def settings_from_args(args: argparse.Namespace) -> ScorerSettings:
+    return ScorerSettings(
+        debounce_s=getattr(args, "debounce_s", ScorerSettings.debounce_s),
+        rescore_s=getattr(args, "rescore_s", ScorerSettings.rescore_s),
+    )
