@@ -1,0 +1,209 @@
+"""``ClusterView``: the cluster as numpy arrays, built once per cycle and updated in place.
+
+Why arrays: every filter and score is evaluated for all nodes at once (vectorised), and the
+simulator applies thousands of starts/finishes per second, so ``allocate``/``release`` touch one
+row only (O(Gmax)). Row ``i`` is node ``node_ids[i]``; GPU slot ``j`` of a node exists when
+``j < gpu_total[i]`` (the other columns stay 0, so they never look free).
+
+GPU memory may go negative: the GPU-count-only baseline (``first_fit(check_memory=False)``) can
+oversubscribe it, and the executor then fails the job with OOM. GPU *shares* may not exceed 1:
+``allocate`` refuses that with a ValueError (it would be double booking).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection, Iterable, Mapping, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from proto.ledger import Allocation
+from proto.nodes import NodeSpec
+
+EPS = 1e-9
+RESOURCES: tuple[str, ...] = ("gpus", "gpu_mem_gb", "host_mem_gb", "cpus")
+
+
+@dataclass(slots=True)
+class ClusterView:
+    nodes: list[NodeSpec]
+    node_ids: list[str]
+    index: dict[str, int]
+    models: list[str]  # distinct GPU models, in first-seen order
+    model_idx: np.ndarray  # int[N] into models
+    gpu_total: np.ndarray  # int[N]
+    gpu_exists: np.ndarray  # bool[N, Gmax]
+    gpu_free: np.ndarray  # float[N, Gmax]: free share of each GPU slot
+    gpu_mem_gb: np.ndarray  # float[N] per GPU
+    gpu_mem_free_gb: np.ndarray  # float[N, Gmax]
+    host_mem_gb: np.ndarray  # float[N] total
+    host_mem_free_gb: np.ndarray  # float[N]
+    cpus: np.ndarray  # float[N] total
+    cpus_free: np.ndarray  # float[N]
+    whole_free: np.ndarray  # int[N]: GPUs with their whole share free (kept in step)
+    temp_c: np.ndarray  # float[N]; NaN = unknown
+    power_w: np.ndarray  # float[N]; NaN = unknown
+    cordoned: np.ndarray  # bool[N]
+    idle_power_w: np.ndarray  # float[N] per GPU
+    max_power_w: np.ndarray  # float[N] per GPU
+
+    @classmethod
+    def build(
+        cls,
+        nodes: Sequence[NodeSpec],
+        allocations: Iterable[Allocation] = (),
+        *,
+        temp_c: Mapping[str, float] | None = None,
+        power_w: Mapping[str, float] | None = None,
+        cordoned: Collection[str] = (),
+    ) -> ClusterView:
+        nodes = list(nodes)
+        ids = [n.id for n in nodes]
+        index = {nid: i for i, nid in enumerate(ids)}
+        if len(index) != len(ids):
+            raise ValueError("ClusterView.build: node ids are not unique")
+        gmax = max((nd.gpu_count for nd in nodes), default=0)
+        models: list[str] = []
+        midx: dict[str, int] = {}
+        for nd in nodes:
+            if nd.gpu_count < 0:
+                raise ValueError(f"node {nd.id}: gpu_count must be >= 0")
+            midx.setdefault(nd.gpu_model, len(models))
+            if len(midx) > len(models):
+                models.append(nd.gpu_model)
+        gpu_total = np.array([nd.gpu_count for nd in nodes], dtype=np.int64)
+        exists = np.arange(max(gmax, 1))[None, :] < gpu_total[:, None]
+        if gmax == 0:
+            exists = exists[:, :0]
+        mem = np.array([nd.gpu_mem_gb for nd in nodes], dtype=float)
+        host = np.array([nd.host_mem_gb for nd in nodes], dtype=float)
+        cpus = np.array([nd.cpus for nd in nodes], dtype=float)
+        unknown = set(cordoned) - set(index)
+        if unknown:
+            raise ValueError(f"ClusterView.build: cordoned nodes not in cluster: {sorted(unknown)}")
+        view = cls(
+            nodes=nodes,
+            node_ids=ids,
+            index=index,
+            models=models,
+            model_idx=np.array([midx[nd.gpu_model] for nd in nodes], dtype=np.int64),
+            gpu_total=gpu_total,
+            gpu_exists=exists,
+            gpu_free=exists.astype(float),
+            gpu_mem_gb=mem,
+            gpu_mem_free_gb=exists * mem[:, None],
+            host_mem_gb=host,
+            host_mem_free_gb=host.copy(),
+            cpus=cpus,
+            cpus_free=cpus.copy(),
+            whole_free=gpu_total.copy(),
+            temp_c=np.array([(temp_c or {}).get(i, np.nan) for i in ids], dtype=float),
+            power_w=np.array([(power_w or {}).get(i, np.nan) for i in ids], dtype=float),
+            cordoned=np.array([i in set(cordoned) for i in ids], dtype=bool),
+            idle_power_w=np.array([nd.idle_power_w for nd in nodes], dtype=float),
+            max_power_w=np.array([nd.max_power_w for nd in nodes], dtype=float),
+        )
+        for a in allocations:
+            view.allocate(a)
+        return view
+
+    # --- in-place updates -------------------------------------------------------------------
+    def _row(self, alloc: Allocation) -> int:
+        i = self.index.get(alloc.node)
+        if i is None:
+            raise ValueError(f"allocation {alloc.job_id}: node {alloc.node!r} is not in the view")
+        g = int(self.gpu_total[i])
+        for j in alloc.gpu_indices:
+            if not 0 <= j < g:
+                raise ValueError(
+                    f"allocation {alloc.job_id}: GPU index {j} outside node {alloc.node} "
+                    f"(0..{g - 1})"
+                )
+        if len(set(alloc.gpu_indices)) != len(alloc.gpu_indices):
+            raise ValueError(f"allocation {alloc.job_id}: repeated GPU index")
+        if not 0.0 < alloc.gpu_share <= 1.0 + EPS:
+            raise ValueError(f"allocation {alloc.job_id}: gpu_share must be in (0, 1]")
+        return i
+
+    def allocate(self, alloc: Allocation) -> None:
+        """Take ``alloc``'s resources. Raises ValueError if a GPU share would go above 1."""
+        i = self._row(alloc)
+        idx = list(alloc.gpu_indices)
+        if idx and np.any(self.gpu_free[i, idx] < alloc.gpu_share - EPS):
+            raise ValueError(
+                f"allocation {alloc.job_id}: GPUs {idx} on {alloc.node} do not have "
+                f"{alloc.gpu_share:g} free (double booking)"
+            )
+        self._apply(i, idx, -alloc.gpu_share, -alloc.gpu_mem_gb, -alloc.host_mem_gb, -alloc.cpus)
+
+    def release(self, alloc: Allocation) -> None:
+        """Give back what ``allocate(alloc)`` took (the exact inverse, up to float rounding)."""
+        i = self._row(alloc)
+        a = alloc
+        self._apply(i, list(a.gpu_indices), a.gpu_share, a.gpu_mem_gb, a.host_mem_gb, a.cpus)
+
+    def _apply(self, i: int, idx: list[int], share: float, mem: float, host: float, cpu: float):
+        if idx:
+            row = self.gpu_free[i]
+            row[idx] += share
+            mrow = self.gpu_mem_free_gb[i]
+            mrow[idx] += mem
+            if share > 0:  # snap rounding noise back to the exact capacity
+                row[idx] = np.where(row[idx] > 1.0 - EPS, 1.0, row[idx])
+                cap = self.gpu_mem_gb[i]
+                mrow[idx] = np.where(np.abs(mrow[idx] - cap) < 1e-6, cap, mrow[idx])
+            self.whole_free[i] = int(np.count_nonzero(row >= 1.0 - EPS))
+        self.host_mem_free_gb[i] += host
+        self.cpus_free[i] += cpu
+        if host > 0 and abs(self.host_mem_free_gb[i] - self.host_mem_gb[i]) < 1e-6:
+            self.host_mem_free_gb[i] = self.host_mem_gb[i]
+        if cpu > 0 and abs(self.cpus_free[i] - self.cpus[i]) < 1e-6:
+            self.cpus_free[i] = self.cpus[i]
+
+    def set_cordoned(self, node_id: str, value: bool = True) -> None:
+        self.cordoned[self.index[node_id]] = value
+
+    def set_temp(self, node_id: str, temp_c: float) -> None:
+        self.temp_c[self.index[node_id]] = temp_c
+
+    # --- reads ------------------------------------------------------------------------------
+    def free_gpus(self) -> np.ndarray:
+        """Whole free GPUs per node (int[N])."""
+        return self.whole_free
+
+    def total_gpus(self) -> int:
+        return int(self.gpu_total.sum())
+
+    def load(self) -> float:
+        """Allocated GPU share / total GPUs (0 for an empty cluster)."""
+        total = float(self.gpu_total.sum())
+        if total <= 0:
+            return 0.0
+        return float(1.0 - self.gpu_free.sum() / total)
+
+    def capacity(self) -> np.ndarray:
+        """Totals per resource in ``RESOURCES`` order, for dominant-share fairness."""
+        return np.array(
+            [
+                float(self.gpu_total.sum()),
+                float((self.gpu_total * self.gpu_mem_gb).sum()),
+                float(self.host_mem_gb.sum()),
+                float(self.cpus.sum()),
+            ]
+        )
+
+    def copy(self) -> ClusterView:
+        """A deep copy of the mutable arrays (specs are shared): for what-if planning."""
+        c = ClusterView(**{f: getattr(self, f) for f in self.__dataclass_fields__})
+        for f in (
+            "gpu_free",
+            "gpu_mem_free_gb",
+            "host_mem_free_gb",
+            "cpus_free",
+            "whole_free",
+            "temp_c",
+            "power_w",
+            "cordoned",
+        ):
+            setattr(c, f, getattr(self, f).copy())
+        return c

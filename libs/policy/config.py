@@ -1,0 +1,112 @@
+"""Every coefficient of the policy in one frozen, printable record.
+
+Why one record: the live services and the simulator must weigh the same things the same way, and
+an operator must be able to print the effective policy (``describe()``) instead of guessing what a
+chain of defaults resolved to. Code never hides a weight; it reads it from here.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from typing import Any
+
+REGIMES: tuple[str, ...] = ("low", "balanced", "high")
+
+
+@dataclass(frozen=True, slots=True)
+class RegimeWeights:
+    """Weights of the priority terms in one load regime. They sum to 1 so scores stay comparable.
+
+    ``fair_share`` favours tenants using less than their share (DRF), ``energy`` favours jobs that
+    do not mind slower/greener GPUs, ``deadline`` favours urgent jobs, ``priority`` is a constant
+    term that, multiplied by the base priority, lets the submitted priority dominate.
+    """
+
+    fair_share: float
+    energy: float
+    deadline: float
+    priority: float
+
+    def as_dict(self) -> dict[str, float]:
+        return dataclasses.asdict(self)
+
+
+def _low() -> RegimeWeights:
+    return RegimeWeights(fair_share=0.7, energy=0.1, deadline=0.1, priority=0.1)
+
+
+def _balanced() -> RegimeWeights:
+    return RegimeWeights(fair_share=0.35, energy=0.1, deadline=0.3, priority=0.25)
+
+
+def _high() -> RegimeWeights:
+    return RegimeWeights(fair_share=0.1, energy=0.05, deadline=0.25, priority=0.6)
+
+
+def _size_mix() -> tuple[tuple[float, float], ...]:
+    # Default mix of request sizes (GPUs, probability) for the fragmentation measure when the
+    # caller does not pass the pending mix: roughly Philly/openb shaped (mostly 1 GPU).
+    return ((0.5, 0.15), (1.0, 0.55), (2.0, 0.1), (4.0, 0.1), (8.0, 0.1))
+
+
+@dataclass(frozen=True, slots=True)
+class PolicyConfig:
+    """All policy coefficients. Build variants with ``dataclasses.replace(cfg, ...)``."""
+
+    # --- priority (libs.policy.priority) ---
+    low_load: float = 0.5  # load below this: "low" regime (fairness first)
+    high_load: float = 0.8  # load above this: "high" regime (protect critical jobs)
+    weights_low: RegimeWeights = field(default_factory=_low)
+    weights_balanced: RegimeWeights = field(default_factory=_balanced)
+    weights_high: RegimeWeights = field(default_factory=_high)
+    aging_per_h: float = 0.05  # score added per hour waited (unbounded: starvation freedom)
+    urgency_scale_s: float = 3600.0  # slack at which urgency has fallen to 1/e
+    urgency_missed: float = 1.0  # urgency of a job whose deadline can no longer be met
+    # --- placement (libs.policy.placement) ---
+    w_speed: float = 1.0
+    w_energy: float = 1.0  # multiplied by the job's energy_sensitivity
+    w_pack: float = 0.6  # fragmentation / best-fit packing
+    w_thermal: float = 0.2
+    w_memory_fit: float = 0.3  # avoid big-memory GPUs for small-memory jobs
+    size_mix: tuple[tuple[float, float], ...] = field(default_factory=_size_mix)
+    # --- thermal ---
+    thermal_max_c: float = 85.0  # a node at or above this takes no new job
+    thermal_ambient_c: float = 30.0  # headroom is measured from here to thermal_max_c
+    # --- scheduling pass (libs.policy.scheduler / backfill) ---
+    backfill: bool = True
+    backfill_depth: int = 64  # how many jobs below a blocked head job may be tried per pass
+    max_places_per_pass: int = 1_000_000  # cap on placements per pass (live placer may lower it)
+    explain_top_k: int = 5  # candidates kept in an explained placement
+
+    @classmethod
+    def default(cls) -> PolicyConfig:
+        return cls()
+
+    def weights(self, regime: str) -> RegimeWeights:
+        if regime == "low":
+            return self.weights_low
+        if regime == "balanced":
+            return self.weights_balanced
+        if regime == "high":
+            return self.weights_high
+        raise ValueError(f"unknown regime {regime!r}; expected one of {REGIMES}")
+
+    def describe(self) -> dict[str, Any]:
+        """The effective policy as plain data (for ``mosaic policy``, logs and reports)."""
+        out: dict[str, Any] = {}
+        for f in dataclasses.fields(self):
+            v = getattr(self, f.name)
+            out[f.name] = v.as_dict() if isinstance(v, RegimeWeights) else v
+        out["size_mix"] = [list(p) for p in self.size_mix]
+        return out
+
+    def __post_init__(self) -> None:
+        if not 0.0 <= self.low_load <= self.high_load <= 1.0:
+            raise ValueError("need 0 <= low_load <= high_load <= 1")
+        if self.aging_per_h <= 0:
+            raise ValueError("aging_per_h must be > 0 (otherwise a job may wait forever)")
+        if self.urgency_scale_s <= 0:
+            raise ValueError("urgency_scale_s must be > 0")
+        if self.backfill_depth < 0:
+            raise ValueError("backfill_depth must be >= 0")

@@ -1,0 +1,207 @@
+"""Placement filters (Kubernetes "Filter" stage): one named function per rule, each a boolean
+mask over the nodes of a ``ClusterView`` plus a per-node reason for "why is my job pending".
+
+Static filters (constraints, GPU count, GPU memory, host memory/CPU totals) depend only on the
+node's shape: failing them on every node means the job can never run (``never_fits``). Dynamic
+filters (free GPUs, free host memory, free CPUs, cordon, thermal) change with time.
+
+GPU memory is a HARD rule: a job never lands on a GPU with less memory than it asks for.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+
+import numpy as np
+
+from libs.policy.cluster import EPS, ClusterView
+from libs.policy.config import PolicyConfig
+from proto.gpus import matches
+from proto.jobs import JobSpec
+from proto.nodes import NodeSpec
+
+
+def is_fractional(spec: JobSpec) -> bool:
+    return spec.gpus < 1.0 - EPS
+
+
+def whole_gpus(spec: JobSpec) -> int:
+    """GPUs a whole-GPU job needs (a fractional job needs part of one)."""
+    return 1 if is_fractional(spec) else round(spec.gpus)
+
+
+def model_allowed(constraints: Sequence[str], model: str) -> bool:
+    return not constraints or any(matches(c, model) for c in constraints)
+
+
+# --- static ---------------------------------------------------------------------------------
+def f_constraints(spec: JobSpec, view: ClusterView) -> np.ndarray:
+    if not spec.constraints:
+        return np.ones(len(view.node_ids), dtype=bool)
+    ok = np.array([model_allowed(spec.constraints, m) for m in view.models], dtype=bool)
+    return ok[view.model_idx]
+
+
+def f_gpu_count(spec: JobSpec, view: ClusterView) -> np.ndarray:
+    return view.gpu_total >= whole_gpus(spec)
+
+
+def f_gpu_memory(spec: JobSpec, view: ClusterView) -> np.ndarray:
+    return view.gpu_mem_gb >= spec.gpu_mem_gb - EPS
+
+
+def f_host_memory_total(spec: JobSpec, view: ClusterView) -> np.ndarray:
+    return view.host_mem_gb >= spec.host_mem_gb - EPS
+
+
+def f_cpus_total(spec: JobSpec, view: ClusterView) -> np.ndarray:
+    return view.cpus >= spec.cpus - EPS
+
+
+# --- dynamic --------------------------------------------------------------------------------
+def f_cordon(spec: JobSpec, view: ClusterView) -> np.ndarray:
+    return ~view.cordoned
+
+
+def f_thermal(spec: JobSpec, view: ClusterView, cfg: PolicyConfig) -> np.ndarray:
+    return ~(view.temp_c >= cfg.thermal_max_c)  # NaN (unknown) passes
+
+
+def frac_slot_ok(spec: JobSpec, view: ClusterView) -> np.ndarray:
+    """bool[N, Gmax]: GPU slots with the job's share and its GPU memory free."""
+    return (view.gpu_free >= spec.gpus - EPS) & (view.gpu_mem_free_gb >= spec.gpu_mem_gb - EPS)
+
+
+def f_free_gpus(spec: JobSpec, view: ClusterView) -> np.ndarray:
+    """Gang: ``gpus`` whole free GPUs on ONE node; fractional: one GPU with the share free."""
+    if is_fractional(spec):
+        return frac_slot_ok(spec, view).any(axis=1)
+    return view.whole_free >= whole_gpus(spec)
+
+
+def f_host_memory(spec: JobSpec, view: ClusterView) -> np.ndarray:
+    return view.host_mem_free_gb >= spec.host_mem_gb - EPS
+
+
+def f_cpus(spec: JobSpec, view: ClusterView) -> np.ndarray:
+    return view.cpus_free >= spec.cpus - EPS
+
+
+StaticFilter = Callable[[JobSpec, ClusterView], np.ndarray]
+# (reason, filter) in the order reasons are reported
+STATIC: tuple[tuple[str, StaticFilter], ...] = (
+    ("Constraints", f_constraints),
+    ("GpuCount", f_gpu_count),
+    ("GpuMemory", f_gpu_memory),
+    ("HostMemory", f_host_memory_total),
+    ("Cpus", f_cpus_total),
+)
+
+
+def static_mask(spec: JobSpec, view: ClusterView) -> np.ndarray:
+    m = np.ones(len(view.node_ids), dtype=bool)
+    for _, f in STATIC:
+        m &= f(spec, view)
+    return m
+
+
+def dynamic_mask(spec: JobSpec, view: ClusterView, cfg: PolicyConfig) -> np.ndarray:
+    return (
+        f_cordon(spec, view)
+        & f_thermal(spec, view, cfg)
+        & f_free_gpus(spec, view)
+        & f_host_memory(spec, view)
+        & f_cpus(spec, view)
+    )
+
+
+def explain_nodes(spec: JobSpec, view: ClusterView, cfg: PolicyConfig) -> dict[str, str]:
+    """node id -> the first rule it fails (nodes that pass every rule are absent)."""
+    k = whole_gpus(spec)
+    checks: list[tuple[np.ndarray, Callable[[int], str]]] = [
+        (
+            f_constraints(spec, view),
+            lambda i: (
+                f"Constraints: {view.models[view.model_idx[i]]} not in {'|'.join(spec.constraints)}"
+            ),
+        ),
+        (f_gpu_count(spec, view), lambda i: f"GpuCount: node has {view.gpu_total[i]} GPUs < {k}"),
+        (
+            f_gpu_memory(spec, view),
+            lambda i: f"GpuMemory: {view.gpu_mem_gb[i]:g} GB per GPU < {spec.gpu_mem_gb:g} GB",
+        ),
+        (
+            f_host_memory_total(spec, view),
+            lambda i: f"HostMemory: node has {view.host_mem_gb[i]:g} GB < {spec.host_mem_gb:g} GB",
+        ),
+        (f_cpus_total(spec, view), lambda i: f"Cpus: node has {view.cpus[i]:g} < {spec.cpus:g}"),
+        (f_cordon(spec, view), lambda i: "Cordoned"),
+        (
+            f_thermal(spec, view, cfg),
+            lambda i: f"Thermal: {view.temp_c[i]:.0f} C >= {cfg.thermal_max_c:g} C",
+        ),
+        (
+            f_free_gpus(spec, view),
+            lambda i: (
+                f"Resources: no GPU with {spec.gpus:g} share and {spec.gpu_mem_gb:g} GB free"
+                if is_fractional(spec)
+                else f"Resources: {view.whole_free[i]} free GPUs < {k}"
+            ),
+        ),
+        (
+            f_host_memory(spec, view),
+            lambda i: (
+                f"Resources: {view.host_mem_free_gb[i]:g} GB host "
+                f"memory free < {spec.host_mem_gb:g}"
+            ),
+        ),
+        (
+            f_cpus(spec, view),
+            lambda i: f"Resources: {view.cpus_free[i]:g} CPUs free < {spec.cpus:g}",
+        ),
+    ]
+    out: dict[str, str] = {}
+    for i, nid in enumerate(view.node_ids):
+        for mask, why in checks:
+            if not mask[i]:
+                out[nid] = why(i)
+                break
+    return out
+
+
+def refusal_reason(spec: JobSpec, view: ClusterView, cfg: PolicyConfig) -> tuple[str, bool]:
+    """(Slurm-like reason, never_fits) for a job no node can take now."""
+    m = np.ones(len(view.node_ids), dtype=bool)
+    for reason, f in STATIC:
+        nxt = m & f(spec, view)
+        if not nxt.any():
+            return reason, True
+        m = nxt
+    c = m & f_cordon(spec, view)
+    if not c.any():
+        return "Cordoned", False
+    t = c & f_thermal(spec, view, cfg)
+    if not t.any():
+        return "Thermal", False
+    return "Resources", False
+
+
+def never_fits(spec: JobSpec, nodes: Sequence[NodeSpec]) -> str | None:
+    """Why no node of ``nodes`` could hold ``spec`` even empty, or None when one could."""
+    k = whole_gpus(spec)
+    cand = [n for n in nodes if model_allowed(spec.constraints, n.gpu_model)]
+    if not cand:
+        return f"Constraints: no node has a GPU matching {'|'.join(spec.constraints)}"
+    cand2 = [n for n in cand if n.gpu_count >= k]
+    if not cand2:
+        return f"GpuCount: no eligible node has {k} GPUs (largest {max(n.gpu_count for n in cand)})"
+    cand3 = [n for n in cand2 if n.gpu_mem_gb >= spec.gpu_mem_gb - EPS]
+    if not cand3:
+        top = max(n.gpu_mem_gb for n in cand2)
+        return f"GpuMemory: {spec.gpu_mem_gb:g} GB per GPU, eligible nodes have at most {top:g} GB"
+    cand4 = [n for n in cand3 if n.host_mem_gb >= spec.host_mem_gb - EPS]
+    if not cand4:
+        return f"HostMemory: no eligible node has {spec.host_mem_gb:g} GB host memory"
+    if not any(n.cpus >= spec.cpus - EPS for n in cand4):
+        return f"Cpus: no eligible node has {spec.cpus:g} CPUs"
+    return None

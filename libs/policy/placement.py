@@ -1,0 +1,209 @@
+"""Where a job goes: filter -> score -> pick (the Kubernetes scheduling cycle, pure and vectorised).
+
+``place`` is the scored placer used by the live placer and the simulator; ``first_fit`` is the
+simple baseline (first node in order that fits; with ``check_memory=False`` it counts GPUs only,
+like a FIFO / Kubernetes-default scheduler that ignores GPU memory). Neither changes the view:
+the caller commits with ``view.allocate(to_allocation(...))``.
+
+GPU slots inside the chosen node: a gang takes the lowest-numbered fully free GPUs; a fractional
+job takes the best-fit GPU (the one with the least free share that still fits), so halves pack.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from libs.policy import filters as F
+from libs.policy.cluster import EPS, ClusterView
+from libs.policy.config import PolicyConfig
+from libs.policy.filters import never_fits  # re-exported: part of this module's API
+from libs.policy.profiles import ProfileTable
+from libs.policy.scores import (
+    CLASS_INDEX,
+    ModelTables,
+    SizeMix,
+    s_energy,
+    s_memory_fit,
+    s_pack,
+    s_speed,
+    s_thermal,
+)
+from libs.policy.types import Candidate, Placement, Refusal
+from proto.jobs import JobSpec
+from proto.ledger import Allocation
+
+__all__ = [
+    "PlaceContext",
+    "first_fit",
+    "never_fits",
+    "place",
+    "to_allocation",
+]
+
+
+@dataclass(frozen=True, slots=True)
+class PlaceContext:
+    """What ``place`` precomputes per view/profile; build once per scheduling pass."""
+
+    tables: ModelTables
+    mix: SizeMix
+
+    @classmethod
+    def build(
+        cls,
+        view: ClusterView,
+        profiles: ProfileTable,
+        cfg: PolicyConfig,
+        mix: SizeMix | None = None,
+    ) -> PlaceContext:
+        return cls(ModelTables.build(view, profiles), mix or SizeMix.of(cfg.size_mix))
+
+
+def _slots(spec: JobSpec, view: ClusterView, nodes: np.ndarray):
+    """(after, pick): free shares of ``nodes`` after placing, and the slots taken per node."""
+    rows = view.gpu_free[nodes]
+    if F.is_fractional(spec):
+        ok = (rows >= spec.gpus - EPS) & (view.gpu_mem_free_gb[nodes] >= spec.gpu_mem_gb - EPS)
+        slot = np.argmin(np.where(ok, rows, np.inf), axis=1)
+        after = rows.copy()
+        after[np.arange(len(nodes)), slot] -= spec.gpus
+        return after, slot
+    k = F.whole_gpus(spec)
+    full = rows >= 1.0 - EPS
+    take = full & (np.cumsum(full, axis=1) <= k)
+    return rows - take, take
+
+
+def place(
+    spec: JobSpec,
+    view: ClusterView,
+    profiles: ProfileTable,
+    cfg: PolicyConfig,
+    *,
+    explain: bool = False,
+    ctx: PlaceContext | None = None,
+    mask: np.ndarray | None = None,
+) -> Placement | Refusal:
+    """Best node for ``spec`` now, or why none. ``mask`` (bool[N]) further restricts nodes
+    (the scheduler uses it to keep backfill off a reserved node)."""
+    feasible = F.static_mask(spec, view) & F.dynamic_mask(spec, view, cfg)
+    if mask is not None:
+        feasible &= mask
+    nodes = np.flatnonzero(feasible)
+    if len(nodes) == 0:
+        reason, never = F.refusal_reason(spec, view, cfg)
+        if mask is not None and not never and reason == "Resources":
+            unmasked = F.static_mask(spec, view) & F.dynamic_mask(spec, view, cfg)
+            reason = "Reserved" if unmasked.any() else reason
+        per_node = F.explain_nodes(spec, view, cfg) if explain else {}
+        return Refusal(reason, per_node, never)
+    ctx = ctx or PlaceContext.build(view, profiles, cfg)
+    cls_i = CLASS_INDEX.get(spec.workload_class, CLASS_INDEX["other"])
+    after, pick = _slots(spec, view, nodes)
+    pack, _ = s_pack(view.gpu_free[nodes], after, ctx.mix)
+    terms = {
+        "speed": s_speed(view, nodes, cls_i, ctx.tables),
+        "energy": s_energy(view, nodes, cls_i, ctx.tables),
+        "pack": pack,
+        "thermal": s_thermal(view, nodes, cfg),
+        "memory_fit": s_memory_fit(view, nodes, spec.gpu_mem_gb),
+    }
+    weights = {
+        "speed": cfg.w_speed,
+        "energy": cfg.w_energy * spec.energy_sensitivity,
+        "pack": cfg.w_pack,
+        "thermal": cfg.w_thermal,
+        "memory_fit": cfg.w_memory_fit,
+    }
+    wsum = sum(weights.values()) or 1.0
+    total = sum(weights[k] * terms[k] for k in terms) / wsum
+    best = int(np.argmax(total))
+    n = int(nodes[best])
+    if F.is_fractional(spec):
+        gpu_idx: tuple[int, ...] = (int(pick[best]),)
+        share = float(spec.gpus)
+    else:
+        gpu_idx = tuple(int(j) for j in np.flatnonzero(pick[best]))
+        share = 1.0
+    cands: tuple[Candidate, ...] = ()
+    if explain:
+        top = np.argsort(-total, kind="stable")[: cfg.explain_top_k]
+        cands = tuple(
+            Candidate(
+                view.node_ids[int(nodes[i])],
+                float(total[i]),
+                {k: float(v[i]) for k, v in terms.items()},
+            )
+            for i in top
+        )
+    return Placement(
+        node_index=n,
+        node_id=view.node_ids[n],
+        gpu_indices=gpu_idx,
+        gpu_share=share,
+        score=float(total[best]),
+        terms={k: float(v[best]) for k, v in terms.items()},
+        candidates=cands,
+    )
+
+
+def first_fit(
+    spec: JobSpec, view: ClusterView, *, check_memory: bool = True
+) -> Placement | Refusal:
+    """The baseline: first node (in view order) where the job fits; first-fit GPU slots.
+
+    ``check_memory=False`` counts GPUs only (no GPU memory, host memory or CPU checks), so it
+    may put a 40 GB job on a 16 GB GPU, which then fails with OOM. Constraints and cordons are
+    still respected (Kubernetes honours node selectors and taints).
+    """
+    k = F.whole_gpus(spec)
+    ok = F.f_constraints(spec, view) & F.f_cordon(spec, view)
+    if F.is_fractional(spec):
+        slot_ok = view.gpu_free >= spec.gpus - EPS
+        if check_memory:
+            slot_ok &= view.gpu_mem_free_gb >= spec.gpu_mem_gb - EPS
+        ok &= slot_ok.any(axis=1)
+    else:
+        ok &= view.whole_free >= k
+        if check_memory:
+            ok &= F.f_gpu_memory(spec, view)
+    if check_memory:
+        ok &= F.f_host_memory(spec, view) & F.f_cpus(spec, view)
+    nodes = np.flatnonzero(ok)
+    if len(nodes) == 0:
+        if check_memory:
+            reason, never = F.refusal_reason(spec, view, PolicyConfig.default())
+        else:
+            never = not (F.f_constraints(spec, view) & F.f_gpu_count(spec, view)).any()
+            reason = "Constraints" if never else "Resources"
+        return Refusal(reason, {}, never)
+    n = int(nodes[0])
+    row = view.gpu_free[n]
+    if F.is_fractional(spec):
+        fit = row >= spec.gpus - EPS
+        if check_memory:
+            fit &= view.gpu_mem_free_gb[n] >= spec.gpu_mem_gb - EPS
+        idx: tuple[int, ...] = (int(np.flatnonzero(fit)[0]),)
+        share = float(spec.gpus)
+    else:
+        idx = tuple(int(j) for j in np.flatnonzero(row >= 1.0 - EPS)[:k])
+        share = 1.0
+    return Placement(n, view.node_ids[n], idx, share, 0.0, {})
+
+
+def to_allocation(spec: JobSpec, placement: Placement, now: float, attempt: int = 1) -> Allocation:
+    """The ledger record for ``spec`` placed at ``placement``."""
+    return Allocation(
+        job_id=spec.id,
+        node=placement.node_id,
+        gpu_indices=placement.gpu_indices,
+        gpu_share=placement.gpu_share,
+        gpu_mem_gb=spec.gpu_mem_gb,
+        host_mem_gb=spec.host_mem_gb,
+        cpus=spec.cpus,
+        time=now,
+        attempt=attempt,
+        spec=spec,
+    )

@@ -1,0 +1,155 @@
+"""Job priority: who goes first, vectorised over the whole queue.
+
+score = p × (w_fair·fair_share + w_energy·(1 − energy_sensitivity) + w_deadline·urgency
+             + w_priority·1) + aging
+
+* ``p`` = (priority + 1) / 10, the submitted priority in (0, 1].
+* The weights depend on the load regime (``regime``): below ``cfg.low_load`` fairness leads,
+  above ``cfg.high_load`` the submitted priority leads (protect critical jobs when it is tight).
+  Each regime's weights sum to 1, so a fresh job's score is at most 1.
+* ``fair_share`` = 1 / (1 + dominant_share × tenants): 1 for a tenant using nothing, 1/2 for a
+  tenant at exactly its equal share (DRF, Ghodsi et al. NSDI'11: the dominant share is the
+  largest share of any one resource the tenant holds).
+* ``urgency`` = exp(−slack / urgency_scale_s), slack = deadline − now − remaining runtime on the
+  fastest GPU model present; ``cfg.urgency_missed`` once the deadline can no longer be met;
+  0 without a deadline.
+* ``aging`` = aging_per_h × hours waited, unbounded: a job that waited longer than
+  1 / aging_per_h hours outranks every fresh job (starvation freedom).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import numpy as np
+
+from libs.policy.cluster import RESOURCES
+from libs.policy.config import PolicyConfig, RegimeWeights
+from libs.policy.profiles import ProfileTable
+from libs.policy.types import PendingJob, RankResult
+from proto.jobs import WORKLOAD_CLASSES
+
+_CLASS_INDEX = {c: i for i, c in enumerate(WORKLOAD_CLASSES)}
+TERMS: tuple[str, ...] = ("base", "fair_share", "energy", "urgency", "aging")
+
+
+def regime(load: float, cfg: PolicyConfig) -> str:
+    """ "low" below cfg.low_load, "high" above cfg.high_load, else "balanced"."""
+    if load < cfg.low_load:
+        return "low"
+    if load > cfg.high_load:
+        return "high"
+    return "balanced"
+
+
+def regime_weights(load: float, cfg: PolicyConfig) -> tuple[str, RegimeWeights]:
+    r = regime(load, cfg)
+    return r, cfg.weights(r)
+
+
+def usage_vector(usage: np.ndarray | float) -> np.ndarray:
+    """A tenant's usage in ``RESOURCES`` order; a bare number means GPUs only."""
+    if isinstance(usage, (int, float, np.floating, np.integer)):
+        v = np.zeros(len(RESOURCES))
+        v[0] = float(usage)
+        return v
+    v = np.asarray(usage, dtype=float)
+    if v.shape != (len(RESOURCES),):
+        raise ValueError(f"tenant usage must be a number or {len(RESOURCES)} values {RESOURCES}")
+    return v
+
+
+def dominant_share(usage: np.ndarray | float, capacity: np.ndarray) -> float:
+    """DRF: the largest share of any resource this usage holds (resources with 0 capacity skip)."""
+    cap = np.asarray(capacity, dtype=float)
+    u = usage_vector(usage)
+    ok = cap > 0
+    if not ok.any():
+        return 0.0
+    return float(np.max(u[ok] / cap[ok]))
+
+
+def dominant_shares(
+    tenant_usage: Mapping[str, np.ndarray | float], capacity: np.ndarray
+) -> dict[str, float]:
+    return {t: dominant_share(u, capacity) for t, u in tenant_usage.items()}
+
+
+def _capacity_and_models(capacity: Any, models: Sequence[str] | None) -> tuple[np.ndarray, list]:
+    if hasattr(capacity, "capacity") and hasattr(capacity, "models"):
+        return capacity.capacity(), list(models if models is not None else capacity.models)
+    cap = np.asarray(capacity, dtype=float)
+    if cap.ndim == 0:
+        cap = np.array([float(cap), 0.0, 0.0, 0.0])
+    if cap.shape != (len(RESOURCES),):
+        raise ValueError(f"capacity must be a ClusterView, a GPU count or {RESOURCES} totals")
+    return cap, list(models or ())
+
+
+def best_speed_per_class(profiles: ProfileTable, models: Sequence[str]) -> np.ndarray:
+    """float[len(WORKLOAD_CLASSES)]: the fastest speed among ``models`` (1.0 if none given)."""
+    if not models:
+        return np.ones(len(WORKLOAD_CLASSES))
+    return profiles.speed_matrix(list(models), WORKLOAD_CLASSES).max(axis=0)
+
+
+def rank(
+    jobs: Sequence[PendingJob],
+    *,
+    now: float,
+    load: float,
+    tenant_usage: Mapping[str, np.ndarray | float],
+    capacity: Any,
+    cfg: PolicyConfig,
+    profiles: ProfileTable,
+    models: Sequence[str] | None = None,
+) -> RankResult:
+    """Score and order ``jobs`` (best first).
+
+    ``capacity``: a ``ClusterView`` (its totals and GPU models are used), or totals in
+    ``RESOURCES`` order, or a GPU count. ``tenant_usage``: per tenant, usage in ``RESOURCES``
+    order or a GPU count. ``models``: GPU models present (for the fastest-GPU runtime in urgency).
+    """
+    cap, mods = _capacity_and_models(capacity, models)
+    reg, w = regime_weights(load, cfg)
+    n = len(jobs)
+    if n == 0:
+        empty = np.zeros(0)
+        return RankResult(np.zeros(0, dtype=np.int64), empty, {t: empty for t in TERMS}, reg)
+    specs = [j.spec for j in jobs]
+    prio = np.fromiter((s.priority for s in specs), float, n)
+    es = np.fromiter((s.energy_sensitivity for s in specs), float, n)
+    enq = np.fromiter((j.enqueued_at for j in jobs), float, n)
+    est = np.fromiter((s.est_runtime_s for s in specs), float, n)
+    prog = np.fromiter((j.progress for j in jobs), float, n)
+    dl = np.fromiter((np.nan if s.deadline is None else s.deadline for s in specs), float, n)
+    cls_idx = np.fromiter((_CLASS_INDEX.get(s.workload_class, 5) for s in specs), np.int64, n)
+
+    shares = dominant_shares(tenant_usage, cap)
+    tenants = set(shares) | {s.tenant for s in specs}
+    dom = np.fromiter((shares.get(s.tenant, 0.0) for s in specs), float, n)
+    fair = 1.0 / (1.0 + dom * max(len(tenants), 1))
+
+    best = best_speed_per_class(profiles, mods)[cls_idx]
+    remaining = est * np.clip(1.0 - prog, 0.0, 1.0) / best
+    urg = urgency(dl, now, remaining, cfg)
+    base = (prio + 1.0) / 10.0
+    energy = 1.0 - np.clip(es, 0.0, 1.0)
+    aging = cfg.aging_per_h * np.maximum(now - enq, 0.0) / 3600.0
+    mix = w.fair_share * fair + w.energy * energy + w.deadline * urg + w.priority
+    scores = base * mix + aging
+    order = np.lexsort((np.arange(n), enq, -scores))
+    terms = {"base": base, "fair_share": fair, "energy": energy, "urgency": urg, "aging": aging}
+    return RankResult(order, scores, terms, reg)
+
+
+def urgency(
+    deadline: np.ndarray, now: float, remaining_s: np.ndarray, cfg: PolicyConfig
+) -> np.ndarray:
+    """0 without a deadline (NaN), rising to 1 as slack shrinks to 0; ``urgency_missed`` after."""
+    slack = deadline - now - remaining_s
+    with np.errstate(invalid="ignore", over="ignore"):
+        u = np.exp(-np.maximum(slack, 0.0) / cfg.urgency_scale_s)
+    u = np.where(slack < 0, cfg.urgency_missed, u)
+    return np.where(np.isnan(deadline), 0.0, u)

@@ -1,0 +1,124 @@
+"""Placement score terms (Kubernetes "Score" + "NormalizeScore"): each a named function giving,
+for the feasible nodes, a value in [0, 1] (1 = best). ``placement.place`` weighs them with the
+``PolicyConfig`` weights.
+
+The packing term is FGD-like (Weng et al., "Beware of Fragmentation", ATC'23): the fragmentation
+of a node is the free GPU capacity that a request drawn from the pending size mix could NOT use;
+a placement is good when it grows the expected fragmentation least. That one measure gives
+best-fit for fractional jobs (two halves share a GPU) and keeps whole nodes free for gangs.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from libs.policy.cluster import EPS, ClusterView
+from libs.policy.config import PolicyConfig
+from libs.policy.profiles import ProfileTable
+from proto.jobs import WORKLOAD_CLASSES
+
+CLASS_INDEX = {c: i for i, c in enumerate(WORKLOAD_CLASSES)}
+
+
+@dataclass(frozen=True, slots=True)
+class SizeMix:
+    """Request sizes (GPUs; < 1 = share of one GPU) and their probabilities (sum 1)."""
+
+    sizes: np.ndarray
+    probs: np.ndarray
+
+    @classmethod
+    def of(cls, pairs: Sequence[tuple[float, float]]) -> SizeMix:
+        s = np.array([p[0] for p in pairs], dtype=float)
+        w = np.array([p[1] for p in pairs], dtype=float)
+        if len(s) == 0 or w.sum() <= 0 or (s <= 0).any() or (w < 0).any():
+            raise ValueError("size mix needs sizes > 0 and weights >= 0 with a positive sum")
+        return cls(s, w / w.sum())
+
+    @classmethod
+    def from_requests(cls, gpus: Sequence[float], fallback: SizeMix) -> SizeMix:
+        """The mix of the pending queue (distinct sizes, weighted by count)."""
+        if len(gpus) == 0:
+            return fallback
+        s, c = np.unique(np.asarray(gpus, dtype=float), return_counts=True)
+        return cls(s, c / c.sum())
+
+
+@dataclass(frozen=True, slots=True)
+class ModelTables:
+    """Per GPU model of a view: speed and energy per unit of work for each workload class."""
+
+    speed: np.ndarray  # [M, C]
+    energy_per_work: np.ndarray  # [M, C]
+
+    @classmethod
+    def build(cls, view: ClusterView, profiles: ProfileTable) -> ModelTables:
+        nodes_by_model = {}
+        for nd in view.nodes:
+            nodes_by_model.setdefault(nd.gpu_model, nd)
+        prof = profiles.covering(nodes_by_model.values())
+        sp = prof.speed_matrix(view.models, WORKLOAD_CLASSES)
+        pw = prof.power_matrix(view.models, WORKLOAD_CLASSES)
+        return cls(sp, pw / sp)
+
+
+def fragmentation(free: np.ndarray, mix: SizeMix) -> np.ndarray:
+    """Expected free GPU share per row that a request drawn from ``mix`` could not use.
+
+    ``free``: float[R, G] free share of each GPU slot. A whole request of k GPUs can use a node's
+    fully free GPUs only if there are at least k of them; a fractional request of s can use any
+    GPU with at least s free.
+    """
+    total = free.sum(axis=1)
+    full = (free >= 1.0 - EPS).sum(axis=1)
+    partial = total - full
+    out = np.zeros(free.shape[0])
+    for s, p in zip(mix.sizes, mix.probs, strict=True):
+        if s >= 1.0 - EPS:
+            unusable = np.where(full >= round(s), partial, total)
+        else:
+            unusable = np.where(free < s - EPS, free, 0.0).sum(axis=1)
+        out += p * unusable
+    return out
+
+
+def normalize_higher_better(x: np.ndarray) -> np.ndarray:
+    """Min-max to [0, 1]; all equal -> 1."""
+    lo, hi = float(x.min()), float(x.max())
+    if hi - lo < 1e-12:
+        return np.ones_like(x)
+    return (x - lo) / (hi - lo)
+
+
+def s_speed(view: ClusterView, nodes: np.ndarray, cls_i: int, tables: ModelTables) -> np.ndarray:
+    """Relative speed of this workload class on each node's GPU model (fastest = 1)."""
+    sp = tables.speed[view.model_idx[nodes], cls_i]
+    return sp / sp.max()
+
+
+def s_energy(view: ClusterView, nodes: np.ndarray, cls_i: int, tables: ModelTables) -> np.ndarray:
+    """Energy per unit of work (greenest = 1, others min/own)."""
+    e = tables.energy_per_work[view.model_idx[nodes], cls_i]
+    return e.min() / e
+
+
+def s_pack(before: np.ndarray, after: np.ndarray, mix: SizeMix) -> tuple[np.ndarray, np.ndarray]:
+    """(score, fragmentation growth): least growth of expected fragmentation scores 1."""
+    growth = fragmentation(after, mix) - fragmentation(before, mix)
+    return normalize_higher_better(-growth), growth
+
+
+def s_thermal(view: ClusterView, nodes: np.ndarray, cfg: PolicyConfig) -> np.ndarray:
+    """Thermal headroom from ambient to the limit, 1 = cool; unknown temperature counts cool."""
+    t = view.temp_c[nodes]
+    span = max(cfg.thermal_max_c - cfg.thermal_ambient_c, 1e-6)
+    h = np.clip((cfg.thermal_max_c - t) / span, 0.0, 1.0)
+    return np.where(np.isnan(t), 1.0, h)
+
+
+def s_memory_fit(view: ClusterView, nodes: np.ndarray, gpu_mem_gb: float) -> np.ndarray:
+    """Share of the GPU's memory the job uses: keeps large-memory GPUs for jobs that need them."""
+    return np.clip(gpu_mem_gb / np.maximum(view.gpu_mem_gb[nodes], EPS), 0.0, 1.0)
