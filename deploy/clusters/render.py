@@ -26,8 +26,7 @@ def render(cluster_file: Path) -> dict[str, bytes]:
 
     nodes = load_cluster_file(cluster_file.read_bytes())
     return {
-        f"{n.id}.json": msgspec.json.format(msgspec.json.encode(n), indent=2) + b"\n"
-        for n in nodes
+        f"{n.id}.json": msgspec.json.format(msgspec.json.encode(n), indent=2) + b"\n" for n in nodes
     }
 
 
