@@ -1,0 +1,176 @@
+"""Wiring of the gateway: bus subscriptions that feed the read models, the two publishes it owns,
+and the HTTP server.
+
+Why the read model is rebuilt from the stream on every start (an ordered, ephemeral consumer,
+no durable): the gateway must be killable at any moment and come back with the same view
+(rule 4); replaying LIFECYCLE is that guarantee, and it costs nothing to keep in sync.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+from typing import Any
+
+from aiohttp import web
+
+from proto import subjects
+from proto.events import LifecycleEvent, Submitted
+from proto.jobs import CancelRequest, JobSpec
+from proto.ledger import Allocation
+from proto.nodes import NodeSpec, TelemetrySample
+from proto.views import JobView
+from services.gateway.api import build_app
+from services.gateway.jobs_view import JobsModel
+from services.gateway.nodes_view import NodesModel
+
+SERVICE = "gateway"
+DEFAULT_HTTP_PORT = 8080
+REPLAY_WAIT_S = 30.0  # serve anyway after this long, with a warning: better late than down
+DUPLICATE_WAIT_S = 2.0  # how long a duplicate submit waits for the read model to show the job
+
+
+class Gateway:
+    """The bus side of the gateway: read models in, ``jobs.submit``/``jobs.cancel`` out."""
+
+    def __init__(self, bus: Any, clock: Any, log: Any, tracer: Any) -> None:
+        self.bus = bus
+        self.clock = clock
+        self.log = log
+        self.tracer = tracer
+        self.jobs = JobsModel()
+        self.nodes = NodesModel()
+        self._lifecycle: Any = None
+
+    async def start(self) -> None:
+        """Subscribe everything the read models need. Idempotent topology first."""
+        await self.bus.ensure_topology()
+        self._lifecycle = await self.bus.consume(
+            subjects.STREAM_LIFECYCLE,
+            subjects.STREAM_LIFECYCLE_SUBJECTS[0],
+            LifecycleEvent,
+            self._on_event,
+            durable=None,
+            deliver_all=True,
+        )
+        nodes_kv = await self.bus.kv(subjects.KV_NODES, NodeSpec)
+        await nodes_kv.watch(self._on_node)
+        ledger_kv = await self.bus.kv(subjects.KV_LEDGER, Allocation)
+        await ledger_kv.watch(self._on_allocation)
+        await self.bus.subscribe(subjects.TELEMETRY_ALL, TelemetrySample, self._on_sample)
+
+    # --- inputs ------------------------------------------------------------------------------
+
+    async def _on_event(self, event: LifecycleEvent) -> None:
+        self.jobs.apply(event)
+
+    async def _on_node(self, node_id: str, spec: NodeSpec | None) -> None:
+        self.nodes.put_spec(node_id, spec)
+
+    async def _on_allocation(self, job_id: str, alloc: Allocation | None) -> None:
+        self.nodes.put_allocation(job_id, alloc)
+
+    async def _on_sample(self, sample: TelemetrySample) -> None:
+        self.nodes.put_sample(sample)
+
+    # --- outputs -----------------------------------------------------------------------------
+
+    async def submit(self, spec: JobSpec) -> tuple[JobView, bool]:
+        """Publish an admitted job; (its view, True when the bus already had this id).
+
+        ``jobs.submit`` first, then ``Submitted``, both deduplicated by id: a producer retrying
+        after a failure between the two publishes completes the pair instead of making a second
+        job.
+        """
+        new = await self.bus.publish(subjects.SUBJECT_SUBMIT, spec, msg_id=spec.id)
+        event = Submitted(job_id=spec.id, time=spec.submit_time or self.clock.now(), spec=spec)
+        await self.bus.publish(subjects.lifecycle(spec.id), event, msg_id=f"submitted-{spec.id}")
+        if new:
+            self.jobs.apply(event)  # answer reads at once; the stream's copy is then a no-op
+            self.log.info("job_submitted", job_id=spec.id, tenant=spec.tenant, gpus=spec.gpus)
+            view = self.jobs.get(spec.id)
+            assert view is not None
+            return view, False
+        view = await self._await_job(spec.id, DUPLICATE_WAIT_S)
+        if view is None:  # the stream has it but the read model lags: show what was sent
+            self.jobs.apply(event)
+            view = self.jobs.get(spec.id)
+            assert view is not None
+        return view, True
+
+    async def cancel(self, job_id: str, reason: str) -> None:
+        req = CancelRequest(job_id=job_id, reason=reason, time=self.clock.now())
+        await self.bus.publish(subjects.SUBJECT_CANCEL, req, msg_id=f"cancel-{job_id}")
+        self.log.info("job_cancel_requested", job_id=job_id, reason=reason)
+
+    async def _await_job(self, job_id: str, timeout_s: float) -> JobView | None:
+        deadline = asyncio.get_running_loop().time() + timeout_s
+        while (view := self.jobs.get(job_id)) is None:
+            if asyncio.get_running_loop().time() >= deadline:
+                return None
+            await asyncio.sleep(0.02)
+        return view
+
+    def connected(self) -> bool:
+        return bool(self.bus.nc.is_connected)
+
+    async def caught_up(self) -> bool:
+        """True once every LIFECYCLE message that existed has been folded in (or dead-lettered):
+        the consumer has nothing pending and nothing unacknowledged."""
+        info = await self._lifecycle.sub.consumer_info()
+        return info.num_pending == 0 and info.num_ack_pending == 0
+
+    async def wait_caught_up(self, timeout_s: float) -> bool:
+        """Wait until the replay of LIFECYCLE is done, so that a duplicate submit is recognised
+        and GET answers the full history from the first request. False after ``timeout_s``."""
+        deadline = asyncio.get_running_loop().time() + timeout_s
+        while not await self.caught_up():
+            if asyncio.get_running_loop().time() >= deadline:
+                return False
+            await asyncio.sleep(0.05)
+        return True
+
+
+async def serve(gw: Gateway, host: str, port: int) -> web.AppRunner:
+    """Start the HTTP server; the caller cleans the runner up on shutdown."""
+    runner = web.AppRunner(build_app(gw), access_log=None)
+    await runner.setup()
+    await web.TCPSite(runner, host, port).start()
+    return runner
+
+
+def add_http_args(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
+    """``--http-host``/``--http-port``, defaulting to MOSAIC_HTTP_HOST/MOSAIC_HTTP_PORT."""
+    port_text = os.environ.get("MOSAIC_HTTP_PORT") or str(DEFAULT_HTTP_PORT)
+    try:
+        port = int(port_text)
+    except ValueError:
+        raise SystemExit(f"MOSAIC_HTTP_PORT must be a port number, got {port_text!r}") from None
+    parser.add_argument(
+        "--http-host",
+        default=os.environ.get("MOSAIC_HTTP_HOST") or "127.0.0.1",
+        help="address to listen on (env MOSAIC_HTTP_HOST)",
+    )
+    parser.add_argument(
+        "--http-port", type=int, default=port, help="HTTP port (env MOSAIC_HTTP_PORT)"
+    )
+    return parser
+
+
+async def main(ctx: Any) -> None:
+    """config -> read models -> replay -> HTTP -> wait for stop -> drain."""
+    host = getattr(ctx.args, "http_host", None) or os.environ.get("MOSAIC_HTTP_HOST", "127.0.0.1")
+    port = getattr(ctx.args, "http_port", None)
+    port = DEFAULT_HTTP_PORT if port is None else port
+    gw = Gateway(ctx.bus, ctx.clock, ctx.log, ctx.tracer)
+    await gw.start()
+    if not await gw.wait_caught_up(REPLAY_WAIT_S):
+        ctx.log.warning("lifecycle_replay_slow", jobs=len(gw.jobs), waited_s=REPLAY_WAIT_S)
+    ctx.log.info("read_model_ready", jobs=len(gw.jobs), nodes=len(gw.nodes.specs))
+    runner = await serve(gw, host, port)
+    ctx.log.info("gateway_listening", url=f"http://{host}:{port}/")
+    try:
+        await ctx.stop.wait()
+    finally:
+        await runner.cleanup()
