@@ -49,6 +49,32 @@ def releases_by_node(running: Sequence[RunningJob], now: float) -> dict[int, lis
     return out
 
 
+class LazyReleases:
+    """Running jobs grouped by node; ``Release`` records are built (and sorted) only for the
+    nodes a reservation actually examines (a pass usually looks at a few)."""
+
+    def __init__(self, running: Sequence[RunningJob], now: float) -> None:
+        self.now = now
+        self._by_node: dict[int, list[RunningJob]] = {}
+        for r in running:
+            self._by_node.setdefault(r.node_index, []).append(r)
+        self._built: dict[int, list[Release]] = {}
+
+    def add(self, r: RunningJob) -> None:
+        self._by_node.setdefault(r.node_index, []).append(r)
+        self._built.pop(r.node_index, None)
+
+    def get(self, node: int) -> list[Release]:
+        hit = self._built.get(node)
+        if hit is None:
+            hit = sorted(
+                (Release.of(r, self.now) for r in self._by_node.get(node, ())),
+                key=lambda x: x.end,
+            )
+            self._built[node] = hit
+        return hit
+
+
 def _fits(spec: JobSpec, free: np.ndarray, mem: np.ndarray, host: float, cpus: float) -> bool:
     if host < spec.host_mem_gb - EPS or cpus < spec.cpus - EPS:
         return False
@@ -82,18 +108,18 @@ def reserve(
     job_id: str,
     spec: JobSpec,
     view: ClusterView,
-    running: Sequence[RunningJob] | dict[int, list[Release]],
+    running: Sequence[RunningJob] | LazyReleases,
     *,
     now: float,
     cfg: PolicyConfig,
 ) -> Reservation | None:
     """The earliest (node, start) for the blocked ``spec``; None when no eligible node ever frees
     enough (e.g. every eligible node is cordoned)."""
-    rel = running if isinstance(running, dict) else releases_by_node(running, now)
+    rel = running if isinstance(running, LazyReleases) else LazyReleases(running, now)
     eligible = F.static_mask(spec, view) & F.f_cordon(spec, view) & F.f_thermal(spec, view, cfg)
     best: tuple[float, int] | None = None
     for n in np.flatnonzero(eligible):
-        t = earliest_start(spec, view, int(n), rel.get(int(n), ()), now)
+        t = earliest_start(spec, view, int(n), rel.get(int(n)), now)
         if t < float("inf") and (best is None or t < best[0]):
             best = (t, int(n))
     if best is None:

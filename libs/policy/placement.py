@@ -11,7 +11,7 @@ job takes the best-fit GPU (the one with the least free share that still fits), 
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -49,6 +49,7 @@ class PlaceContext:
 
     tables: ModelTables
     mix: SizeMix
+    static: dict = field(default_factory=dict)  # request shape -> static node mask (per pass)
 
     @classmethod
     def build(
@@ -88,18 +89,22 @@ def place(
 ) -> Placement | Refusal:
     """Best node for ``spec`` now, or why none. ``mask`` (bool[N]) further restricts nodes
     (the scheduler uses it to keep backfill off a reserved node)."""
-    feasible = F.static_mask(spec, view) & F.dynamic_mask(spec, view, cfg)
+    ctx = ctx or PlaceContext.build(view, profiles, cfg)
+    key = (spec.gpus, spec.gpu_mem_gb, spec.host_mem_gb, spec.cpus, spec.constraints)
+    static = ctx.static.get(key)
+    if static is None:
+        static = ctx.static[key] = F.static_mask(spec, view)
+    feasible = static & F.dynamic_mask(spec, view, cfg)
     if mask is not None:
         feasible &= mask
     nodes = np.flatnonzero(feasible)
     if len(nodes) == 0:
         reason, never = F.refusal_reason(spec, view, cfg)
         if mask is not None and not never and reason == "Resources":
-            unmasked = F.static_mask(spec, view) & F.dynamic_mask(spec, view, cfg)
+            unmasked = static & F.dynamic_mask(spec, view, cfg)
             reason = "Reserved" if unmasked.any() else reason
         per_node = F.explain_nodes(spec, view, cfg) if explain else {}
         return Refusal(reason, per_node, never)
-    ctx = ctx or PlaceContext.build(view, profiles, cfg)
     cls_i = CLASS_INDEX.get(spec.workload_class, CLASS_INDEX["other"])
     after, pick = _slots(spec, view, nodes)
     pack, _ = s_pack(view.gpu_free[nodes], after, ctx.mix)

@@ -27,10 +27,10 @@ import numpy as np
 from libs.policy.cluster import RESOURCES
 from libs.policy.config import PolicyConfig, RegimeWeights
 from libs.policy.profiles import ProfileTable
+from libs.policy.queue import QueueArrays
 from libs.policy.types import PendingJob, RankResult
 from proto.jobs import WORKLOAD_CLASSES
 
-_CLASS_INDEX = {c: i for i, c in enumerate(WORKLOAD_CLASSES)}
 TERMS: tuple[str, ...] = ("base", "fair_share", "energy", "urgency", "aging")
 
 
@@ -91,7 +91,7 @@ def best_speed_per_class(profiles: ProfileTable, models: Sequence[str]) -> np.nd
     """float[len(WORKLOAD_CLASSES)]: the fastest speed among ``models`` (1.0 if none given)."""
     if not models:
         return np.ones(len(WORKLOAD_CLASSES))
-    return profiles.speed_matrix(list(models), WORKLOAD_CLASSES).max(axis=0)
+    return profiles.speed_matrix(tuple(models), WORKLOAD_CLASSES).max(axis=0)
 
 
 def rank(
@@ -111,25 +111,46 @@ def rank(
     ``RESOURCES`` order, or a GPU count. ``tenant_usage``: per tenant, usage in ``RESOURCES``
     order or a GPU count. ``models``: GPU models present (for the fastest-GPU runtime in urgency).
     """
+    if len(jobs) == 0:
+        empty = np.zeros(0)
+        reg = regime(load, cfg)
+        return RankResult(np.zeros(0, dtype=np.int64), empty, {t: empty for t in TERMS}, reg)
+    return rank_arrays(
+        QueueArrays.from_jobs(jobs),
+        now=now,
+        load=load,
+        tenant_usage=tenant_usage,
+        capacity=capacity,
+        cfg=cfg,
+        profiles=profiles,
+        models=models,
+    )
+
+
+def rank_arrays(
+    q: QueueArrays,
+    *,
+    now: float,
+    load: float,
+    tenant_usage: Mapping[str, np.ndarray | float],
+    capacity: Any,
+    cfg: PolicyConfig,
+    profiles: ProfileTable,
+    models: Sequence[str] | None = None,
+) -> RankResult:
+    """``rank`` on queue columns (see ``libs.policy.queue``)."""
     cap, mods = _capacity_and_models(capacity, models)
     reg, w = regime_weights(load, cfg)
-    n = len(jobs)
-    if n == 0:
-        empty = np.zeros(0)
-        return RankResult(np.zeros(0, dtype=np.int64), empty, {t: empty for t in TERMS}, reg)
-    specs = [j.spec for j in jobs]
-    prio = np.fromiter((s.priority for s in specs), float, n)
-    es = np.fromiter((s.energy_sensitivity for s in specs), float, n)
-    enq = np.fromiter((j.enqueued_at for j in jobs), float, n)
-    est = np.fromiter((s.est_runtime_s for s in specs), float, n)
-    prog = np.fromiter((j.progress for j in jobs), float, n)
-    dl = np.fromiter((np.nan if s.deadline is None else s.deadline for s in specs), float, n)
-    cls_idx = np.fromiter((_CLASS_INDEX.get(s.workload_class, 5) for s in specs), np.int64, n)
-
+    n = len(q.prio)
     shares = dominant_shares(tenant_usage, cap)
-    tenants = set(shares) | {s.tenant for s in specs}
-    dom = np.fromiter((shares.get(s.tenant, 0.0) for s in specs), float, n)
-    fair = 1.0 / (1.0 + dom * max(len(tenants), 1))
+    present = np.unique(q.tenant)
+    names = [q.tenants[int(t)] for t in present]
+    tenant_dom = np.zeros(len(q.tenants))
+    for t, name in zip(present, names, strict=True):
+        tenant_dom[int(t)] = shares.get(name, 0.0)
+    n_tenants = max(len(set(shares) | set(names)), 1)
+    fair = 1.0 / (1.0 + tenant_dom[q.tenant] * n_tenants)
+    prio, es, enq, est, prog, dl, cls_idx = q.prio, q.es, q.enq, q.est, q.prog, q.deadline, q.cls
 
     best = best_speed_per_class(profiles, mods)[cls_idx]
     remaining = est * np.clip(1.0 - prog, 0.0, 1.0) / best

@@ -62,6 +62,8 @@ class ProfileTable:
     entries: Mapping[tuple[str, str], ProfileEntry]
     idle_w: Mapping[str, float] = field(default_factory=dict)
     reference_model: str = REFERENCE_MODEL
+    # memo of derived lookups (the table itself never changes): not part of equality
+    _memo: dict = field(default_factory=dict, compare=False, repr=False)
 
     # --- construction -------------------------------------------------------------------------
     @classmethod
@@ -88,11 +90,16 @@ class ProfileTable:
 
     # --- lookups ------------------------------------------------------------------------------
     def entry(self, model: str, workload_class: str) -> ProfileEntry:
+        key = ("e", model, workload_class)
+        hit = self._memo.get(key)
+        if hit is not None:
+            return hit
         m = canonical_model(model)
         e = self.entries.get((m, workload_class))
-        if e is not None:
-            return e
-        return self._estimate(m, workload_class, None)
+        if e is None:
+            e = self._estimate(m, workload_class, None)
+        self._memo[key] = e
+        return e
 
     def speed(self, model: str, workload_class: str) -> float:
         return self.entry(model, workload_class).speed
@@ -119,11 +126,23 @@ class ProfileTable:
         return spec.est_runtime_s / self.speed(model, spec.workload_class)
 
     def speed_matrix(self, models: Sequence[str], classes: Sequence[str]) -> np.ndarray:
-        """float[len(models), len(classes)] of speeds, for vectorised scoring."""
-        return np.array([[self.speed(m, c) for c in classes] for m in models], dtype=float)
+        """float[len(models), len(classes)] of speeds, for vectorised scoring (read-only)."""
+        key = ("s", tuple(models), tuple(classes))
+        hit = self._memo.get(key)
+        if hit is None:
+            hit = np.array([[self.speed(m, c) for c in classes] for m in models], dtype=float)
+            hit.setflags(write=False)
+            self._memo[key] = hit
+        return hit
 
     def power_matrix(self, models: Sequence[str], classes: Sequence[str]) -> np.ndarray:
-        return np.array([[self.power_w(m, c) for c in classes] for m in models], dtype=float)
+        key = ("p", tuple(models), tuple(classes))
+        hit = self._memo.get(key)
+        if hit is None:
+            hit = np.array([[self.power_w(m, c) for c in classes] for m in models], dtype=float)
+            hit.setflags(write=False)
+            self._memo[key] = hit
+        return hit
 
     def models(self) -> list[str]:
         return sorted({m for m, _ in self.entries})
@@ -144,11 +163,18 @@ class ProfileTable:
         return ProfileTable(MappingProxyType(new), MappingProxyType(idle), self.reference_model)
 
     def covering(self, nodes: Iterable[NodeSpec]) -> ProfileTable:
-        """``estimate_for`` every node of a cluster (cheap when all models are known)."""
-        t = self
+        """``estimate_for`` every node of a cluster (memoised per distinct node shape)."""
+        shapes = {}
         for n in nodes:
-            t = t.estimate_for(n)
-        return t
+            shapes.setdefault(n.gpu_model, n)
+        key = ("cov", tuple((n.gpu_model, n.max_power_w, n.idle_power_w) for n in shapes.values()))
+        hit = self._memo.get(key)
+        if hit is None:
+            hit = self
+            for n in shapes.values():
+                hit = hit.estimate_for(n)
+            self._memo[key] = hit
+        return hit
 
     def _estimate(self, model: str, cls_: str, node: NodeSpec | None) -> ProfileEntry:
         ref = CATALOG.get(self.reference_model)

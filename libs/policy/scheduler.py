@@ -23,8 +23,9 @@ from libs.policy import filters as F
 from libs.policy.cluster import EPS, ClusterView
 from libs.policy.config import PolicyConfig
 from libs.policy.placement import PlaceContext, place, to_allocation
-from libs.policy.priority import rank, regime
+from libs.policy.priority import rank_arrays, regime
 from libs.policy.profiles import ProfileTable
+from libs.policy.queue import QueueArrays
 from libs.policy.scores import SizeMix
 from libs.policy.types import (
     CycleResult,
@@ -60,8 +61,9 @@ def schedule(
     load = view.load()
     if not pending:
         return CycleResult([], None, {}, regime(load, cfg))
-    rr = rank(
-        pending,
+    q = QueueArrays.from_jobs(pending)
+    rr = rank_arrays(
+        q,
         now=now,
         load=load,
         tenant_usage=tenant_usage,
@@ -71,12 +73,12 @@ def schedule(
     )
     assignments: list[tuple[PendingJob, Placement]] = []
     waiting: dict[str, str] = {}
-    mix = SizeMix.from_requests([p.spec.gpus for p in pending], SizeMix.of(cfg.size_mix))
+    mix = SizeMix.from_requests(q.gpus, SizeMix.of(cfg.size_mix))
     ctx: PlaceContext | None = None
     failed: dict[tuple, str] = {}
     head: PendingJob | None = None  # the blocked job backfill protects
     reservation: Reservation | None = None
-    rel: dict[int, list[B.Release]] | None = None
+    rel: B.LazyReleases | None = None
     started: list[RunningJob] = []
     max_whole = int(view.whole_free.max()) if len(view.node_ids) else 0
     max_share = float(view.gpu_free.max()) if view.gpu_free.size else 0.0
@@ -129,8 +131,7 @@ def schedule(
             rj = RunningJob(spec, res.node_index, res.gpu_indices, res.gpu_share, end)
             started.append(rj)
             if rel is not None:
-                rel.setdefault(res.node_index, []).append(B.Release.of(rj, now))
-                rel[res.node_index].sort(key=lambda x: x.end)
+                rel.add(rj)
             max_whole = int(view.whole_free.max())
             max_share = float(view.gpu_free.max())
             continue
@@ -140,10 +141,10 @@ def schedule(
         if head is None and res.reason == "Resources":
             head = job
         if head is job and cfg.backfill and reservation is None:
-            rel = B.releases_by_node([*running, *started], now)
+            rel = B.LazyReleases([*running, *started], now)
             reservation = B.reserve(spec.id, spec, view, rel, now=now, cfg=cfg)
     if head is not None and reservation is None and want_reservation:
-        rel = rel or B.releases_by_node([*running, *started], now)
+        rel = rel or B.LazyReleases([*running, *started], now)
         reservation = B.reserve(head.spec.id, head.spec, view, rel, now=now, cfg=cfg)
     if reasons:
         for i in order[stop_at:]:
@@ -161,7 +162,7 @@ def _try_reserved_node(
     profiles: ProfileTable,
     cfg: PolicyConfig,
     ctx: PlaceContext,
-    rel: dict[int, list[B.Release]] | None,
+    rel: B.LazyReleases | None,
     now: float,
 ) -> Placement | Refusal:
     """Backfill onto the reserved node only if it cannot delay the head job."""
@@ -180,6 +181,6 @@ def _try_reserved_node(
         job.spec.host_mem_gb,
         job.spec.cpus,
     )
-    if B.delays(head.spec, reservation, view, (rel or {}).get(n, []), cand, now=now):
+    if B.delays(head.spec, reservation, view, rel.get(n) if rel is not None else [], cand, now=now):
         return Refusal("Reserved")
     return res

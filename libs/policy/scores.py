@@ -39,11 +39,14 @@ class SizeMix:
         return cls(s, w / w.sum())
 
     @classmethod
-    def from_requests(cls, gpus: Sequence[float], fallback: SizeMix) -> SizeMix:
-        """The mix of the pending queue (distinct sizes, weighted by count)."""
-        if len(gpus) == 0:
+    def from_requests(cls, gpus: Sequence[float] | np.ndarray, fallback: SizeMix) -> SizeMix:
+        """The mix of the pending queue, weighted by count. Fractional sizes are rounded up to
+        tenths of a GPU so the mix stays small (fragmentation cost grows with its length)."""
+        g = np.asarray(gpus, dtype=float)
+        if g.size == 0:
             return fallback
-        s, c = np.unique(np.asarray(gpus, dtype=float), return_counts=True)
+        g = np.where(g < 1.0, np.minimum(np.ceil(g * 10.0 - 1e-6) / 10.0, 1.0), np.round(g))
+        s, c = np.unique(g, return_counts=True)
         return cls(s, c / c.sum())
 
 
@@ -75,13 +78,16 @@ def fragmentation(free: np.ndarray, mix: SizeMix) -> np.ndarray:
     total = free.sum(axis=1)
     full = (free >= 1.0 - EPS).sum(axis=1)
     partial = total - full
+    whole = mix.sizes >= 1.0 - EPS
     out = np.zeros(free.shape[0])
-    for s, p in zip(mix.sizes, mix.probs, strict=True):
-        if s >= 1.0 - EPS:
-            unusable = np.where(full >= round(s), partial, total)
-        else:
-            unusable = np.where(free < s - EPS, free, 0.0).sum(axis=1)
-        out += p * unusable
+    if whole.any():
+        k = np.round(mix.sizes[whole])
+        unusable = np.where(full[:, None] >= k[None, :], partial[:, None], total[:, None])
+        out += unusable @ mix.probs[whole]
+    if (~whole).any():
+        s = mix.sizes[~whole]
+        small = free[:, :, None] < (s[None, None, :] - EPS)
+        out += (np.where(small, free[:, :, None], 0.0).sum(axis=1)) @ mix.probs[~whole]
     return out
 
 

@@ -1,0 +1,133 @@
+"""The pending queue as numpy columns, kept up to date incrementally.
+
+Why: ranking reads eight numbers per job; pulling them out of Python objects costs O(queue) on
+every pass, which dominates a long replay (a pass per arrival/finish event, thousands of jobs
+waiting). ``PendingQueue`` stores the columns once per job (``add``/``remove`` are O(1):
+removal swaps the last row in) and behaves as a ``Sequence[PendingJob]``, so ``rank`` and
+``schedule`` take either it or a plain list (from which ``QueueArrays.from_jobs`` builds the
+columns each time).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from libs.policy.types import PendingJob
+from proto.jobs import WORKLOAD_CLASSES
+
+CLASS_INDEX = {c: i for i, c in enumerate(WORKLOAD_CLASSES)}
+_COLUMNS = ("prio", "es", "enq", "est", "prog", "deadline", "gpus", "cls", "tenant")
+
+
+@dataclass(slots=True)
+class QueueArrays:
+    """Columns of a queue, row i = job i. ``deadline`` is NaN when absent; ``tenant`` indexes
+    ``tenants``."""
+
+    prio: np.ndarray
+    es: np.ndarray
+    enq: np.ndarray
+    est: np.ndarray
+    prog: np.ndarray
+    deadline: np.ndarray
+    gpus: np.ndarray
+    cls: np.ndarray
+    tenant: np.ndarray
+    tenants: list[str]
+
+    @classmethod
+    def from_jobs(cls, jobs: Sequence[PendingJob]) -> QueueArrays:
+        if isinstance(jobs, PendingQueue):
+            return jobs.arrays()
+        tenants: dict[str, int] = {}
+        rows = [_row(j, tenants) for j in jobs]
+        a = np.array(rows, dtype=float).reshape(len(rows), len(_COLUMNS))
+        return cls(
+            *(a[:, k] for k in range(7)),
+            a[:, 7].astype(np.int64),
+            a[:, 8].astype(np.int64),
+            list(tenants),
+        )
+
+
+def _row(j: PendingJob, tenants: dict[str, int]) -> tuple:
+    s = j.spec
+    t = tenants.setdefault(s.tenant, len(tenants))
+    return (
+        s.priority,
+        s.energy_sensitivity,
+        j.enqueued_at,
+        s.est_runtime_s,
+        j.progress,
+        np.nan if s.deadline is None else s.deadline,
+        s.gpus,
+        CLASS_INDEX.get(s.workload_class, CLASS_INDEX["other"]),
+        t,
+    )
+
+
+class PendingQueue(Sequence[PendingJob]):
+    """Incrementally maintained queue. Not thread-safe; one owner mutates it."""
+
+    def __init__(self, jobs: Sequence[PendingJob] = ()) -> None:
+        self._jobs: list[PendingJob] = []
+        self._pos: dict[str, int] = {}
+        self._tenants: dict[str, int] = {}
+        self._data = np.zeros((max(16, len(jobs)), len(_COLUMNS)))
+        for j in jobs:
+            self.add(j)
+
+    def __len__(self) -> int:
+        return len(self._jobs)
+
+    def __getitem__(self, i):  # type: ignore[override]
+        return self._jobs[i]
+
+    def __iter__(self) -> Iterator[PendingJob]:
+        return iter(self._jobs)
+
+    def __contains__(self, job_id: object) -> bool:
+        return job_id in self._pos
+
+    def get(self, job_id: str) -> PendingJob | None:
+        i = self._pos.get(job_id)
+        return None if i is None else self._jobs[i]
+
+    def add(self, job: PendingJob) -> None:
+        """Add (or replace, keeping its row) a job."""
+        jid = job.spec.id
+        i = self._pos.get(jid)
+        if i is None:
+            i = len(self._jobs)
+            if i == len(self._data):
+                self._data = np.concatenate([self._data, np.zeros_like(self._data)])
+            self._jobs.append(job)
+            self._pos[jid] = i
+        else:
+            self._jobs[i] = job
+        self._data[i] = _row(job, self._tenants)
+
+    def remove(self, job_id: str) -> PendingJob:
+        """Remove a job by id (KeyError if absent): the last row moves into its place."""
+        i = self._pos.pop(job_id)
+        job = self._jobs[i]
+        last = len(self._jobs) - 1
+        if i != last:
+            moved = self._jobs[last]
+            self._jobs[i] = moved
+            self._pos[moved.spec.id] = i
+            self._data[i] = self._data[last]
+        self._jobs.pop()
+        return job
+
+    def arrays(self) -> QueueArrays:
+        d = self._data[: len(self._jobs)]
+        return QueueArrays(
+            *(d[:, k] for k in range(7)),
+            d[:, 7].astype(np.int64),
+            d[:, 8].astype(np.int64),
+            list(self._tenants),
+        )
