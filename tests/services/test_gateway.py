@@ -25,11 +25,23 @@ from libs.clock import Clock
 from libs.policy.inventory import demo_cluster
 from proto import subjects
 from proto.decisions import DeadLetter
-from proto.events import Completed, LifecycleEvent, Placed, Started, Submitted
+from proto.events import (
+    Cancelled,
+    Completed,
+    Failed,
+    LifecycleEvent,
+    Placed,
+    Preempted,
+    Queued,
+    Started,
+    Submitted,
+)
 from proto.jobs import CancelRequest, JobSpec
 from proto.ledger import Allocation
-from proto.nodes import NodeSpec
+from proto.nodes import GpuSample, NodeSpec, TelemetrySample
 from proto.views import ErrorResponse, JobView, NodeView, SubmitResponse
+from services.gateway.dashboard import render
+from services.gateway.jobs_view import JobsModel
 from services.gateway.service import main
 
 DEADLINE_S = 10.0
@@ -132,9 +144,11 @@ async def test_submit_publishes_once_and_a_repeat_is_a_duplicate(nats_url, bus, 
         sent = msgspec.json.decode(raw.data, type=JobSpec)
         assert (sent.id, sent.gpus, sent.submit_time) == ("train-1", 2.0, resp.job.submit_time)
         assert "traceparent" in (raw.headers or {})  # the placement can link back to this request
+        trace_id = raw.headers["traceparent"].split("-")[1]
         raw = await bus.js.get_last_msg(subjects.STREAM_LIFECYCLE, subjects.lifecycle("train-1"))
         event = msgspec.json.decode(raw.data, type=LifecycleEvent)
         assert isinstance(event, Submitted) and event.spec == sent
+        assert raw.headers["traceparent"].split("-")[1] == trace_id  # one trace per request
 
         status, body = await post_job(http, base, {"id": "train-1", "gpus": 4})
         assert status == 200
@@ -336,6 +350,12 @@ async def test_nodes_join_spec_ledger_and_telemetry(nats_url, bus, http):
             ),
         )
     async with gateway(nats_url) as base:
+        sample = TelemetrySample(
+            node=node.id,
+            time=5.0,
+            backend="sim",
+            gpus=(GpuSample(index=0, util=0.9, mem_used_gb=30.0, temp_c=71.0, power_w=350.0),),
+        )
 
         async def view() -> dict[str, NodeView] | None:
             async with http.get(f"{base}/v1/nodes") as r:
@@ -346,6 +366,13 @@ async def test_nodes_join_spec_ledger_and_telemetry(nats_url, bus, http):
             return by_id if ok else None
 
         by_id = await until(view, "both nodes with their allocations")
+
+        async def sampled() -> NodeView | None:
+            await bus.publish(subjects.telemetry(node.id), sample, durable=False)
+            got = await view()
+            return got[node.id] if got and got[node.id].telemetry is not None else None
+
+        assert (await until(sampled, "the telemetry sample")).telemetry == sample
         a100 = by_id[node.id]
         assert (a100.gpus_allocated, a100.gpu_mem_allocated_gb, a100.host_mem_allocated_gb) == (
             3.0,
@@ -382,3 +409,38 @@ async def test_healthz_and_metrics(nats_url, http):
         assert f'mosaic_gateway_submissions_total{{outcome="{outcome}"}}' in text
     assert 'mosaic_gateway_http_request_seconds_count{method="POST",route="/v1/jobs"' in text
     assert 'mosaic_gateway_jobs{state="pending"}' in text
+
+
+# --- the fold and the page, without NATS --------------------------------------------------------
+
+
+def test_fold_state_machine_and_idempotence():
+    m = JobsModel()
+    spec = JobSpec(id="f-1", tenant="t", gpus=2, submit_time=1.0)
+    assert not m.apply(Placed(job_id="ghost", time=1.0, node="n"))  # no Submitted: orphan
+    assert m.orphans == 1 and "ghost" not in m
+    sub = Submitted(job_id="f-1", time=1.0, spec=spec)
+    assert m.apply(sub) and not m.apply(sub)  # our own echo / a redelivery changes nothing
+    m.apply(Queued(job_id="f-1", time=2.0, reason="Resources", score=0.7))
+    job = m.get("f-1")
+    assert (job.state, job.reason, job.score) == ("pending", "Resources", 0.7)
+    m.apply(Placed(job_id="f-1", time=3.0, node="a", attempt=1))
+    m.apply(Started(job_id="f-1", time=4.0, node="a", attempt=1))
+    m.apply(Preempted(job_id="f-1", time=5.0, node="a", reason="defrag"))
+    assert (job.state, job.node, job.reason) == ("pending", None, "defrag")
+    m.apply(Placed(job_id="f-1", time=6.0, node="b", attempt=2))
+    m.apply(Started(job_id="f-1", time=7.0, node="b", attempt=2))
+    assert (job.state, job.node, job.attempts, job.start_time) == ("running", "b", 2, 4.0)
+    m.apply(Failed(job_id="f-1", time=8.0, node="b", reason="OOM"))
+    assert not m.apply(Cancelled(job_id="f-1", time=9.0))  # a job ends exactly once
+    assert (job.state, job.reason, job.end_time) == ("failed", "OOM", 8.0)
+    assert len(m.events("f-1")) == 8
+    assert m.list(state="failed") == [job] and m.list(tenant="other") == []
+
+
+def test_dashboard_escapes_what_users_wrote():
+    m = JobsModel()
+    m.apply(Submitted(job_id="x", time=1.0, spec=JobSpec(id="x")))
+    m.apply(Failed(job_id="x", time=2.0, reason="<script>alert(1)</script>"))
+    page = render([], m.list(), m.counts())
+    assert "<script>" not in page and "&lt;script&gt;" in page
