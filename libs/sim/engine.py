@@ -1,0 +1,358 @@
+"""The discrete-event engine: arrivals, finishes, OOM failures and resubmissions on an event heap.
+
+No fixed rounds: time jumps from one event to the next. Events with the same timestamp are
+handled together and followed by ONE scheduling pass of the policy on the current queue and the
+cluster view, which is mutated in place (``allocate``/``release``), never rebuilt. A pass is
+skipped only when no policy could place anything (every GPU taken, or the smallest pending job
+larger than any free hole).
+
+Deterministic: the heap orders by (time, sequence number) and every policy is deterministic, so
+the same trace, cluster and seed give the same result.
+
+Runtime of a job on a GPU model: the trace's ``runtime_by_model[model]`` when it has one, else
+``profiles.runtime_s(spec, model)``. A gang over several nodes runs at its slowest GPU.
+Energy: every GPU draws ``profiles.idle_power_w(model)`` all the time; a busy GPU (share s)
+draws ``s * (power_w(model, class) - idle)`` on top.
+"""
+
+from __future__ import annotations
+
+import heapq
+import time
+from collections import Counter
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import numpy as np
+
+from libs.sim.cluster import EPS, SimCluster
+from libs.sim.failures import FailureModel
+from libs.sim.state import (
+    BACKOFF,
+    COMPLETED,
+    FAILED,
+    PENDING,
+    RUNNING,
+    Policy,
+    SimContext,
+    SimJob,
+    SimResult,
+)
+from proto.nodes import NodeSpec
+
+ARRIVE, FINISH, OOM, RESUBMIT = 0, 1, 2, 3
+
+
+class StuckSimulation(RuntimeError):
+    """Jobs wait, nothing runs and nothing will happen: the policy refuses placeable work."""
+
+
+def runtime_matrix(trace_jobs: Sequence[Any], models: list[str], profiles: Any) -> np.ndarray:
+    """R[j, m]: runtime of job j on models[m] (trace figure first, profile otherwise).
+
+    Profile runtimes are ``est_runtime_s / speed(model, class)`` for every job at once; only jobs
+    whose trace measured per-model runtimes are looked at one by one.
+    """
+    n = len(trace_jobs)
+    out = np.empty((n, len(models)))
+    classes = sorted({tj.spec.workload_class for tj in trace_jobs})
+    cls_pos = {c: i for i, c in enumerate(classes)}
+    if n:
+        est = np.array([tj.spec.est_runtime_s for tj in trace_jobs], dtype=float)
+        cls = np.array([cls_pos[tj.spec.workload_class] for tj in trace_jobs], dtype=np.int64)
+        for m, model in enumerate(models):
+            speeds = np.array([float(profiles.speed(model, c)) for c in classes])
+            out[:, m] = est / speeds[cls]
+    for j, tj in enumerate(trace_jobs):
+        if tj.runtime_by_model:
+            for m, model in enumerate(models):
+                r = tj.runtime_by_model.get(model)
+                if r is not None:
+                    out[j, m] = r
+    if not np.all(np.isfinite(out)) or np.any(out <= 0):
+        bad = int(np.argwhere(~np.isfinite(out) | (out <= 0))[0][0])
+        raise ValueError(f"job {trace_jobs[bad].spec.id}: runtime must be a positive number")
+    return out
+
+
+class Engine:
+    """One run of one policy over one trace on one cluster."""
+
+    def __init__(
+        self,
+        trace_jobs: Sequence[Any],
+        nodes: Sequence[NodeSpec],
+        policy: Policy,
+        profiles: Any,
+        *,
+        failures: FailureModel | None = None,
+        runtimes: np.ndarray | None = None,
+        samples: int = 2000,
+        progress: Callable[[float], None] | None = None,
+    ):
+        self.cluster = SimCluster(nodes)
+        self.policy = policy
+        self.profiles = profiles
+        self.failures = failures or FailureModel()
+        models = self.cluster.models
+        rt = runtimes if runtimes is not None else runtime_matrix(trace_jobs, models, profiles)
+        self.jobs = [
+            SimJob(
+                idx=i,
+                spec=tj.spec,
+                submit_s=float(tj.submit_s),
+                runtime_s=rt[i],
+                fastest_runtime_s=float(rt[i].min()),
+            )
+            for i, tj in enumerate(trace_jobs)
+        ]
+        classes = sorted({j.spec.workload_class for j in self.jobs})
+        self._idle_w = {m: float(profiles.idle_power_w(m)) for m in models}
+        self._extra_w = {
+            (c, m): max(0.0, float(profiles.power_w(m, c)) - self._idle_w[m])
+            for c in classes
+            for m in models
+        }
+        self.idle_total_w = sum(self._idle_w[n.gpu_model] * n.gpu_count for n in nodes)
+        self._node_model = {n.id: n.gpu_model for n in nodes}
+        self._model_pos = {m: i for i, m in enumerate(models)}
+        self._samples = samples
+        self._progress = progress
+        self.queue: dict[int, SimJob] = {}
+        self.running: dict[int, SimJob] = {}
+        self._need: Counter[float] = Counter()  # GPUs asked by pending jobs
+        self.pending_gpus = 0.0
+        self._heap: list[tuple[float, int, int, int, int]] = []
+        self._seq = 0
+        policy.attach(SimContext(self.cluster, models, profiles, self.jobs))
+
+    # ----- events --------------------------------------------------------------------------
+    def _push(self, t: float, kind: int, job: int, token: int = 0) -> None:
+        self._seq += 1
+        heapq.heappush(self._heap, (t, self._seq, kind, job, token))
+
+    def _enqueue(self, job: SimJob, now: float) -> None:
+        job.state = PENDING
+        job.enqueue_s = now
+        self.queue[job.idx] = job
+        self._need[job.spec.gpus] += 1
+        self.pending_gpus += job.spec.gpus
+
+    def _dequeue(self, job: SimJob) -> None:
+        del self.queue[job.idx]
+        self._need[job.spec.gpus] -= 1
+        if self._need[job.spec.gpus] == 0:
+            del self._need[job.spec.gpus]
+        self.pending_gpus -= job.spec.gpus
+
+    def _terminate(self, job: SimJob, state: str, now: float, reason: str = "") -> None:
+        if job.terminal_count:
+            raise AssertionError(f"job {job.spec.id} reached a terminal state twice")
+        job.terminal_count += 1
+        job.state = state
+        job.end_s = now
+        job.reason = reason
+
+    def _start(self, job: SimJob, allocs: list, now: float) -> None:
+        if job.state != PENDING or job.idx not in self.queue:
+            raise AssertionError(f"policy {self.policy.name} started job {job.spec.id} twice")
+        if not allocs:
+            raise AssertionError(f"policy {self.policy.name} gave job {job.spec.id} no resources")
+        got = sum(a.gpu_share * len(a.gpu_indices) for a in allocs)
+        if abs(got - job.spec.gpus) > 1e-6 and not (job.spec.gpus < 1 and len(allocs) == 1):
+            raise AssertionError(
+                f"policy {self.policy.name} gave job {job.spec.id} {got} GPUs, not {job.spec.gpus}"
+            )
+        self._dequeue(job)
+        fits = True
+        for a in allocs:
+            fits &= self.cluster.allocate(a)
+        job.attempts += 1
+        job.allocs = list(allocs)
+        job.wait_s += now - job.enqueue_s
+        if job.first_start_s < 0:
+            job.first_start_s = now
+        job.start_s = now
+        slowest = max(job.runtime_s[self._model_pos[self._node_model[a.node]]] for a in allocs)
+        job.model = max(
+            (self._node_model[a.node] for a in allocs),
+            key=lambda m: job.runtime_s[self._model_pos[m]],
+        )
+        duration, oom = self.failures.attempt_duration_s(float(slowest), fits)
+        job.oom = oom
+        job.state = RUNNING
+        job.token += 1
+        self.running[job.idx] = job
+        self._push(now + duration, OOM if oom else FINISH, job.idx, job.token)
+        self.policy.started(job, now)
+
+    def _stop(self, job: SimJob, now: float) -> None:
+        """Release an attempt's resources and account its GPU time and energy."""
+        dur = now - job.start_s
+        for a in job.allocs:
+            self.cluster.release(a)
+            gpus = a.gpu_share * len(a.gpu_indices)
+            job.energy_active_j += (
+                gpus * self._extra_w[(job.spec.workload_class, self._node_model[a.node])] * dur
+            )
+            job.attained_gpu_s += gpus * dur
+        job.run_s += dur
+        del self.running[job.idx]
+        self.policy.ended(job, now)
+        job.allocs = []
+
+    def _handle(self, t: float, kind: int, idx: int, token: int) -> bool:
+        """Apply one event; True when it may let a policy place something."""
+        job = self.jobs[idx]
+        if kind == ARRIVE:
+            if not self.cluster.could_ever_fit(job.spec, check_memory=True):
+                self._terminate(job, FAILED, t, "unschedulable: no node can ever hold it")
+                return False
+            self._enqueue(job, t)
+            return True
+        if kind == RESUBMIT:
+            self._enqueue(job, t)
+            return True
+        if token != job.token or job.state != RUNNING:
+            return False  # stale
+        self._stop(job, t)
+        if kind == FINISH:
+            self._terminate(job, COMPLETED, t)
+        else:
+            job.failed_attempts += 1
+            if self.failures.gives_up(job.failed_attempts):
+                self._terminate(job, FAILED, t, f"OOM {job.failed_attempts} times")
+            else:
+                job.state = BACKOFF
+                self._push(t + self.failures.resubmit_delay_s, RESUBMIT, idx)
+        return True
+
+    def _placeable(self) -> bool:
+        """Could any pending job fit anywhere now? (Cheap and policy-agnostic.)"""
+        if not self.queue:
+            return False
+        c = self.cluster
+        if c.allocated_gpus >= c.capacity_gpus - EPS:
+            return False
+        need = min(self._need)
+        if need < 1.0:
+            return True
+        free = c.free_whole()
+        if need <= free.max():
+            return True
+        return free.sum() >= need  # a gang wider than the free holes of one node
+
+    # ----- the loop ------------------------------------------------------------------------
+    def run(self) -> SimResult:
+        wall0 = time.perf_counter()
+        for j in self.jobs:
+            self._heap.append((j.submit_s, j.idx, ARRIVE, j.idx, 0))
+        self._seq = len(self.jobs)
+        heapq.heapify(self._heap)
+        t0 = self._heap[0][0] if self._heap else 0.0
+        last_submit = max((j.submit_s for j in self.jobs), default=t0)
+        step = max(1.0, (last_submit - t0) / max(1, self._samples))
+        s_t: list[float] = []
+        s_util: list[float] = []
+        s_q: list[int] = []
+        s_frag: list[float] = []
+        next_sample = t0
+        t_prev = t0
+        alloc_gpu_s = busy_s = busy_alloc = 0.0
+        cap = self.cluster.capacity_gpus
+        events = passes = 0
+        n_jobs = max(1, len(self.jobs))
+        done_report = 0
+        heap = self._heap
+        while heap:
+            t = heap[0][0]
+            dt = t - t_prev
+            if dt > 0:
+                a = self.cluster.allocated_gpus
+                alloc_gpu_s += a * dt
+                if a + self.pending_gpus >= cap - EPS:
+                    busy_s += dt
+                    busy_alloc += a * dt
+                t_prev = t
+            wake = False
+            while heap and heap[0][0] == t:
+                _, _, kind, idx, token = heapq.heappop(heap)
+                events += 1
+                wake |= self._handle(t, kind, idx, token)
+            if wake and self._placeable():
+                passes += 1
+                running = list(self.running.values())
+                chosen = self.policy.schedule(list(self.queue.values()), self.cluster, running, t)
+                for job, allocs in chosen:
+                    self._start(job, allocs, t)
+            if not heap and self.queue:
+                raise StuckSimulation(
+                    f"policy {self.policy.name}: {len(self.queue)} jobs pending, none running, "
+                    f"and the pass placed nothing at t={t:.0f}"
+                )
+            if t >= next_sample:
+                s_t.append(t)
+                s_util.append(self.cluster.allocated_gpus / cap)
+                s_q.append(len(self.queue))
+                s_frag.append(self._fragmentation())
+                next_sample = t + step
+                if self._progress is not None and events - done_report > n_jobs // 50:
+                    done_report = events
+                    self._progress(min(1.0, (t - t0) / max(1.0, last_submit - t0)))
+        for j in self.jobs:
+            if j.terminal_count != 1 or j.state not in (COMPLETED, FAILED):
+                raise AssertionError(f"job {j.spec.id} ended in state {j.state}")
+        if self._progress is not None:
+            self._progress(1.0)
+        return SimResult(
+            policy=self.policy.name,
+            jobs=self.jobs,
+            capacity_gpus=cap,
+            idle_power_w=self.idle_total_w,
+            t0_s=t0,
+            t_end_s=t_prev,
+            alloc_gpu_s=alloc_gpu_s,
+            busy_s=busy_s,
+            busy_alloc_gpu_s=busy_alloc,
+            samples_t=np.array(s_t),
+            samples_util=np.array(s_util),
+            samples_queue=np.array(s_q),
+            samples_frag=np.array(s_frag),
+            events=events,
+            passes=passes,
+            wall_s=time.perf_counter() - wall0,
+            node_models=dict(self._node_model),
+        )
+
+    def _fragmentation(self) -> float:
+        """Share of free GPU capacity that no pending job could use (memory-aware), or NaN."""
+        c = self.cluster
+        free_share = c.free_share.sum(axis=1)
+        total_free = float(free_share.sum())
+        if not self.queue or total_free < 1e-6:
+            return float("nan")
+        free_whole = c.free_whole()
+        max_frac = c.free_share.max(axis=1)
+        spare_mem = (c.gpu_mem_gb[:, None] - c.mem_used_gb).max(axis=1)
+        usable = np.zeros(len(c.nodes), dtype=bool)
+        widest = int(c.gpu_count.max())
+        shapes = {(j.spec.gpus, j.spec.gpu_mem_gb) for j in self.queue.values()}
+        for gpus, mem in shapes:
+            if gpus < 1.0:
+                usable |= (max_frac >= gpus - EPS) & (spare_mem >= mem - EPS)
+            elif gpus <= widest:
+                usable |= (free_whole >= gpus) & (c.gpu_mem_gb >= mem - EPS)
+            elif free_whole.sum() >= gpus:
+                usable |= (free_whole > 0) & (c.gpu_mem_gb >= mem - EPS)
+        return float(free_share[~usable].sum() / total_free)
+
+
+def simulate(
+    trace_jobs: Sequence[Any],
+    nodes: Sequence[NodeSpec],
+    policy: Policy,
+    profiles: Any,
+    **kwargs: Any,
+) -> SimResult:
+    """Run ``policy`` over ``trace_jobs`` (each with ``spec``, ``submit_s``, ``runtime_by_model``)."""
+    return Engine(trace_jobs, nodes, policy, profiles, **kwargs).run()

@@ -1,0 +1,115 @@
+"""Per-job state inside one simulation, and the record a run leaves behind.
+
+Kept apart from the engine so that policies and metrics can import the types without the loop.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Protocol
+
+import numpy as np
+
+from proto.jobs import JobSpec
+from proto.ledger import Allocation
+
+PENDING = "pending"
+RUNNING = "running"
+BACKOFF = "backoff"  # failed attempt, waiting to be resubmitted
+COMPLETED = "completed"
+FAILED = "failed"
+TERMINAL = (COMPLETED, FAILED)
+
+
+@dataclass(eq=False, slots=True)
+class SimJob:
+    """One job's life in the simulator. ``runtime_s[m]`` is its runtime on ``models[m]``."""
+
+    idx: int
+    spec: JobSpec
+    submit_s: float
+    runtime_s: np.ndarray
+    fastest_runtime_s: float
+    state: str = PENDING
+    attempts: int = 0
+    failed_attempts: int = 0
+    enqueue_s: float = 0.0
+    wait_s: float = 0.0
+    first_start_s: float = -1.0
+    start_s: float = -1.0
+    end_s: float = -1.0
+    run_s: float = 0.0  # all attempts, successful or not
+    attained_gpu_s: float = 0.0
+    energy_active_j: float = 0.0  # above idle, all attempts
+    allocs: list[Allocation] = field(default_factory=list)
+    model: str = ""  # GPU model of the current / last attempt
+    oom: bool = False  # current attempt will die with OOM
+    token: int = 0  # invalidates stale finish events
+    reason: str = ""
+    terminal_count: int = 0  # must end at exactly 1
+
+    @property
+    def gpus(self) -> float:
+        return self.spec.gpus
+
+    @property
+    def priority(self) -> int:
+        return self.spec.priority
+
+
+Assignment = tuple[SimJob, list[Allocation]]
+
+
+class Policy(Protocol):
+    """A scheduling policy as the engine drives it: one pass per coalesced event.
+
+    ``schedule`` returns the jobs to start now and where; the engine checks and commits them.
+    ``attach`` is called once before the run; ``started``/``ended`` after each attempt starts and
+    ends (for policies that keep their own usage accounts).
+    """
+
+    name: str
+
+    def attach(self, ctx: SimContext) -> None: ...
+
+    def schedule(
+        self, queue: Sequence[SimJob], view, running: Sequence[SimJob], now: float
+    ) -> list[Assignment]: ...
+
+    def started(self, job: SimJob, now: float) -> None: ...
+
+    def ended(self, job: SimJob, now: float) -> None: ...
+
+
+@dataclass
+class SimContext:
+    """What a policy may know about the run: the cluster, the models and the runtime matrix."""
+
+    cluster: object  # SimCluster
+    models: list[str]
+    profiles: object
+    jobs: Sequence[SimJob]
+
+
+@dataclass
+class SimResult:
+    """Everything metrics and plots need from one policy's run."""
+
+    policy: str
+    jobs: list[SimJob]
+    capacity_gpus: float
+    idle_power_w: float  # all GPUs idle
+    t0_s: float
+    t_end_s: float
+    alloc_gpu_s: float  # integral of allocated GPUs over [t0, t_end]
+    busy_s: float  # time with allocated + pending demand >= capacity
+    busy_alloc_gpu_s: float
+    samples_t: np.ndarray
+    samples_util: np.ndarray
+    samples_queue: np.ndarray
+    samples_frag: np.ndarray  # NaN where no job was pending or no GPU free
+    events: int
+    passes: int
+    wall_s: float
+    node_models: dict[str, str] = field(default_factory=dict)
