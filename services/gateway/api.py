@@ -96,9 +96,22 @@ async def submit(request: web.Request) -> web.Response:
         metrics.SUBMISSIONS.labels("refused").inc()
         gw.log.info("job_refused", job_id=spec.id, errors=[f"{e.field}: {e.reason}" for e in errs])
         return error(400, "invalid job", errs)
-    view, duplicate = await gw.submit(spec)
+    try:
+        view, duplicate = await gw.submit(spec)
+    except Exception as exc:  # the bus is down or slow: nothing is lost, the id makes a retry safe
+        metrics.SUBMISSIONS.labels("unavailable").inc()
+        return _unavailable(gw, "submit", spec.id, exc)
     metrics.SUBMISSIONS.labels("duplicate" if duplicate else "accepted").inc()
     return json_response(SubmitResponse(job=view, duplicate=duplicate), 200 if duplicate else 201)
+
+
+def _unavailable(gw: Gateway, action: str, job_id: str, exc: Exception) -> web.Response:
+    gw.log.warning("publish_failed", action=action, job_id=job_id, error=repr(exc))
+    return error(
+        503,
+        f"could not {action} job {job_id!r}: the bus did not answer ({type(exc).__name__}); "
+        "retry with the same id",
+    )
 
 
 async def list_jobs(request: web.Request) -> web.Response:
@@ -140,7 +153,10 @@ async def cancel_job(request: web.Request) -> web.Response:
     if view.state in TERMINAL_STATES:
         return error(409, f"job {job_id!r} is already {view.state}")
     reason = request.query.get("reason") or "cancelled by user"
-    await gw.cancel(job_id, reason)
+    try:
+        await gw.cancel(job_id, reason)
+    except Exception as exc:
+        return _unavailable(gw, "cancel", job_id, exc)
     metrics.CANCELS.inc()
     return json_response({"job_id": job_id, "status": "cancelling"}, 202)
 

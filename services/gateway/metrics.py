@@ -11,7 +11,7 @@ from prometheus_client import Counter, Gauge, Histogram
 
 SUBMISSIONS = Counter(
     "mosaic_gateway_submissions_total",
-    "Job submissions by outcome: accepted, refused (400) or duplicate (same id again).",
+    "Job submissions by outcome: accepted, refused (400), duplicate (same id), unavailable (503).",
     ["outcome"],
 )
 CANCELS = Counter("mosaic_gateway_cancels_total", "Cancel requests published on jobs.cancel.")
