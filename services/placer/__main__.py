@@ -1,0 +1,49 @@
+"""``python -m services.placer [--lease-ttl-s S] [--tick-s S]`` (plus the common flags)."""
+
+from __future__ import annotations
+
+import argparse
+import os
+
+from libs.bus.runtime import common_arg_parser, run_service
+from services.placer.service import main
+
+
+def _validate(args: argparse.Namespace) -> None:
+    if args.lease_ttl_s <= 0 or args.tick_s <= 0 or args.debounce_s < 0 or args.settle_s < 0:
+        raise ValueError("--lease-ttl-s and --tick-s must be > 0, --debounce-s/--settle-s >= 0")
+
+
+def _env(name: str, default: str) -> float:
+    raw = os.environ.get(name, default)
+    try:
+        return float(raw)
+    except ValueError:
+        raise SystemExit(f"{name} must be a number, got {raw!r}") from None
+
+
+if __name__ == "__main__":
+    parser = common_arg_parser("placer")
+    parser.add_argument(
+        "--lease-ttl-s",
+        type=float,
+        default=_env("MOSAIC_PLACER_LEASE_TTL_S", "5"),
+        help="lease time-to-live: a crashed active is replaced within this (wall s)",
+    )
+    parser.add_argument(
+        "--tick-s",
+        type=float,
+        default=_env("MOSAIC_PLACER_TICK_S", "2"),
+        help="a placement cycle at least this often (wall s)",
+    )
+    parser.add_argument(
+        "--debounce-s", type=float, default=_env("MOSAIC_PLACER_DEBOUNCE_S", "0.05")
+    )
+    parser.add_argument(
+        "--settle-s",
+        type=float,
+        default=_env("MOSAIC_PLACER_SETTLE_S", "2"),
+        help="node set unchanged this long before refusing a job no node can hold",
+    )
+    parser.add_argument("--holder", default="", help="lease holder id (default host-pid-random)")
+    run_service("placer", main, parser=parser, validate=_validate)

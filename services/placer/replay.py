@@ -1,0 +1,32 @@
+"""Wait until a stream consumer has handled everything the stream held when we started.
+
+Why: the placer rebuilds what it knows about jobs by replaying LIFECYCLE from the start; acting
+before the replay is done could place a job that already ended, or resend work that started.
+The consumer's ack floor passing the stream's last sequence (read at start) is the proof.
+(The scorer has the same few lines: services do not import one another.)
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+from libs.bus.connection import Bus, Consumer
+
+
+async def wait_caught_up(
+    bus: Bus, consumer: Consumer, stream: str, *, timeout_s: float = 60.0, poll_s: float = 0.05
+) -> bool:
+    """True once every message up to the stream's current last sequence is acked by
+    ``consumer``; False after ``timeout_s`` (the caller logs and goes on)."""
+    info = await bus.js.stream_info(stream)
+    target = info.state.last_seq
+    if target == 0:
+        return True
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        ci = await consumer.sub.consumer_info()
+        if ci.ack_floor is not None and (ci.ack_floor.stream_seq or 0) >= target:
+            return True
+        await asyncio.sleep(poll_s)
+    return False
