@@ -362,10 +362,20 @@ def sim(
     if not names:
         raise UsageProblem("--policies is empty")
     with Progress(console=err, transient=True) as bar:
-        task = bar.add_task("simulating", total=None)
+        task = bar.add_task("simulating", total=100)
 
-        def progress(done: float, total: float | None = None, *_: object) -> None:
-            bar.update(task, completed=done, total=total)
+        def progress(*args: object) -> None:
+            """Takes (fraction), (done, total) or either with a label such as the policy."""
+            label = next((a for a in args if isinstance(a, str)), None)
+            nums = [
+                float(a) for a in args if isinstance(a, int | float) and not isinstance(a, bool)
+            ]
+            if len(nums) >= 2 and nums[1] > 0:
+                bar.update(task, completed=100 * nums[0] / nums[1])
+            elif nums:
+                bar.update(task, completed=100 * min(1.0, nums[0]))
+            if label:
+                bar.update(task, description=f"simulating {label}")
 
         results = run_simulation(
             trace,
