@@ -209,7 +209,7 @@ class ProfileTable:
     def _nearest_measured(self, spec: GpuModelSpec, cls_: str) -> tuple[str, ProfileEntry | None]:
         best: tuple[float, str, ProfileEntry | None] = (math.inf, self.reference_model, None)
         for (m, c), e in self.entries.items():
-            if c != cls_ or e.estimated or m not in CATALOG:
+            if c != cls_ or m not in CATALOG or e.source.startswith("estimated: datasheet"):
                 continue
             o = CATALOG[m]
             d = abs(math.log(max(spec.fp16_tflops, 1e-3) / max(o.fp16_tflops, 1e-3))) + abs(

@@ -1,0 +1,56 @@
+"""Hypothesis strategies for random heterogeneous clusters and jobs (shared by policy tests)."""
+
+from __future__ import annotations
+
+from hypothesis import strategies as st
+
+from proto.jobs import WORKLOAD_CLASSES, JobSpec
+from proto.nodes import NodeSpec
+
+MODELS = (("a100-80gb", 80.0), ("v100-32gb", 32.0), ("t4", 16.0), ("h900", 96.0))
+
+
+@st.composite
+def nodes(draw, max_nodes: int = 6) -> list[NodeSpec]:
+    n = draw(st.integers(1, max_nodes))
+    out = []
+    for i in range(n):
+        model, mem = draw(st.sampled_from(MODELS))
+        g = draw(st.sampled_from([1, 2, 4, 8]))
+        out.append(
+            NodeSpec(
+                id=f"n{i}",
+                gpu_model=model,
+                gpu_count=g,
+                gpu_mem_gb=mem,
+                host_mem_gb=float(draw(st.sampled_from([32, 64, 128, 256]))),
+                cpus=draw(st.sampled_from([8, 16, 32, 64])),
+                idle_power_w=30.0,
+                max_power_w=300.0,
+            )
+        )
+    return out
+
+
+@st.composite
+def jobs(draw, prefix: str = "j", max_jobs: int = 12) -> list[JobSpec]:
+    n = draw(st.integers(1, max_jobs))
+    out = []
+    for i in range(n):
+        gpus = draw(st.sampled_from([0.25, 0.5, 0.5, 1.0, 1.0, 2.0, 4.0, 8.0]))
+        out.append(
+            JobSpec(
+                id=f"{prefix}{i}",
+                tenant=draw(st.sampled_from(["a", "b", "c"])),
+                priority=draw(st.integers(0, 9)),
+                gpus=gpus,
+                gpu_mem_gb=float(draw(st.sampled_from([2, 8, 16, 24, 40, 80]))),
+                host_mem_gb=float(draw(st.sampled_from([0, 8, 32, 100]))),
+                cpus=float(draw(st.sampled_from([0, 2, 8, 20]))),
+                workload_class=draw(st.sampled_from(WORKLOAD_CLASSES)),
+                constraints=draw(st.sampled_from([(), (), ("a100",), ("t4", "v100"), ("h900",)])),
+                energy_sensitivity=draw(st.floats(0, 1)),
+                est_runtime_s=float(draw(st.integers(60, 20000))),
+            )
+        )
+    return out
