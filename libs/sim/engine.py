@@ -137,6 +137,7 @@ class Engine:
         self.queue[job.idx] = job
         self._need[job.spec.gpus] += 1
         self.pending_gpus += job.spec.gpus
+        self.policy.enqueued(job, now)
 
     def _dequeue(self, job: SimJob) -> None:
         del self.queue[job.idx]
@@ -207,6 +208,9 @@ class Engine:
         if kind == ARRIVE:
             if not self.cluster.could_ever_fit(job.spec, check_memory=True):
                 self._terminate(job, FAILED, t, "unschedulable: no node can ever hold it")
+                return False
+            if not self.policy.can_ever_place(job):
+                self._terminate(job, FAILED, t, f"unschedulable by {self.policy.name}")
                 return False
             self._enqueue(job, t)
             return True

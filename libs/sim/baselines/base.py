@@ -21,6 +21,14 @@ class BasePolicy:
     def attach(self, ctx: SimContext) -> None:
         self.ctx = ctx
 
+    def can_ever_place(self, job: SimJob) -> bool:
+        """Whether this policy could place ``job`` on the empty cluster (the engine's own
+        check already passed). Baselines gang across nodes, so they can."""
+        return True
+
+    def enqueued(self, job: SimJob, now: float) -> None:
+        pass
+
     def started(self, job: SimJob, now: float) -> None:
         pass
 

@@ -1,0 +1,101 @@
+"""Metrics of one simulated run. Each is defined in ``docs/metrics.md``; the names here carry
+their units. Inputs are the engine's ``SimResult``; nothing is re-simulated.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from libs.sim.state import COMPLETED, FAILED, SimResult
+from proto.jobs import HIGH_PRIORITY
+
+DEFAULT_TARIFF_USD_PER_KWH = 0.12
+J_PER_KWH = 3.6e6
+
+
+def _pct(a: np.ndarray, q: float) -> float:
+    return float(np.percentile(a, q)) if a.size else float("nan")
+
+
+def _mean(a: np.ndarray) -> float:
+    return float(a.mean()) if a.size else float("nan")
+
+
+def jain(x: np.ndarray) -> float:
+    """Jain's fairness index: 1 = all equal, 1/n = one takes everything."""
+    if x.size == 0 or not np.any(x):
+        return float("nan")
+    return float(x.sum() ** 2 / (x.size * (x**2).sum()))
+
+
+def compute(r: SimResult, tariff_usd_per_kwh: float = DEFAULT_TARIFF_USD_PER_KWH) -> dict:
+    jobs = r.jobs
+    done = [j for j in jobs if j.state == COMPLETED]
+    submit = np.array([j.submit_s for j in done])
+    end = np.array([j.end_s for j in done])
+    jct = end - submit
+    wait = np.array([j.wait_s for j in done])
+    prio = np.array([j.priority for j in done])
+    fastest = np.array([j.fastest_runtime_s for j in done])
+    gpus = np.array([j.gpus for j in done])
+    window_s = max(r.t_end_s - r.t0_s, 1e-9)
+    cap_s = r.capacity_gpus * window_s
+    attempts = sum(j.attempts for j in jobs)
+    failed_attempts = sum(j.failed_attempts for j in jobs)
+    failed_jobs = [j for j in jobs if j.state == FAILED]
+    energy_j = r.idle_power_w * window_s + sum(j.energy_active_j for j in jobs)
+    energy_kwh = energy_j / J_PER_KWH
+    high = prio >= HIGH_PRIORITY
+    low_class = int(prio.min()) if prio.size else 0
+    low = prio == low_class
+    # deadline attainment over every job that had one (failed ones missed it)
+    with_deadline = [j for j in jobs if j.spec.deadline is not None]
+    met = sum(1 for j in with_deadline if j.state == COMPLETED and j.end_s <= j.spec.deadline)
+    slowdown = jct / np.maximum(fastest, 1e-9)
+    tenants = sorted({j.spec.tenant for j in done})
+    per_tenant = np.array(
+        [slowdown[[j.spec.tenant == t for j in done]].mean() for t in tenants] if done else []
+    )
+    frag = r.samples_frag[~np.isnan(r.samples_frag)] if r.samples_frag.size else np.zeros(0)
+    util_overall = r.alloc_gpu_s / cap_s
+    busy = r.busy_alloc_gpu_s / (r.capacity_gpus * r.busy_s) if r.busy_s > 0 else float("nan")
+    return {
+        "utilization": busy,
+        "utilization_busy_window_s": r.busy_s,
+        "work_utilization": float((gpus * fastest).sum() / cap_s),
+        "allocation_ratio": util_overall,
+        "jct_mean_s": _mean(jct),
+        "jct_p50_s": _pct(jct, 50),
+        "jct_p99_s": _pct(jct, 99),
+        "queue_delay_mean_s": _mean(wait),
+        "queue_delay_high_mean_s": _mean(wait[high]),
+        "queue_delay_high_p99_s": _pct(wait[high], 99),
+        "queue_delay_other_mean_s": _mean(wait[~high]),
+        "queue_delay_other_p99_s": _pct(wait[~high], 99),
+        "deadline_attainment": met / len(with_deadline) if with_deadline else float("nan"),
+        "deadline_jobs": len(with_deadline),
+        "energy_kwh": energy_kwh,
+        "energy_idle_kwh": r.idle_power_w * window_s / J_PER_KWH,
+        "energy_cost_usd": energy_kwh * tariff_usd_per_kwh,
+        "tariff_usd_per_kwh": tariff_usd_per_kwh,
+        "failure_rate": failed_attempts / attempts if attempts else 0.0,
+        "failed_attempts": failed_attempts,
+        "attempts": attempts,
+        "jobs_failed_rate": len(failed_jobs) / len(jobs) if jobs else 0.0,
+        "jobs_failed": len(failed_jobs),
+        "jobs_completed": len(done),
+        "starvation_class": low_class,
+        "starvation_p99_wait_s": _pct(wait[low], 99),
+        "starvation_max_wait_s": float(wait[low].max()) if low.any() else float("nan"),
+        "ftf_slowdown_mean": _mean(slowdown),
+        "ftf_slowdown_p99": _pct(slowdown, 99),
+        "ftf_tenant_jain": jain(per_tenant),
+        "fragmentation": _mean(frag),
+        "makespan_s": window_s if jobs else 0.0,
+        "wall_s": r.wall_s,
+        "jobs_per_s": len(jobs) / r.wall_s if r.wall_s > 0 else math.inf,
+        "events": r.events,
+        "passes": r.passes,
+    }

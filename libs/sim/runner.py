@@ -1,0 +1,295 @@
+"""``mosaic sim``: replay one trace on one cluster under several policies and compare them.
+
+``run_simulation`` is the function behind the CLI command (``libs.client.cli``) and
+``python -m libs.sim.runner`` (same flags). It returns the ``results.json`` dict and, with an
+output folder, writes that file and the PNG plots.
+
+Every policy sees the same jobs: a job that no node can ever hold, or that one of the compared
+policies could never place (Mosaic places a gang on one node; the baselines may span nodes), is
+dropped for all of them, and the count and reasons are reported (``dropped_jobs``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import sys
+from collections import Counter
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from libs.policy import inventory
+from libs.policy.profiles import ProfileTable
+from libs.sim import bounds as B
+from libs.sim import metrics as M
+from libs.sim.baselines import make_policy, parse_policies
+from libs.sim.cluster import SimCluster
+from libs.sim.engine import Engine, runtime_matrix
+from libs.sim.failures import FailureModel
+from libs.sim.state import SimResult
+from proto.nodes import NodeSpec
+
+CLUSTERS = ("seed", "openb", "demo", "counts:MODEL=GPUS,...", "MODEL=GPUS,...", "FILE.json")
+
+
+def resolve_cluster(name: str, gpus: int | None, trace: Any = None) -> list[NodeSpec]:
+    """A cluster by name: seed (sized by ``gpus``), openb (the trace's inventory), demo, counts
+    (``v100=36,p100=36`` with or without ``counts:``), or a cluster JSON file."""
+    key = name.strip()
+    if key == "seed":
+        if not gpus or gpus <= 0:
+            raise ValueError("cluster 'seed' needs --gpus N (N > 0)")
+        return inventory.seed_cluster(gpus)
+    if key == "demo":
+        return inventory.demo_cluster()
+    if key == "openb":
+        if trace is None or not trace.nodes:
+            raise ValueError("cluster 'openb' needs a trace that carries its inventory (openb)")
+        return list(trace.nodes)
+    if key.startswith("counts:"):
+        return inventory.from_counts(key.removeprefix("counts:"))
+    if "=" in key and not key.endswith(".json"):
+        return inventory.from_counts(key)
+    path = Path(key)
+    if path.suffix == ".json" or path.exists():
+        if not path.is_file():
+            raise FileNotFoundError(f"cluster file not found: {path}")
+        return inventory.load_cluster_file(path.read_bytes())
+    raise ValueError(f"unknown cluster {name!r}; known: {', '.join(CLUSTERS)}")
+
+
+def _feasible(trace_jobs, nodes, policies: list[str]) -> tuple[list[int], Counter]:
+    """Indices of jobs every compared policy could place on the empty cluster."""
+    sim = SimCluster(nodes)
+    check_mosaic = "mosaic" in policies
+    if check_mosaic:
+        from libs.policy.filters import never_fits
+    keep: list[int] = []
+    why: Counter = Counter()
+    for i, tj in enumerate(trace_jobs):
+        if not sim.could_ever_fit(tj.spec, check_memory=True):
+            why["no node can ever hold it"] += 1
+            continue
+        if check_mosaic:
+            reason = never_fits(tj.spec, nodes)
+            if reason is not None:
+                why["mosaic: " + reason.split(":", 1)[0]] += 1
+                continue
+        keep.append(i)
+    return keep, why
+
+
+def _finite(x: Any) -> Any:
+    """JSON has no NaN/inf: write null."""
+    if isinstance(x, float) and not math.isfinite(x):
+        return None
+    if isinstance(x, dict):
+        return {k: _finite(v) for k, v in x.items()}
+    if isinstance(x, list | tuple):
+        return [_finite(v) for v in x]
+    if isinstance(x, np.floating | np.integer):
+        return _finite(x.item())
+    return x
+
+
+def run_simulation(
+    trace: str,
+    cluster: str,
+    gpus: int,
+    policies: list[str],
+    out_dir: Path | None,
+    seed: int = 0,
+    max_jobs: int | None = None,
+    load: float | None = None,
+    throughputs: Path | None = None,
+    progress: Callable[[str, float], None] | None = None,
+    *,
+    traces_dir: Path | None = None,
+    tariff_usd_per_kwh: float = M.DEFAULT_TARIFF_USD_PER_KWH,
+    failures: FailureModel | None = None,
+    policy_kwargs: dict[str, dict] | None = None,
+    keep_runs: dict[str, SimResult] | None = None,
+) -> dict:
+    """Replay ``trace`` on ``cluster`` under each policy; the ``results.json`` dict.
+
+    ``load``: scale arrivals so that offered demand (GPUs x fastest-GPU runtime, summed) over
+    the arrival span is this share of the cluster's capacity. ``progress(policy, fraction)`` is
+    called as each run advances. ``keep_runs``, when given, receives each policy's raw run.
+    """
+    from libs.sim.loaders import load_trace
+
+    names = parse_policies(policies)
+    if load is not None and not (math.isfinite(load) and load > 0):
+        raise ValueError(f"load must be a positive number, got {load}")
+    tr = load_trace(
+        trace, traces_dir=traces_dir, seed=seed, max_jobs=max_jobs, throughputs=throughputs
+    )
+    if not tr.jobs:
+        raise ValueError(f"trace {trace!r} has no jobs")
+    nodes = resolve_cluster(cluster, gpus, tr)
+    profiles = ProfileTable.default()
+    for n in nodes:
+        profiles = profiles.estimate_for(n)
+    models = SimCluster(nodes).models
+    keep, dropped = _feasible(tr.jobs, nodes, names)
+    jobs = [tr.jobs[i] for i in keep]
+    if not jobs:
+        raise ValueError("no job of the trace fits this cluster")
+    rt = runtime_matrix(jobs, models, profiles)
+    capacity = float(sum(n.gpu_count for n in nodes))
+    submit = np.array([j.submit_s for j in jobs])
+    span = float(submit.max() - submit.min())
+    demand = float((np.array([j.spec.gpus for j in jobs]) * rt.min(axis=1)).sum())
+    natural = demand / (capacity * span) if span > 0 else math.inf
+    scale = 1.0
+    if load is not None and span > 0:
+        scale = load / natural
+        jobs = [
+            type(j)(
+                spec=_scaled_deadline(j.spec, j.submit_s, scale),
+                submit_s=j.submit_s / scale,
+                runtime_by_model=j.runtime_by_model,
+                source=j.source,
+            )
+            for j in jobs
+        ]
+    results: dict[str, Any] = {
+        "trace": trace,
+        "cluster": cluster,
+        "cluster_description": inventory.describe(nodes),
+        "gpus": int(capacity),
+        "seed": seed,
+        "jobs": len(jobs),
+        "dropped_jobs": sum(dropped.values()),
+        "dropped_reasons": dict(dropped),
+        "load": {
+            "natural_demand_over_capacity": natural,
+            "arrival_scale": scale,
+            "offered_demand_over_capacity": natural * scale,
+            "definition": "sum(GPUs x fastest-GPU runtime) / (GPUs x arrival span)",
+        },
+        "tariff_usd_per_kwh": tariff_usd_per_kwh,
+        "failure_model": vars(failures or FailureModel()),
+        "assumptions": list(tr.assumptions),
+        "bounds": {},
+        "policies": {},
+    }
+    runs = keep_runs if keep_runs is not None else ({} if out_dir is not None else None)
+    idle_w = sum(profiles.idle_power_w(n.gpu_model) * n.gpu_count for n in nodes)
+    bounds_done = False
+    for name in names:
+        policy = make_policy(name, **(policy_kwargs or {}).get(name, {}))
+        cb = (lambda f, _n=name: progress(_n, f)) if progress is not None else None
+        engine = Engine(jobs, nodes, policy, profiles, failures=failures, runtimes=rt, progress=cb)
+        if not bounds_done:
+            results["bounds"] = B.compute(engine.jobs, models, capacity, idle_w, profiles)
+            bounds_done = True
+        run = engine.run()
+        m = M.compute(run, tariff_usd_per_kwh)
+        m["bound_violations"] = B.check(run, m, results["bounds"])
+        results["policies"][name] = m
+        if runs is not None:
+            runs[name] = run
+        del engine
+    results = _finite(results)
+    if out_dir is not None:
+        out = Path(out_dir)
+        out.mkdir(parents=True, exist_ok=True)
+        from libs.sim.report import write_plots
+
+        results["plots"] = [p.name for p in write_plots(results, runs or {}, out)]
+        (out / "results.json").write_text(json.dumps(results, indent=2) + "\n")
+    return results
+
+
+def _scaled_deadline(spec, submit_s: float, scale: float):
+    """Deadlines keep their slack after submit when arrivals are compressed."""
+    if spec.deadline is None or scale == 1.0:
+        return spec
+    import msgspec
+
+    return msgspec.structs.replace(spec, deadline=submit_s / scale + (spec.deadline - submit_s))
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(
+        prog="python -m libs.sim.runner", description="Replay a trace under several policies."
+    )
+    ap.add_argument(
+        "--trace",
+        default="philly",
+        help="philly, chronus, openb, helios, gavel:FILE, synthetic[:N]",
+    )
+    ap.add_argument("--cluster", default="seed", help=", ".join(CLUSTERS))
+    ap.add_argument("--gpus", type=int, default=1024, help="size of the seed cluster")
+    ap.add_argument("--policies", default="fifo,drf,tiresias,gavel,mosaic")
+    ap.add_argument("--out", type=Path, default=None, help="folder for results.json and plots")
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--max-jobs", type=int, default=None)
+    ap.add_argument(
+        "--load",
+        type=float,
+        default=None,
+        help="scale arrivals to this offered demand / capacity (e.g. 0.9)",
+    )
+    ap.add_argument(
+        "--throughputs",
+        type=Path,
+        default=None,
+        help="Gavel simulation_throughputs.json (for gavel:FILE traces)",
+    )
+    ap.add_argument("--traces-dir", type=Path, default=None)
+    ap.add_argument(
+        "--tariff",
+        type=float,
+        default=M.DEFAULT_TARIFF_USD_PER_KWH,
+        help="energy price, USD per kWh",
+    )
+    args = ap.parse_args(argv)
+    from rich.console import Console
+    from rich.progress import Progress
+
+    from libs.sim.report import render_table
+
+    console = Console()
+    runs: dict[str, SimResult] = {}
+    try:
+        with Progress(console=console, transient=True) as bar:
+            tasks: dict[str, Any] = {}
+
+            def progress(policy: str, frac: float) -> None:
+                if policy not in tasks:
+                    tasks[policy] = bar.add_task(policy, total=1.0)
+                bar.update(tasks[policy], completed=frac)
+
+            results = run_simulation(
+                args.trace,
+                args.cluster,
+                args.gpus,
+                parse_policies(args.policies),
+                args.out,
+                seed=args.seed,
+                max_jobs=args.max_jobs,
+                load=args.load,
+                throughputs=args.throughputs,
+                progress=progress,
+                traces_dir=args.traces_dir,
+                tariff_usd_per_kwh=args.tariff,
+                keep_runs=runs,
+            )
+    except (ValueError, FileNotFoundError) as exc:
+        console.print(f"[red]error:[/red] {exc}")
+        return 2
+    for part in render_table(results):
+        console.print(part)
+    if args.out is not None:
+        console.print(f"wrote {args.out / 'results.json'} and plots")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
