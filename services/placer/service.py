@@ -91,7 +91,8 @@ class Placer:
         self.nodes: dict[str, NodeSpec] = {}
         self.temps: dict[str, float] = {}
         self.ended_here: set[str] = set()  # Failed/Cancelled we published, before they echo back
-        self.waiting: dict[str, str] = {}
+        self.waiting: dict[str, str] = {}  # job -> why it waits (Slurm-style reason), last cycle
+        self._told_waiting: dict[str, str] = {}  # the reason last published as a wait Decision
         self._nodes_changed = time.monotonic()
         self._kick = asyncio.Event()
         self._lock = asyncio.Lock()
@@ -272,6 +273,7 @@ class Placer:
                 refuse_never_fits=settled,
             )
             self.waiting = plan.waiting
+            await self._explain_waiting()
             for r in plan.refuse:
                 if not self.active:
                     break
@@ -302,6 +304,32 @@ class Placer:
                 )
             )
         return out
+
+    async def _explain_waiting(self) -> None:
+        """A ``wait`` Decision each time a job's reason to wait changes (not every cycle), so
+        ``mosaic explain`` can say why a job is pending without flooding the stream."""
+        now = self.clock.now()
+        news = {j: r for j, r in self.waiting.items() if self._told_waiting.get(j) != r}
+        for job in [j for j in self._told_waiting if j not in self.waiting]:
+            del self._told_waiting[job]
+        if not news:
+            return
+        await asyncio.gather(
+            *(
+                self.bus.publish(
+                    subjects.decisions(SERVICE),
+                    Decision(
+                        job_id=job,
+                        time=now,
+                        action="wait",
+                        service=SERVICE,
+                        reason=reason,
+                    ),
+                )
+                for job, reason in news.items()
+            )
+        )
+        self._told_waiting.update(news)
 
     async def _free_ended(self) -> None:
         """Delete the allocations of jobs that ended or whose attempt was preempted."""

@@ -14,18 +14,26 @@ def _validate(args: argparse.Namespace) -> None:
         raise ValueError("--rescore-s must be > 0 and --debounce-s >= 0")
 
 
+def _env(name: str, default: str) -> float:
+    raw = os.environ.get(name, default)
+    try:
+        return float(raw)
+    except ValueError:
+        raise SystemExit(f"{name} must be a number, got {raw!r}") from None
+
+
 if __name__ == "__main__":
     parser = common_arg_parser("scorer")
     parser.add_argument(
         "--rescore-s",
         type=float,
-        default=float(os.environ.get("MOSAIC_SCORER_RESCORE_S", "2")),
+        default=_env("MOSAIC_SCORER_RESCORE_S", "2"),
         help="wall seconds between re-rankings when nothing changes (aging, deadlines)",
     )
     parser.add_argument(
         "--debounce-s",
         type=float,
-        default=float(os.environ.get("MOSAIC_SCORER_DEBOUNCE_S", "0.1")),
+        default=_env("MOSAIC_SCORER_DEBOUNCE_S", "0.1"),
         help="quiet wall seconds after a change before re-ranking",
     )
     run_service("scorer", main, parser=parser, validate=_validate)

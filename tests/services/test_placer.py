@@ -9,6 +9,7 @@ import os
 import signal
 import subprocess
 import sys
+import time
 
 import msgspec
 
@@ -19,7 +20,7 @@ from libs.obs.tracing import setup_tracing
 from libs.policy.inventory import NodeGroup, demo_cluster, expand
 from proto import subjects
 from proto.decisions import Decision
-from proto.events import Cancelled, Completed, Failed, Placed, is_terminal
+from proto.events import Cancelled, Completed, Failed, Placed, Queued, is_terminal
 from proto.jobs import CancelRequest, JobSpec
 from proto.ledger import Allocation
 from proto.nodes import NodeSpec
@@ -268,6 +269,8 @@ async def test_sigkilled_placer_restarts_without_losing_or_repeating(nats_url):
         await poll(some_done, timeout_s=60, every_s=0.2)
         proc.send_signal(signal.SIGKILL)
         proc.wait(timeout=10)
+        placed_before = sum(isinstance(e, Placed) for e in await lifecycle_events(bus))
+        assert placed_before < len(ids)  # it really died mid-run
         await asyncio.sleep(0.5)  # jobs keep finishing while no placer runs
         proc = _start_placer_process(nats_url)
         per = await poll(lambda: _all_terminal(bus, ids), timeout_s=90, every_s=0.5)
@@ -288,4 +291,42 @@ async def test_sigkilled_placer_restarts_without_losing_or_repeating(nats_url):
     assert {r.allocation.job_id for r in executor.runs} == ids
     assert len(executor.runs) == len(ids)
     assert checker.problems == []
+    await bus.close()
+
+
+async def test_takeover_finishes_what_a_crashed_placer_left_half_done(nats_url):
+    """A predecessor wrote the ledger and died before announcing it: the next active placer
+    sends the Placed event and the run command (same message ids), and the job completes."""
+    nodes = small_cluster()
+    bus = await connect(nats_url)
+    await put_nodes(bus, nodes)
+    spec = JobSpec(id="orphan", gpus=2, submit_time=time.time())
+    await submit(bus, spec)
+    kv = await bus.kv(subjects.KV_LEDGER, Allocation)
+    alloc = Allocation(
+        job_id="orphan",
+        node=nodes[0].id,
+        gpu_indices=(0, 1),
+        gpu_share=1.0,
+        gpu_mem_gb=spec.gpu_mem_gb,
+        host_mem_gb=spec.host_mem_gb,
+        cpus=spec.cpus,
+        time=time.time(),
+        spec=spec,
+    )
+    await kv.create("orphan", alloc)
+    executor = FakeExecutor(bus, run_s=0.2)
+    await executor.start()
+    scorer = start_in_process("scorer", scorer_main, nats_url, rescore_s=1.0, debounce_s=0.05)
+    placer = start_in_process("placer", placer_main, nats_url, **FAST)
+    try:
+        per = await poll(lambda: _all_terminal(bus, {"orphan"}), timeout_s=30)
+        await poll(lambda: _ledger_empty(bus))
+    finally:
+        assert await placer.close() == 0
+        assert await scorer.close() == 0
+        await executor.close()
+    kinds = [type(e).__name__ for e in per["orphan"] if not isinstance(e, Queued)]
+    assert kinds == ["Submitted", "Placed", "Started", "Completed"]
+    assert [r.allocation.gpu_indices for r in executor.runs] == [(0, 1)]
     await bus.close()
