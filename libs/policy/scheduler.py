@@ -111,6 +111,9 @@ def schedule(
             waiting[spec.id] = why
             if head is None and why == "Resources":
                 head = job
+                if cfg.backfill:
+                    rel = B.LazyReleases([*running, *started], now)
+                    reservation = B.reserve(spec.id, spec, view, rel, now=now, cfg=cfg)
             continue
         if ctx is None:
             ctx = PlaceContext.build(view, profiles, cfg, mix)
@@ -140,9 +143,9 @@ def schedule(
             failed[key] = res.reason
         if head is None and res.reason == "Resources":
             head = job
-        if head is job and cfg.backfill and reservation is None:
-            rel = B.LazyReleases([*running, *started], now)
-            reservation = B.reserve(spec.id, spec, view, rel, now=now, cfg=cfg)
+            if cfg.backfill:
+                rel = B.LazyReleases([*running, *started], now)
+                reservation = B.reserve(spec.id, spec, view, rel, now=now, cfg=cfg)
     if head is not None and reservation is None and want_reservation:
         rel = rel or B.LazyReleases([*running, *started], now)
         reservation = B.reserve(head.spec.id, head.spec, view, rel, now=now, cfg=cfg)

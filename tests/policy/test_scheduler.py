@@ -1,0 +1,194 @@
+"""Scheduling pass and EASY backfill: the reservation is never delayed, strict order without
+backfill, never-fitting jobs do not block, the view is updated in place, the queue class and a
+plain list agree."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from libs.policy.backfill import reserve
+from libs.policy.cluster import ClusterView
+from libs.policy.config import PolicyConfig
+from libs.policy.perf import bench_schedule
+from libs.policy.placement import place, to_allocation
+from libs.policy.profiles import ProfileTable
+from libs.policy.queue import PendingQueue
+from libs.policy.scheduler import schedule
+from libs.policy.types import PendingJob, Placement, RunningJob
+from proto.jobs import JobSpec
+from proto.nodes import NodeSpec
+from tests.policy.strategies import jobs, nodes
+
+P = ProfileTable.default()
+CFG = PolicyConfig.default()
+
+
+def _node(i: str, g: int) -> NodeSpec:
+    return NodeSpec(
+        id=i,
+        gpu_model="v100-32gb",
+        gpu_count=g,
+        gpu_mem_gb=32,
+        host_mem_gb=512,
+        cpus=128,
+        idle_power_w=40,
+        max_power_w=300,
+    )
+
+
+def _run(view: ClusterView, jid: str, node: str, idx: tuple[int, ...], end: float) -> RunningJob:
+    spec = JobSpec(id=jid, gpus=len(idx), gpu_mem_gb=1, host_mem_gb=1, cpus=1)
+    p = Placement(view.index[node], node, idx, 1.0, 0.0, {})
+    view.allocate(to_allocation(spec, p, 0.0))
+    return RunningJob(spec, view.index[node], idx, 1.0, end)
+
+
+def _job(jid: str, gpus: float, runtime: float, prio: int) -> PendingJob:
+    return PendingJob(
+        JobSpec(
+            id=jid,
+            gpus=gpus,
+            gpu_mem_gb=1,
+            host_mem_gb=1,
+            cpus=1,
+            priority=prio,
+            est_runtime_s=runtime,
+        ),
+        0.0,
+    )
+
+
+def _sched(pending, view, running, cfg=CFG, **kw):
+    return schedule(pending, view, running, now=0.0, tenant_usage={}, profiles=P, cfg=cfg, **kw)
+
+
+def _hand_case():
+    v = ClusterView.build([_node("n0", 4)])
+    running = [_run(v, "r1", "n0", (0, 1), 1000.0), _run(v, "r2", "n0", (2,), 5000.0)]
+    return v, running  # GPU 3 free now; GPUs 0,1 free at t=1000
+
+
+def test_backfill_refuses_a_job_that_would_delay_the_reservation():
+    v, running = _hand_case()
+    res = _sched([_job("head", 3, 3600, 9), _job("long", 1, 2000, 1)], v, running)
+    assert res.assignments == []
+    assert res.reservation is not None
+    assert (res.reservation.job_id, res.reservation.node_id) == ("head", "n0")
+    assert res.reservation.start == 1000.0
+    assert res.waiting == {"head": "Resources", "long": "Reserved"}
+
+
+def test_backfill_lets_a_job_that_ends_before_the_reservation_run():
+    v, running = _hand_case()
+    res = _sched([_job("head", 3, 3600, 9), _job("short", 1, 500, 1)], v, running)
+    assert [(j.spec.id, p.gpu_indices) for j, p in res.assignments] == [("short", (3,))]
+    assert v.free_gpus()[0] == 0  # the view was updated in place
+
+
+def test_backfill_may_use_gpus_the_reservation_does_not_need():
+    v = ClusterView.build([_node("n0", 8)])
+    running = [_run(v, "r1", "n0", (0, 1, 2, 3), 1000.0)]
+    ok = _sched([_job("head", 6, 3600, 9), _job("two", 2, 99999, 1)], v.copy(), running)
+    assert [j.spec.id for j, _ in ok.assignments] == ["two"]  # 8 - 2 = 6 free at t=1000
+    bad = _sched([_job("head", 6, 3600, 9), _job("three", 3, 99999, 1)], v.copy(), running)
+    assert bad.assignments == [] and bad.waiting["three"] == "Reserved"
+
+
+def test_without_backfill_the_queue_is_strict():
+    v, running = _hand_case()
+    cfg = dataclasses.replace(CFG, backfill=False)
+    res = _sched([_job("head", 3, 3600, 9), _job("short", 1, 500, 1)], v, running, cfg=cfg)
+    assert res.assignments == [] and res.waiting["short"] == "Priority"
+
+
+def test_a_job_that_never_fits_does_not_block_the_queue():
+    v = ClusterView.build([_node("n0", 4)])
+    res = _sched([_job("huge", 16, 10, 9), _job("small", 1, 10, 1)], v, [])
+    assert [j.spec.id for j, _ in res.assignments] == ["small"]
+    assert res.waiting["huge"].startswith("GpuCount") and res.reservation is None
+
+
+def test_everything_fits_on_an_empty_cluster_in_rank_order():
+    v = ClusterView.build([_node("n0", 8), _node("n1", 8)])
+    pend = [_job(f"j{i}", 1 + i % 3, 100, i % 10) for i in range(8)]
+    res = _sched(pend, v, [])
+    assert len(res.assignments) == 8 and res.waiting == {}
+    assert [j.spec.id for j, _ in res.assignments] == [pend[int(i)].spec.id for i in res.rank.order]
+    assert v.load() == sum(j.spec.gpus for j in pend) / 16
+
+
+@st.composite
+def busy_cluster(draw):
+    ns = draw(nodes(max_nodes=5))
+    v = ClusterView.build(ns)
+    running = []
+    for spec in draw(jobs(prefix="r", max_jobs=10)):
+        p = place(spec, v, P, CFG)
+        if isinstance(p, Placement):
+            v.allocate(to_allocation(spec, p, 0.0))
+            end = float(draw(st.integers(1, 20000)))
+            running.append(RunningJob(spec, p.node_index, p.gpu_indices, p.gpu_share, end))
+    pending = [PendingJob(s, -float(i)) for i, s in enumerate(draw(jobs(prefix="q")))]
+    return v, running, pending
+
+
+@settings(max_examples=50, deadline=None)
+@given(busy_cluster())
+def test_backfill_never_delays_the_reservation_and_never_overallocates(case):
+    v, running, pending = case
+    before = v.copy()
+    res = _sched(pending, v, running, want_reservation=True)
+    assert (v.gpu_free >= -1e-9).all() and (v.cpus_free >= -1e-9).all()
+    assert (v.host_mem_free_gb >= -1e-9).all()
+    for j, p in res.assignments:
+        assert v.gpu_mem_gb[p.node_index] >= j.spec.gpu_mem_gb
+    if res.reservation is None:
+        return
+    head = next(j for j in pending if j.spec.id == res.reservation.job_id)
+    rank_pos = {pending[int(i)].spec.id: k for k, i in enumerate(res.rank.order)}
+    started = [
+        RunningJob(
+            j.spec,
+            p.node_index,
+            p.gpu_indices,
+            p.gpu_share,
+            P.runtime_s(j.spec, v.models[v.model_idx[p.node_index]]),
+        )
+        for j, p in res.assignments
+    ]
+    # jobs ranked above the head legitimately start first; the reservation is made after them
+    pre = [r for r in started if rank_pos[r.spec.id] < rank_pos[head.spec.id]]
+    for r in pre:
+        before.allocate(_alloc(before, r))
+    again = reserve(head.spec.id, head.spec, before, [*running, *pre], now=0.0, cfg=CFG)
+    assert again is not None and again.start == res.reservation.start
+    # ... and everything backfilled behind it does not push it later
+    after = reserve(head.spec.id, head.spec, v, [*running, *started], now=0.0, cfg=CFG)
+    assert after is not None and after.start <= res.reservation.start + 1e-9
+
+
+def _alloc(view: ClusterView, r: RunningJob):
+    node = view.node_ids[r.node_index]
+    p = Placement(r.node_index, node, r.gpu_indices, r.gpu_share, 0.0, {})
+    return to_allocation(r.spec, p, 0.0)
+
+
+@settings(max_examples=20, deadline=None)
+@given(busy_cluster())
+def test_deterministic_and_queue_equals_list(case):
+    v, running, pending = case
+    a = _sched(pending, v.copy(), running)
+    b = _sched(pending, v.copy(), running)
+    c = _sched(PendingQueue(pending), v.copy(), running)
+    key = [(j.spec.id, p.node_id, p.gpu_indices) for j, p in a.assignments]
+    assert key == [(j.spec.id, p.node_id, p.gpu_indices) for j, p in b.assignments]
+    assert key == [(j.spec.id, p.node_id, p.gpu_indices) for j, p in c.assignments]
+    assert a.waiting == c.waiting and np.array_equal(a.rank.scores, c.rank.scores)
+
+
+def test_bench_runs():
+    assert bench_schedule(10, 20, 2) > 0
