@@ -675,9 +675,7 @@ def test_k8s_workloads() -> None:
 
 def test_k8s_gateway_probes_healthz() -> None:
     (gateway,) = [
-        d
-        for d in _k8s_docs()
-        if d["metadata"]["name"] == "gateway" and "spec" in d and d["kind"] == "Deployment"
+        d for d in _k8s_docs() if (d["kind"], d["metadata"]["name"]) == ("Deployment", "gateway")
     ]
     (c,) = gateway["spec"]["template"]["spec"]["containers"]
     for probe in ("readinessProbe", "livenessProbe"):
