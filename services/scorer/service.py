@@ -12,6 +12,7 @@ import contextlib
 import time
 from dataclasses import dataclass
 
+import msgspec
 from prometheus_client import Gauge
 
 from libs.bus.connection import Bus
@@ -142,12 +143,17 @@ class Scorer:
         )
         RANK_SECONDS.set(time.perf_counter() - t0)
         await self._emit_queued(queue)
+        queue = fit_payload(queue, int(self.bus.nc.max_payload * 0.9))
+        if len(queue.entries) < len(jobs):
+            self.log.warning(
+                "queue_truncated", pending=len(jobs), written=len(queue.entries), hint="max_payload"
+            )
         await self.queue_kv.put(subjects.KV_QUEUE_KEY, queue)
         # the poke carries the header only: readers take the queue from KV
         poke = RankedQueue(time=queue.time, load=queue.load, regime=queue.regime)
         await self.bus.publish(subjects.QUEUE_UPDATED, poke, durable=False)
         self.last_queue = queue
-        QUEUE_LENGTH.set(len(queue.entries))
+        QUEUE_LENGTH.set(len(jobs))
         LOAD.set(queue.load)
         for r in REGIMES:
             REGIME.labels(r).set(1.0 if r == queue.regime else 0.0)
@@ -166,6 +172,23 @@ class Scorer:
             self.pending.mark_queued(job)
 
         await asyncio.gather(*(one(i, e.score, e.spec.id) for i, e in new))
+
+
+def fit_payload(queue: RankedQueue, max_bytes: int) -> RankedQueue:
+    """The queue, cut to its best entries if its JSON would exceed ``max_bytes`` (NATS refuses
+    larger messages). Why cutting the tail is safe: the placer works from the head, and the
+    jobs cut off are still pending here and move up as the head drains."""
+    size = len(msgspec.json.encode(queue))
+    if size <= max_bytes or not queue.entries:
+        return queue
+    per_entry = size / len(queue.entries)
+    keep = max(1, int(max_bytes / per_entry * 0.95))
+    while keep > 1:
+        cut = msgspec.structs.replace(queue, entries=queue.entries[:keep])
+        if len(msgspec.json.encode(cut)) <= max_bytes:
+            return cut
+        keep = int(keep * 0.9)
+    return msgspec.structs.replace(queue, entries=queue.entries[:1])
 
 
 async def main(ctx: ServiceContext) -> None:

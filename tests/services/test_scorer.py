@@ -10,14 +10,16 @@ import subprocess
 import sys
 import time
 
+import msgspec
 import pytest
 
 from libs.policy.inventory import demo_cluster
 from proto import subjects
-from proto.decisions import RankedQueue
+from proto.decisions import RankedEntry, RankedQueue
 from proto.events import Cancelled, Placed, Preempted, Queued
 from proto.jobs import JobSpec
 from services.scorer.pending import PendingSet
+from services.scorer.service import fit_payload
 from services.scorer.service import main as scorer_main
 from tests.services._scorer_util import (
     by_job,
@@ -198,3 +200,16 @@ def test_scorer_process_ranks_and_stops_cleanly_on_sigterm(nats_url):
         if proc.poll() is None:
             proc.kill()
             proc.wait()
+
+
+def test_an_oversized_queue_keeps_its_head_and_fits_the_message_limit():
+    entries = tuple(
+        RankedEntry(spec=JobSpec(id=f"q-{i:04d}"), score=1000.0 - i) for i in range(500)
+    )
+    q = RankedQueue(time=1.0, load=0.2, regime="low", entries=entries)
+    full = len(msgspec.json.encode(q))
+    cut = fit_payload(q, full // 3)
+    assert len(msgspec.json.encode(cut)) <= full // 3
+    assert 100 < len(cut.entries) < 500
+    assert cut.entries == entries[: len(cut.entries)]
+    assert fit_payload(q, full) is q
