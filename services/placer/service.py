@@ -99,6 +99,7 @@ class Placer:
         self._active = False
         self._cancels: Consumer | None = None
         self.placed_count = 0  # commits by this replica (tests and logs)
+        self._unannounced: set[str] = set()  # committed, but Placed/run not yet published
         self.lease: Lease | None = None
 
     # --- start-up --------------------------------------------------------------------------
@@ -197,11 +198,12 @@ class Placer:
             await self._free_ended()
             resent = 0
             for job, alloc in list(self.ledger.items()):
-                if not self.tracker.placed_seen(job, alloc.attempt):
+                if job in self._unannounced or not self.tracker.placed_seen(job, alloc.attempt):
                     await self._publish_placed(alloc)
                 if not self.tracker.started_seen(job, alloc.attempt):
                     await self._publish_run(alloc)
                     resent += 1
+            self._unannounced.clear()
             LEDGER_SIZE.set(len(self.ledger))
         self._cancels = await self.bus.consume(
             subjects.STREAM_JOBS,
@@ -257,6 +259,7 @@ class Placer:
                 return 0
             t0 = time.perf_counter()
             await self._free_ended()
+            await self._announce_unannounced()
             entry = await self.queue_kv.get(subjects.KV_QUEUE_KEY)
             pending = self._pending(entry.value if entry else None)
             if not pending:
@@ -349,6 +352,7 @@ class Placer:
                 self.ledger[job] = e.value
             return 0
         self.ledger[job] = alloc
+        self._unannounced.add(job)  # until every message is out (a NATS error retries it)
         self.tracker.note_placed(job, alloc.attempt)
         PLACED.inc()
         self.placed_count += 1
@@ -373,7 +377,18 @@ class Placer:
                     msg_id=f"decision-place-{job}-{alloc.attempt}",
                 ),
             )
+        self._unannounced.discard(job)
         return 1
+
+    async def _announce_unannounced(self) -> None:
+        """Resend Placed and run for commits whose messages failed (same ids: no duplicates)."""
+        for job in list(self._unannounced):
+            alloc = self.ledger.get(job)
+            if alloc is not None and not self.tracker.holds_nothing(job, alloc.attempt):
+                await self._publish_placed(alloc)
+                if not self.tracker.started_seen(job, alloc.attempt):
+                    await self._publish_run(alloc)
+            self._unannounced.discard(job)
 
     async def _refuse(self, r: Refuse) -> None:
         job = r.spec.id
