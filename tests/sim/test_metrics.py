@@ -23,7 +23,7 @@ def test_two_jobs_one_gpu_queue_jct_energy():
     # one node with 1 GPU; A: t=0 runs 100 s; B: t=10 waits until 100, runs 50 s -> ends 150
     nodes = [node("n0", gpus=1)]
     jobs = [job("a", 0, 100, priority=9), job("b", 10, 50, priority=1)]
-    r, m = run(jobs, nodes)
+    _r, m = run(jobs, nodes)
     assert m["jct_mean_s"] == pytest.approx((100 + 140) / 2)
     assert m["jct_p50_s"] == pytest.approx(120)
     assert m["makespan_s"] == pytest.approx(150)
@@ -47,7 +47,7 @@ def test_two_jobs_one_gpu_queue_jct_energy():
 def test_idle_gpus_count_in_energy_and_utilization():
     # 2 GPUs, one job of 1 GPU for 100 s: half the capacity idle all the time
     nodes = [node("n0", gpus=2)]
-    r, m = run([job("a", 0, 100)], nodes)
+    _r, m = run([job("a", 0, 100)], nodes)
     assert m["allocation_ratio"] == pytest.approx(0.5)
     assert math.isnan(m["utilization"])  # demand never reached capacity
     assert m["energy_kwh"] == pytest.approx((2 * 50 * 100 + 200 * 100) / 3.6e6)
@@ -64,7 +64,7 @@ def test_deadline_attainment():
 def test_oom_failure_rate_and_failed_jobs():
     # a 40 GB job on a 16 GB T4: fifo counts GPUs only -> 3 attempts, each dies after 300 s
     nodes = [node("t", model="t4", gpus=1, mem=16.0)]
-    _, m = run([job("big", 0, 1000, mem=40.0)], nodes + [node("a", "a100-80gb", 1, 80.0)])
+    _, m = run([job("big", 0, 1000, mem=40.0)], [*nodes, node("a", "a100-80gb", 1, 80.0)])
     # first fit puts it on the T4 (listed first): all three attempts fail, the job ends Failed
     assert m["attempts"] == 3 and m["failed_attempts"] == 3
     assert m["failure_rate"] == pytest.approx(1.0)
@@ -79,7 +79,7 @@ def test_fragmentation_counts_unusable_free_gpus():
         job("y", 0, 1000, gpus=2),
         job("z", 1, 10, gpus=2),
     ]
-    r, m = run(jobs, nodes, samples=10_000)
+    _r, m = run(jobs, nodes, samples=10_000)
     # while z waits (1 .. 1000) the only free GPU cannot hold it: fragmentation 1.0
     assert m["fragmentation"] == pytest.approx(1.0)
 
