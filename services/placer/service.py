@@ -263,6 +263,8 @@ class Placer:
             entry = await self.queue_kv.get(subjects.KV_QUEUE_KEY)
             pending = self._pending(entry.value if entry else None)
             if not pending:
+                self.waiting = {}
+                self._told_waiting.clear()
                 return 0
             settled = time.monotonic() - self._nodes_changed >= self.settings.settle_s
             plan = plan_cycle(
