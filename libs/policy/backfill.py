@@ -10,7 +10,7 @@ ending now.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -40,63 +40,95 @@ class Release:
         return cls(end, r.gpu_indices, r.gpu_share, s.gpu_mem_gb, s.host_mem_gb, s.cpus)
 
 
-def releases_by_node(running: Sequence[RunningJob], now: float) -> dict[int, list[Release]]:
-    out: dict[int, list[Release]] = {}
-    for r in running:
-        out.setdefault(r.node_index, []).append(Release.of(r, now))
-    for v in out.values():
-        v.sort(key=lambda x: x.end)
-    return out
+class RunningSet:
+    """Running jobs grouped by node, for reservations. Keep one alive across passes (``add`` /
+    ``remove`` as jobs start and end) and a reservation costs a few nodes' worth of work
+    instead of a walk over every running job. ``Release`` lists are built and sorted lazily per
+    node; an overrun job (expected end in the past) counts as ending ``now``."""
 
-
-class LazyReleases:
-    """Running jobs grouped by node; ``Release`` records are built (and sorted) only for the
-    nodes a reservation actually examines (a pass usually looks at a few)."""
-
-    def __init__(self, running: Sequence[RunningJob], now: float) -> None:
-        self.now = now
-        self._by_node: dict[int, list[RunningJob]] = {}
+    def __init__(self, running: Iterable[RunningJob] = (), base: RunningSet | None = None) -> None:
+        """``base``: a set this one extends without copying or changing it (a pass adds the
+        jobs it starts to an overlay over the caller's set)."""
+        self._base = base
+        self._by_node: dict[int, dict[str, RunningJob]] = {}
+        self._node_of: dict[str, int] = {}
+        self._built: dict[int, list[RunningJob]] = {}
         for r in running:
-            self._by_node.setdefault(r.node_index, []).append(r)
-        self._built: dict[int, list[Release]] = {}
+            self.add(r)
 
     def add(self, r: RunningJob) -> None:
-        self._by_node.setdefault(r.node_index, []).append(r)
+        self._by_node.setdefault(r.node_index, {})[r.spec.id] = r
+        self._node_of[r.spec.id] = r.node_index
         self._built.pop(r.node_index, None)
 
-    def get(self, node: int) -> list[Release]:
+    def remove(self, job_id: str) -> RunningJob:
+        n = self._node_of.pop(job_id)
+        self._built.pop(n, None)
+        return self._by_node[n].pop(job_id)
+
+    def __len__(self) -> int:
+        return len(self._node_of) + (len(self._base) if self._base is not None else 0)
+
+    def __iter__(self) -> Iterator[RunningJob]:
+        if self._base is not None:
+            yield from self._base
+        for d in self._by_node.values():
+            yield from d.values()
+
+    def on_node(self, node: int) -> list[RunningJob]:
+        """Running jobs on ``node`` sorted by expected end."""
         hit = self._built.get(node)
         if hit is None:
-            hit = sorted(
-                (Release.of(r, self.now) for r in self._by_node.get(node, ())),
-                key=lambda x: x.end,
-            )
+            own = list(self._by_node.get(node, {}).values())
+            if self._base is not None:
+                own += self._base.on_node(node)
+            hit = sorted(own, key=lambda r: r.expected_end)
             self._built[node] = hit
         return hit
 
+    def first_end(self, node: int) -> float:
+        jobs = self.on_node(node)
+        return jobs[0].expected_end if jobs else float("inf")
 
-def _fits(spec: JobSpec, free: np.ndarray, mem: np.ndarray, host: float, cpus: float) -> bool:
+    def get(self, node: int, now: float) -> list[Release]:
+        return [Release.of(r, now) for r in self.on_node(node)]
+
+
+def _fits(spec: JobSpec, free, mem, host: float, cpus: float) -> bool:
+    """Plain-Python check on one node's few GPU slots (faster than numpy at this size)."""
     if host < spec.host_mem_gb - EPS or cpus < spec.cpus - EPS:
         return False
     if F.is_fractional(spec):
-        return bool(((free >= spec.gpus - EPS) & (mem >= spec.gpu_mem_gb - EPS)).any())
-    return int(np.count_nonzero(free >= 1.0 - EPS)) >= F.whole_gpus(spec)
+        need, need_mem = spec.gpus - EPS, spec.gpu_mem_gb - EPS
+        return any(f >= need and m >= need_mem for f, m in zip(free, mem, strict=True))
+    return sum(1 for f in free if f >= 1.0 - EPS) >= F.whole_gpus(spec)
+
+
+def _fits_now(spec: JobSpec, view: ClusterView, n: int) -> bool:
+    return _fits(
+        spec,
+        view.gpu_free[n],
+        view.gpu_mem_free_gb[n],
+        float(view.host_mem_free_gb[n]),
+        float(view.cpus_free[n]),
+    )
 
 
 def earliest_start(
     spec: JobSpec, view: ClusterView, node: int, releases: Sequence[Release], now: float
 ) -> float:
     """When ``spec`` could start on ``node`` as running jobs end (inf if never)."""
-    free = view.gpu_free[node].copy()
-    mem = view.gpu_mem_free_gb[node].copy()
+    g = int(view.gpu_total[node])
+    free = view.gpu_free[node, :g].tolist()
+    mem = view.gpu_mem_free_gb[node, :g].tolist()
     host = float(view.host_mem_free_gb[node])
     cpus = float(view.cpus_free[node])
     if _fits(spec, free, mem, host, cpus):
         return now
-    for r in sorted(releases, key=lambda x: x.end):
-        idx = list(r.gpu_indices)
-        free[idx] += r.share
-        mem[idx] += r.gpu_mem_gb
+    for r in releases:  # sorted by end
+        for j in r.gpu_indices:
+            free[j] += r.share
+            mem[j] += r.gpu_mem_gb
         host += r.host_mem_gb
         cpus += r.cpus
         if _fits(spec, free, mem, host, cpus):
@@ -108,20 +140,31 @@ def reserve(
     job_id: str,
     spec: JobSpec,
     view: ClusterView,
-    running: Sequence[RunningJob] | LazyReleases,
+    running: Iterable[RunningJob] | RunningSet,
     *,
     now: float,
     cfg: PolicyConfig,
 ) -> Reservation | None:
     """The earliest (node, start) for the blocked ``spec``; None when no eligible node ever frees
     enough (e.g. every eligible node is cordoned)."""
-    rel = running if isinstance(running, LazyReleases) else LazyReleases(running, now)
-    eligible = F.static_mask(spec, view) & F.f_cordon(spec, view) & F.f_thermal(spec, view, cfg)
+    rel = running if isinstance(running, RunningSet) else RunningSet(running)
+    eligible = np.flatnonzero(
+        F.static_mask(spec, view) & F.f_cordon(spec, view) & F.f_thermal(spec, view, cfg)
+    )
+    # a node that cannot take the job now needs at least its first release: visit nodes by
+    # that lower bound and stop once it is no better than the best exact start found
+    bounds = sorted((max(rel.first_end(int(n)), now), int(n)) for n in eligible)
     best: tuple[float, int] | None = None
-    for n in np.flatnonzero(eligible):
-        t = earliest_start(spec, view, int(n), rel.get(int(n)), now)
-        if t < float("inf") and (best is None or t < best[0]):
-            best = (t, int(n))
+    now_ok = np.flatnonzero(F.dynamic_mask(spec, view, cfg)[eligible])
+    if len(now_ok):
+        best = (now, int(eligible[now_ok[0]]))
+    if best is None:
+        for lb, n in bounds:
+            if lb == float("inf") or (best is not None and lb >= best[0]):
+                break
+            t = earliest_start(spec, view, n, rel.get(n, now), now)
+            if t < float("inf") and (best is None or t < best[0]):
+                best = (t, n)
     if best is None:
         return None
     return Reservation(job_id, best[1], view.node_ids[best[1]], best[0])
@@ -141,19 +184,20 @@ def delays(
     if candidate.end <= reservation.start + EPS:
         return False
     n = reservation.node_index
-    free = view.gpu_free[n].copy()
-    mem = view.gpu_mem_free_gb[n].copy()
-    idx = list(candidate.gpu_indices)
-    free[idx] -= candidate.share
-    mem[idx] -= candidate.gpu_mem_gb
+    g = int(view.gpu_total[n])
+    free = view.gpu_free[n, :g].tolist()
+    mem = view.gpu_mem_free_gb[n, :g].tolist()
+    for j in candidate.gpu_indices:
+        free[j] -= candidate.share
+        mem[j] -= candidate.gpu_mem_gb
     host = float(view.host_mem_free_gb[n]) - candidate.host_mem_gb
     cpus = float(view.cpus_free[n]) - candidate.cpus
-    for r in releases:  # sorted by end (releases_by_node)
+    for r in releases:  # sorted by end (RunningSet.get)
         if r.end > reservation.start + EPS:
             break
-        ridx = list(r.gpu_indices)
-        free[ridx] += r.share
-        mem[ridx] += r.gpu_mem_gb
+        for j in r.gpu_indices:
+            free[j] += r.share
+            mem[j] += r.gpu_mem_gb
         host += r.host_mem_gb
         cpus += r.cpus
     return not _fits(head, free, mem, host, cpus)

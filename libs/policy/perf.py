@@ -77,3 +77,74 @@ def bench_schedule(n_nodes: int = 170, queue_len: int = 500, passes: int = 50) -
 if __name__ == "__main__":
     for n, q in ((20, 50), (170, 100), (170, 1000), (170, 5000)):
         print(f"nodes={n} queue={q}: {bench_schedule(n, q, 30):.0f} passes/s")
+
+
+def bench_replay(n_nodes: int = 170, n_jobs: int = 2000, load: float = 1.1, seed: int = 0) -> dict:
+    """A toy event replay shaped like the simulator's use: Poisson arrivals at ``load`` times
+    the cluster's capacity, a pass on every arrival and finish, ``PendingQueue`` kept
+    incrementally, ``reasons=False``. Returns events/s, passes, placements and peak queue."""
+    import heapq
+
+    from libs.policy.backfill import RunningSet
+    from libs.policy.queue import PendingQueue
+
+    rng = np.random.default_rng(seed)
+    nodes = seed_cluster(int(n_nodes * 6.2))[:n_nodes]
+    view = ClusterView.build(nodes)
+    profiles = ProfileTable.default()
+    cfg = PolicyConfig.default()
+    specs = [_job(rng, i, "j") for i in range(n_jobs)]
+    mean_gpu_s = float(np.mean([s.gpus * s.est_runtime_s for s in specs]))
+    rate = load * view.total_gpus() / mean_gpu_s  # arrivals per second
+    t = 0.0
+    events: list[tuple[float, int, str, int]] = []
+    for i in range(n_jobs):
+        t += float(rng.exponential(1.0 / rate))
+        events.append((t, 1, "arrive", i))
+    heapq.heapify(events)
+    queue = PendingQueue()
+    running: dict[str, object] = {}
+    rset = RunningSet()
+    usage: dict[str, float] = {}
+    n_ev = n_pass = n_place = peak = 0
+    t0 = time.perf_counter()
+    while events:
+        now, _, kind, i = heapq.heappop(events)
+        n_ev += 1
+        spec = specs[i]
+        if kind == "arrive":
+            queue.add(PendingJob(spec, now))
+        else:
+            view.release(running.pop(spec.id))
+            rset.remove(spec.id)
+            usage[spec.tenant] -= spec.gpus
+        res = schedule(
+            queue,
+            view,
+            rset,
+            now=now,
+            tenant_usage=usage,
+            profiles=profiles,
+            cfg=cfg,
+            reasons=False,
+        )
+        n_pass += 1
+        for pj, p in res.assignments:
+            s = pj.spec
+            queue.remove(s.id)
+            alloc = to_allocation(s, p, now)
+            end = now + profiles.runtime_s(s, view.models[view.model_idx[p.node_index]])
+            running[s.id] = alloc
+            rset.add(RunningJob(s, p.node_index, p.gpu_indices, p.gpu_share, end))
+            usage[s.tenant] = usage.get(s.tenant, 0.0) + s.gpus
+            heapq.heappush(events, (end, 0, "finish", int(s.id[1:])))
+            n_place += 1
+        peak = max(peak, len(queue))
+    dt = time.perf_counter() - t0
+    return {
+        "events_per_s": n_ev / dt,
+        "seconds": dt,
+        "passes": n_pass,
+        "placements": n_place,
+        "peak_queue": peak,
+    }

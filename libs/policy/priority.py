@@ -63,6 +63,8 @@ def usage_vector(usage: np.ndarray | float) -> np.ndarray:
 def dominant_share(usage: np.ndarray | float, capacity: np.ndarray) -> float:
     """DRF: the largest share of any resource this usage holds (resources with 0 capacity skip)."""
     cap = np.asarray(capacity, dtype=float)
+    if isinstance(usage, (int, float)) and cap[0] > 0 and float(usage) >= 0:
+        return float(usage) / float(cap[0])  # GPUs only: the GPU share is the dominant one
     u = usage_vector(usage)
     ok = cap > 0
     if not ok.any():

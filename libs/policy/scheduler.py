@@ -44,7 +44,7 @@ def _shape(spec) -> tuple:
 def schedule(
     pending: Sequence[PendingJob],
     view: ClusterView,
-    running: Sequence[RunningJob],
+    running: Sequence[RunningJob] | B.RunningSet,
     *,
     now: float,
     tenant_usage: Mapping[str, np.ndarray | float],
@@ -76,13 +76,16 @@ def schedule(
     mix = SizeMix.from_requests(q.gpus, SizeMix.of(cfg.size_mix))
     ctx: PlaceContext | None = None
     failed: dict[tuple, str] = {}
+    can_ever: dict[tuple, bool] = {}
     head: PendingJob | None = None  # the blocked job backfill protects
     reservation: Reservation | None = None
-    rel: B.LazyReleases | None = None
+    rel: B.RunningSet | None = running if isinstance(running, B.RunningSet) else None
+    rel_owned = False  # True once we copied ``running`` into our own RunningSet
     started: list[RunningJob] = []
     max_whole = int(view.whole_free.max()) if len(view.node_ids) else 0
     max_share = float(view.gpu_free.max()) if view.gpu_free.size else 0.0
     behind_head = 0
+    reserved_tried = False
     order = rr.order
     stop_at = len(order)
     for pos, i in enumerate(order):
@@ -105,18 +108,22 @@ def schedule(
             spec.gpus > max_share + EPS if F.is_fractional(spec) else F.whole_gpus(spec) > max_whole
         ):
             why = "Resources"  # scalar pre-check: larger than any free block
-            if F.never_fits(spec, view.nodes) is not None:
+            ever = can_ever.get(key)
+            if ever is None:
+                ever = can_ever[key] = bool(F.static_mask(spec, view).any())
+            if not ever:
                 why = None  # let place() report the precise never-fits reason
         if why is not None:
             waiting[spec.id] = why
             if head is None and why == "Resources":
                 head = job
-                if cfg.backfill:
-                    rel = B.LazyReleases([*running, *started], now)
-                    reservation = B.reserve(spec.id, spec, view, rel, now=now, cfg=cfg)
             continue
         if ctx is None:
             ctx = PlaceContext.build(view, profiles, cfg, mix)
+        if head is not None and reservation is None and not reserved_tried:
+            reserved_tried = True  # computed only now that a job behind the head may start
+            rel, rel_owned = _running_set(rel, rel_owned, running, started)
+            reservation = B.reserve(head.spec.id, head.spec, view, rel, now=now, cfg=cfg)
         mask = None
         if reservation is not None:
             mask = np.ones(len(view.node_ids), dtype=bool)
@@ -133,7 +140,7 @@ def schedule(
             )
             rj = RunningJob(spec, res.node_index, res.gpu_indices, res.gpu_share, end)
             started.append(rj)
-            if rel is not None:
+            if rel is not None and rel_owned:
                 rel.add(rj)
             max_whole = int(view.whole_free.max())
             max_share = float(view.gpu_free.max())
@@ -143,11 +150,8 @@ def schedule(
             failed[key] = res.reason
         if head is None and res.reason == "Resources":
             head = job
-            if cfg.backfill:
-                rel = B.LazyReleases([*running, *started], now)
-                reservation = B.reserve(spec.id, spec, view, rel, now=now, cfg=cfg)
     if head is not None and reservation is None and want_reservation:
-        rel = rel or B.LazyReleases([*running, *started], now)
+        rel, rel_owned = _running_set(rel, rel_owned, running, started)
         reservation = B.reserve(head.spec.id, head.spec, view, rel, now=now, cfg=cfg)
     if reasons:
         for i in order[stop_at:]:
@@ -155,6 +159,20 @@ def schedule(
             if sid not in waiting:
                 waiting[sid] = "Priority" if head is not None else "Resources"
     return CycleResult(assignments, reservation, waiting, rr.regime, rr)
+
+
+def _running_set(
+    rel: B.RunningSet | None,
+    owned: bool,
+    running: Sequence[RunningJob] | B.RunningSet,
+    started: list[RunningJob],
+) -> tuple[B.RunningSet, bool]:
+    """The running jobs plus those started in this pass, without mutating the caller's set."""
+    if owned and rel is not None:
+        return rel, True
+    if isinstance(running, B.RunningSet):
+        return B.RunningSet(started, base=running), True
+    return B.RunningSet([*running, *started]), True
 
 
 def _try_reserved_node(
@@ -165,7 +183,7 @@ def _try_reserved_node(
     profiles: ProfileTable,
     cfg: PolicyConfig,
     ctx: PlaceContext,
-    rel: B.LazyReleases | None,
+    rel: B.RunningSet | None,
     now: float,
 ) -> Placement | Refusal:
     """Backfill onto the reserved node only if it cannot delay the head job."""
@@ -184,6 +202,8 @@ def _try_reserved_node(
         job.spec.host_mem_gb,
         job.spec.cpus,
     )
-    if B.delays(head.spec, reservation, view, rel.get(n) if rel is not None else [], cand, now=now):
+    if B.delays(
+        head.spec, reservation, view, rel.get(n, now) if rel is not None else [], cand, now=now
+    ):
         return Refusal("Reserved")
     return res
