@@ -1,0 +1,33 @@
+"""NATS + JetStream adapters: typed publish/subscribe, KV with revision checks, leases,
+dead letters, trace-context headers, and the service runtime shell."""
+
+from libs.bus.connection import Bus, Consumer
+from libs.bus.errors import BusError, BusUnavailable, CasConflict, KeyExists
+from libs.bus.kv import Entry, KvWatch, TypedKV
+from libs.bus.lease import Lease, LeaseRecord
+from libs.bus.runtime import (
+    ServiceConfig,
+    ServiceContext,
+    common_arg_parser,
+    run_service,
+    serve,
+)
+
+__all__ = [
+    "Bus",
+    "BusError",
+    "BusUnavailable",
+    "CasConflict",
+    "Consumer",
+    "Entry",
+    "KeyExists",
+    "KvWatch",
+    "Lease",
+    "LeaseRecord",
+    "ServiceConfig",
+    "ServiceContext",
+    "TypedKV",
+    "common_arg_parser",
+    "run_service",
+    "serve",
+]

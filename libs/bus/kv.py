@@ -1,0 +1,174 @@
+"""A typed view of a JetStream KV bucket, with revisions for compare-and-set.
+
+Why revisions are exposed: the placer is the only writer of the ledger, but a restarted or standby
+placer must never overwrite an allocation it did not see. ``update(key, value, revision)`` fails
+with ``CasConflict`` when someone wrote in between, so a stale writer re-reads instead of
+double-booking a GPU.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Generic, TypeVar
+
+import msgspec
+import nats.js.errors
+from nats.js.kv import KeyValue
+
+from libs.bus.errors import CasConflict, KeyExists
+
+if TYPE_CHECKING:
+    from libs.bus.connection import Bus
+
+T = TypeVar("T")
+
+_DELETE_OPS = ("DEL", "PURGE")
+
+
+@dataclass(frozen=True)
+class Entry(Generic[T]):
+    value: T
+    revision: int
+
+
+class KvWatch:
+    """A running watch; ``stop()`` ends it."""
+
+    def __init__(self, watcher: Any, task: asyncio.Task[None]) -> None:
+        self._watcher = watcher
+        self.task = task
+
+    async def stop(self) -> None:
+        self.task.cancel()
+        with contextlib.suppress(asyncio.CancelledError, Exception):
+            await self.task
+        with contextlib.suppress(Exception):
+            await self._watcher.stop()
+
+
+class TypedKV(Generic[T]):
+    """Values of ``type_`` (a msgspec Struct) stored as JSON under string keys.
+
+    A stored value that does not decode is dead-lettered (once per revision, thanks to the
+    Nats-Msg-Id dedupe) and treated as absent, so one bad record cannot stop a reader.
+    """
+
+    def __init__(self, bus: Bus, raw: KeyValue, bucket: str, type_: type[T]) -> None:
+        self.bus = bus
+        self.raw = raw
+        self.bucket = bucket
+        self.type_ = type_
+        self._decoder = msgspec.json.Decoder(type_)
+
+    async def _decode(self, key: str, data: bytes | None, revision: int) -> T | None:
+        try:
+            return self._decoder.decode(data or b"")
+        except (msgspec.DecodeError, msgspec.ValidationError) as exc:
+            await self.bus.dead_letter(
+                f"$KV.{self.bucket}.{key}",
+                data or b"",
+                f"decode: {exc}",
+                pattern=f"kv.{self.bucket}",
+                msg_id=f"kv-{self.bucket}-{key}-{revision}",
+            )
+            return None
+
+    async def get(self, key: str) -> Entry[T] | None:
+        """The current value and its revision; None when absent, deleted or undecodable."""
+        try:
+            e = await self.raw.get(key)
+        except nats.js.errors.KeyNotFoundError:
+            return None
+        value = await self._decode(key, e.value, e.revision)
+        return None if value is None else Entry(value, e.revision)
+
+    async def put(self, key: str, value: T) -> int:
+        """Unconditional write; returns the new revision."""
+        return await self.raw.put(key, msgspec.json.encode(value))
+
+    async def create(self, key: str, value: T) -> int:
+        """Write only if ``key`` has no value (a deleted key counts as absent)."""
+        try:
+            return await self.raw.create(key, msgspec.json.encode(value))
+        except nats.js.errors.KeyWrongLastSequenceError as exc:
+            raise KeyExists(f"{self.bucket}/{key} already exists") from exc
+
+    async def update(self, key: str, value: T, revision: int) -> int:
+        """Compare-and-set: write only if ``revision`` is still the latest for ``key``."""
+        try:
+            return await self.raw.update(key, msgspec.json.encode(value), last=revision)
+        except nats.js.errors.KeyWrongLastSequenceError as exc:
+            raise CasConflict(
+                f"{self.bucket}/{key}: revision {revision} is no longer the latest"
+            ) from exc
+
+    async def delete(self, key: str, revision: int | None = None) -> None:
+        """Delete ``key`` (a tombstone that watchers see); with ``revision``, only if it is still
+        the latest (``CasConflict`` otherwise)."""
+        try:
+            await self.raw.delete(key, last=revision)
+        except nats.js.errors.KeyWrongLastSequenceError as exc:
+            raise CasConflict(
+                f"{self.bucket}/{key}: revision {revision} is no longer the latest"
+            ) from exc
+
+    async def items(self) -> dict[str, Entry[T]]:
+        """Every current (decodable) value. An empty bucket gives {}."""
+        watcher = await self.raw.watchall(ignore_deletes=True)
+        out: dict[str, Entry[T]] = {}
+        try:
+            async for e in watcher:
+                if e is None:  # the "initial values done" marker
+                    break
+                value = await self._decode(e.key, e.value, e.revision)
+                if value is not None:
+                    out[e.key] = Entry(value, e.revision)
+        finally:
+            with contextlib.suppress(Exception):
+                await watcher.stop()
+        return out
+
+    async def watch(
+        self,
+        handler: Callable[[str, T | None], Awaitable[None]],
+        *,
+        key: str = ">",
+        include_current: bool = True,
+    ) -> KvWatch:
+        """Call ``handler(key, value)`` for every change (value None = deleted), in order.
+
+        With ``include_current`` the current value of each key is delivered first, so a reader
+        can build its state from the watch alone. A handler exception is logged; the watch goes
+        on.
+        """
+        watcher = await self.raw.watch(key)
+        log = self.bus.log.bind(bucket=self.bucket)
+
+        async def loop() -> None:
+            initial = True
+            async for e in watcher:
+                if e is None:
+                    initial = False
+                    continue
+                if initial and not include_current:
+                    continue
+                if e.operation in _DELETE_OPS:
+                    value: T | None = None
+                else:
+                    value = await self._decode(e.key, e.value, e.revision)
+                    if value is None:
+                        continue
+                try:
+                    await handler(e.key, value)
+                except asyncio.CancelledError:
+                    raise
+                except Exception as exc:
+                    log.exception("kv_watch_handler_failed", key=e.key, error=repr(exc))
+
+        task = asyncio.create_task(loop(), name=f"kv-watch:{self.bucket}")
+        handle = KvWatch(watcher, task)
+        self.bus._track_watcher(handle)
+        return handle

@@ -1,0 +1,124 @@
+"""Typed KV with revisions, watch, dead-lettering of bad values, and the lease."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from libs.bus import Bus, CasConflict, KeyExists, Lease, LeaseRecord
+from proto import subjects
+from proto.decisions import DeadLetter
+from proto.nodes import NodeSpec
+from tests.bus.conftest import wait_for
+
+
+def _node(node_id: str, gpus: int = 4) -> NodeSpec:
+    return NodeSpec(
+        id=node_id,
+        gpu_model="t4",
+        gpu_count=gpus,
+        gpu_mem_gb=16,
+        host_mem_gb=128,
+        cpus=32,
+        idle_power_w=10,
+        max_power_w=70,
+    )
+
+
+async def test_get_put_create_update_delete(bus: Bus) -> None:
+    kv = await bus.kv(subjects.KV_NODES, NodeSpec)
+    assert await kv.get("n1") is None
+    assert await kv.items() == {}
+    rev1 = await kv.create("n1", _node("n1"))
+    with pytest.raises(KeyExists):
+        await kv.create("n1", _node("n1", 8))
+    entry = await kv.get("n1")
+    assert entry is not None and entry.value == _node("n1") and entry.revision == rev1
+    rev2 = await kv.update("n1", _node("n1", 8), rev1)
+    assert rev2 > rev1
+    with pytest.raises(CasConflict):
+        await kv.update("n1", _node("n1", 2), rev1)  # stale revision
+    assert (await kv.get("n1")).value.gpu_count == 8  # type: ignore[union-attr]
+    await kv.put("n2", _node("n2"))
+    items = await kv.items()
+    assert set(items) == {"n1", "n2"} and items["n1"].revision == rev2
+    await kv.delete("n1")
+    assert await kv.get("n1") is None
+    assert set(await kv.items()) == {"n2"}
+    await kv.create("n1", _node("n1"))  # a deleted key may be created again
+
+
+async def test_undecodable_value_is_dead_lettered_and_skipped(bus: Bus) -> None:
+    letters: list[DeadLetter] = []
+
+    async def on_letter(d: DeadLetter) -> None:
+        letters.append(d)
+
+    await bus.consume(subjects.STREAM_DLQ, subjects.dlq(bus.service), DeadLetter, on_letter)
+    kv = await bus.kv(subjects.KV_NODES, NodeSpec)
+    await kv.put("good", _node("good"))
+    await kv.raw.put("bad", b'{"id": 1}')
+    assert set(await kv.items()) == {"good"}
+    assert await kv.get("bad") is None
+    await wait_for(lambda: len(letters) >= 1, what="dead letter for the bad value")
+    await asyncio.sleep(0.1)
+    assert len(letters) == 1  # same revision read twice: deduplicated
+    assert letters[0].subject == "$KV.nodes.bad" and letters[0].data == b'{"id": 1}'
+
+
+async def test_watch_sees_current_values_updates_and_deletes(bus: Bus) -> None:
+    kv = await bus.kv(subjects.KV_NODES, NodeSpec)
+    await kv.put("a", _node("a"))
+    seen: list[tuple[str, int | None]] = []
+
+    async def on_change(key: str, value: NodeSpec | None) -> None:
+        seen.append((key, value.gpu_count if value else None))
+
+    watch = await kv.watch(on_change)
+    await kv.put("b", _node("b", 2))
+    await kv.delete("a")
+    await wait_for(lambda: len(seen) == 3, what="three changes")
+    assert seen == [("a", 4), ("b", 2), ("a", None)]
+    await watch.stop()
+
+
+async def test_lease_second_holder_waits_until_release(bus: Bus) -> None:
+    kv = await bus.kv(subjects.KV_LEASES, LeaseRecord)
+    first = Lease(kv, "placer", "p1", ttl_s=2.0, poll_s=0.05)
+    second = Lease(kv, "placer", "p2", ttl_s=2.0, poll_s=0.05)
+    await first.acquire()
+    assert first.is_held
+    waiter = asyncio.create_task(second.acquire())
+    await asyncio.sleep(0.3)
+    assert not waiter.done() and not second.is_held
+    await first.release()
+    await asyncio.wait_for(waiter, 5.0)
+    assert second.is_held and not first.is_held
+    await second.release()
+
+
+async def test_lease_is_taken_over_after_expiry_and_old_holder_learns(bus: Bus) -> None:
+    kv = await bus.kv(subjects.KV_LEASES, LeaseRecord)
+    first = Lease(kv, "placer", "p1", ttl_s=0.6, poll_s=0.05)
+    assert await first.try_acquire()  # held, but nobody renews it (a crashed holder)
+    second = Lease(kv, "placer", "p2", ttl_s=0.6, poll_s=0.05)
+    assert not await second.try_acquire()
+    await asyncio.wait_for(second.acquire(), 5.0)
+    assert second.is_held
+    assert not first.is_held  # its own expiry passed
+    assert not await first.renew()  # CAS on its stale revision fails
+    assert first.lost.is_set()
+    await second.release()
+
+
+async def test_renewal_keeps_the_lease(bus: Bus) -> None:
+    kv = await bus.kv(subjects.KV_LEASES, LeaseRecord)
+    holder = Lease(kv, "placer", "p1", ttl_s=0.6, poll_s=0.05)
+    await holder.acquire()
+    other = Lease(kv, "placer", "p2", ttl_s=0.6, poll_s=0.05)
+    for _ in range(8):  # well past the ttl
+        await asyncio.sleep(0.15)
+        assert not await other.try_acquire()
+    assert holder.is_held
+    await holder.release()
