@@ -13,7 +13,7 @@ oversubscribe it, and the executor then fails the job with OOM. GPU *shares* may
 from __future__ import annotations
 
 from collections.abc import Collection, Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -46,6 +46,8 @@ class ClusterView:
     cordoned: np.ndarray  # bool[N]
     idle_power_w: np.ndarray  # float[N] per GPU
     max_power_w: np.ndarray  # float[N] per GPU
+    # memo of shape-only results (static filter masks): node specs never change in a view
+    static_cache: dict = field(default_factory=dict, repr=False, compare=False)
 
     @classmethod
     def build(
@@ -195,6 +197,7 @@ class ClusterView:
     def copy(self) -> ClusterView:
         """A deep copy of the mutable arrays (specs are shared): for what-if planning."""
         c = ClusterView(**{f: getattr(self, f) for f in self.__dataclass_fields__})
+        c.static_cache = self.static_cache  # same specs: the memo stays valid
         for f in (
             "gpu_free",
             "gpu_mem_free_gb",

@@ -99,9 +99,16 @@ STATIC: tuple[tuple[str, StaticFilter], ...] = (
 
 
 def static_mask(spec: JobSpec, view: ClusterView) -> np.ndarray:
-    m = np.ones(len(view.node_ids), dtype=bool)
-    for _, f in STATIC:
-        m &= f(spec, view)
+    """Nodes whose shape could ever hold ``spec`` (memoised per request shape on the view;
+    treat the result as read-only)."""
+    key = (spec.gpus, spec.gpu_mem_gb, spec.host_mem_gb, spec.cpus, spec.constraints)
+    m = view.static_cache.get(key)
+    if m is None:
+        m = np.ones(len(view.node_ids), dtype=bool)
+        for _, f in STATIC:
+            m &= f(spec, view)
+        m.setflags(write=False)
+        view.static_cache[key] = m
     return m
 
 

@@ -11,7 +11,7 @@ job takes the best-fit GPU (the one with the least free share that still fits), 
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -49,7 +49,6 @@ class PlaceContext:
 
     tables: ModelTables
     mix: SizeMix
-    static: dict = field(default_factory=dict)  # request shape -> static node mask (per pass)
 
     @classmethod
     def build(
@@ -90,10 +89,7 @@ def place(
     """Best node for ``spec`` now, or why none. ``mask`` (bool[N]) further restricts nodes
     (the scheduler uses it to keep backfill off a reserved node)."""
     ctx = ctx or PlaceContext.build(view, profiles, cfg)
-    key = (spec.gpus, spec.gpu_mem_gb, spec.host_mem_gb, spec.cpus, spec.constraints)
-    static = ctx.static.get(key)
-    if static is None:
-        static = ctx.static[key] = F.static_mask(spec, view)
+    static = F.static_mask(spec, view)
     feasible = static & F.dynamic_mask(spec, view, cfg)
     if mask is not None:
         feasible &= mask

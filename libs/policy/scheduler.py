@@ -62,6 +62,16 @@ def schedule(
     if not pending:
         return CycleResult([], None, {}, regime(load, cfg))
     q = QueueArrays.from_jobs(pending)
+    max_whole = int(view.whole_free.max()) if len(view.node_ids) else 0
+    max_share = float(view.gpu_free.max()) if view.gpu_free.size else 0.0
+    frac = q.gpus < 1.0 - EPS
+    fits_somewhere = (frac & (q.gpus <= max_share + EPS)).any() or (
+        ~frac & (q.gpus <= max_whole + EPS)
+    ).any()
+    if not fits_somewhere and not want_reservation:
+        # no request fits in the largest free block: nothing can start, skip ranking
+        waiting = {p.spec.id: "Resources" for p in pending} if reasons else {}
+        return CycleResult([], None, waiting, regime(load, cfg), None)
     rr = rank_arrays(
         q,
         now=now,
@@ -82,8 +92,6 @@ def schedule(
     rel: B.RunningSet | None = running if isinstance(running, B.RunningSet) else None
     rel_owned = False  # True once we copied ``running`` into our own RunningSet
     started: list[RunningJob] = []
-    max_whole = int(view.whole_free.max()) if len(view.node_ids) else 0
-    max_share = float(view.gpu_free.max()) if view.gpu_free.size else 0.0
     behind_head = 0
     reserved_tried = False
     order = rr.order
