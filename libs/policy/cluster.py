@@ -145,22 +145,28 @@ class ClusterView:
         self._apply(i, list(a.gpu_indices), a.gpu_share, a.gpu_mem_gb, a.host_mem_gb, a.cpus)
 
     def _apply(self, i: int, idx: list[int], share: float, mem: float, host: float, cpu: float):
+        # plain-Python loops: a job touches at most Gmax slots, where numpy calls cost more
         if idx:
             row = self.gpu_free[i]
-            row[idx] += share
             mrow = self.gpu_mem_free_gb[i]
-            mrow[idx] += mem
-            if share > 0:  # snap rounding noise back to the exact capacity
-                row[idx] = np.where(row[idx] > 1.0 - EPS, 1.0, row[idx])
-                cap = self.gpu_mem_gb[i]
-                mrow[idx] = np.where(np.abs(mrow[idx] - cap) < 1e-6, cap, mrow[idx])
+            cap = float(self.gpu_mem_gb[i])
+            for j in idx:
+                v = float(row[j]) + share
+                m = float(mrow[j]) + mem
+                if share > 0:  # snap rounding noise back to the exact capacity
+                    v = 1.0 if v > 1.0 - EPS else v
+                    m = cap if abs(m - cap) < 1e-6 else m
+                row[j] = v
+                mrow[j] = m
             self.whole_free[i] = int(np.count_nonzero(row >= 1.0 - EPS))
-        self.host_mem_free_gb[i] += host
-        self.cpus_free[i] += cpu
-        if host > 0 and abs(self.host_mem_free_gb[i] - self.host_mem_gb[i]) < 1e-6:
-            self.host_mem_free_gb[i] = self.host_mem_gb[i]
-        if cpu > 0 and abs(self.cpus_free[i] - self.cpus[i]) < 1e-6:
-            self.cpus_free[i] = self.cpus[i]
+        h = float(self.host_mem_free_gb[i]) + host
+        c = float(self.cpus_free[i]) + cpu
+        if host > 0 and abs(h - self.host_mem_gb[i]) < 1e-6:
+            h = float(self.host_mem_gb[i])
+        if cpu > 0 and abs(c - self.cpus[i]) < 1e-6:
+            c = float(self.cpus[i])
+        self.host_mem_free_gb[i] = h
+        self.cpus_free[i] = c
 
     def set_cordoned(self, node_id: str, value: bool = True) -> None:
         self.cordoned[self.index[node_id]] = value

@@ -45,9 +45,20 @@ class SizeMix:
         g = np.asarray(gpus, dtype=float)
         if g.size == 0:
             return fallback
-        g = np.where(g < 1.0, np.minimum(np.ceil(g * 10.0 - 1e-6) / 10.0, 1.0), np.round(g))
-        s, c = np.unique(g, return_counts=True)
-        return cls(s, c / c.sum())
+        # codes 1..10 = tenths of a GPU, 10 + k = k whole GPUs (a histogram beats np.unique)
+        code = np.where(g < 1.0, np.clip(np.ceil(g * 10.0 - 1e-6), 1, 10), 10 + np.round(g)).astype(
+            np.int64
+        )
+        counts = np.bincount(code)
+        nz = np.flatnonzero(counts)
+        sizes = np.where(nz <= 10, nz / 10.0, nz - 10.0)
+        sizes = np.where(nz == 10, 1.0, sizes)
+        c = counts[nz].astype(float)
+        if (nz == 10).any() and (nz == 11).any():  # a "1.0" fraction is one whole GPU
+            c[nz == 11] += c[nz == 10]
+            keep = nz != 10
+            sizes, c = sizes[keep], c[keep]
+        return cls(sizes, c / c.sum())
 
 
 @dataclass(frozen=True, slots=True)
@@ -59,6 +70,16 @@ class ModelTables:
 
     @classmethod
     def build(cls, view: ClusterView, profiles: ProfileTable) -> ModelTables:
+        """Memoised on the view for the same ``profiles`` object (both are fixed per pass)."""
+        hit = view.static_cache.get("model_tables")
+        if hit is not None and hit[0] is profiles:
+            return hit[1]
+        tables = cls._build(view, profiles)
+        view.static_cache["model_tables"] = (profiles, tables)
+        return tables
+
+    @classmethod
+    def _build(cls, view: ClusterView, profiles: ProfileTable) -> ModelTables:
         nodes_by_model = {}
         for nd in view.nodes:
             nodes_by_model.setdefault(nd.gpu_model, nd)
@@ -113,7 +134,8 @@ def s_energy(view: ClusterView, nodes: np.ndarray, cls_i: int, tables: ModelTabl
 
 def s_pack(before: np.ndarray, after: np.ndarray, mix: SizeMix) -> tuple[np.ndarray, np.ndarray]:
     """(score, fragmentation growth): least growth of expected fragmentation scores 1."""
-    growth = fragmentation(after, mix) - fragmentation(before, mix)
+    both = fragmentation(np.concatenate([after, before]), mix)
+    growth = both[: len(after)] - both[len(after) :]
     return normalize_higher_better(-growth), growth
 
 
