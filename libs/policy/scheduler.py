@@ -9,7 +9,11 @@ jobs whose request exceeds the largest free block are refused with scalar checks
 request shape that failed once in a pass is not tried again (the pass only takes resources, so
 it cannot fit later in the same pass), backfill looks at most ``cfg.backfill_depth`` jobs below
 the head, and the reservation is only computed when a backfill decision needs it (or when
-``want_reservation``).
+``want_reservation``). When no pending request fits the largest free block at all, the pass
+returns at once without ranking (``CycleResult.rank`` is None, every job waits on "Resources").
+
+For long replays keep a ``PendingQueue`` (libs.policy.queue) and a ``RunningSet``
+(libs.policy.backfill) alive across passes and pass ``reasons=False``.
 """
 
 from __future__ import annotations
