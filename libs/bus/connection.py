@@ -12,7 +12,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
@@ -44,6 +44,37 @@ DUPLICATE_WINDOW_S = 600.0  # Nats-Msg-Id dedupe horizon: a retry within 10 min 
 _STREAM_NAME_IN_USE = 10058
 
 _OK, _DEAD, _FAILED = "ok", "dead", "failed"
+
+Decode = Callable[[str, bytes], Any]
+
+
+def subject_matches(pattern: str, subject: str) -> bool:
+    """NATS wildcard match: ``*`` is one token, a final ``>`` is one or more tokens."""
+    p, s = pattern.split("."), subject.split(".")
+    for i, tok in enumerate(p):
+        if tok == ">":
+            return len(s) > i
+        if i >= len(s) or (tok != "*" and tok != s[i]):
+            return False
+    return len(p) == len(s)
+
+
+def make_decoder(type_: Any) -> Decode:
+    """``type_`` is one type for every subject, or a mapping ``{subject pattern: type}`` for a
+    subscription whose subjects carry different messages (``node.<n>.run`` vs ``.kill``): the
+    first matching pattern decides. A subject no pattern matches is a decode error."""
+    if isinstance(type_, Mapping):
+        table = [(pat, msgspec.json.Decoder(t)) for pat, t in type_.items()]
+
+        def by_subject(subject: str, data: bytes) -> Any:
+            for pat, dec in table:
+                if subject_matches(pat, subject):
+                    return dec.decode(data)
+            raise msgspec.DecodeError(f"no message type for subject {subject!r}")
+
+        return by_subject
+    decoder = msgspec.json.Decoder(type_)
+    return lambda _subject, data: decoder.decode(data)
 
 
 @dataclass
@@ -244,8 +275,8 @@ class Bus:
         queue: str | None = None,
     ) -> Subscription:
         """Core NATS subscription (no redelivery: for telemetry and pokes). Handlers of one
-        subscription run one at a time, in order."""
-        decoder = msgspec.json.Decoder(type_)
+        subscription run one at a time, in order. ``type_``: see ``make_decoder``."""
+        decoder = make_decoder(type_)
 
         async def on_msg(msg: Msg) -> None:
             await self._dispatch(subject, decoder, handler, msg)
@@ -274,7 +305,7 @@ class Bus:
         message nak'ed with a growing delay; after ``max_deliver`` failed attempts it is
         dead-lettered (so it is never lost and never loops forever). ``durable`` consumers keep
         their position on the server across restarts; ``deliver_all`` replays the stream from
-        its start on first creation (else only new messages).
+        its start on first creation (else only new messages). ``type_``: see ``make_decoder``.
         """
         config = api.ConsumerConfig(
             ack_policy=api.AckPolicy.EXPLICIT,
@@ -285,7 +316,7 @@ class Bus:
             inactive_threshold=None if durable else 300.0,
         )
         psub = await self.js.pull_subscribe(subject, durable=durable, stream=stream, config=config)
-        decoder = msgspec.json.Decoder(type_)
+        decoder = make_decoder(type_)
         task = asyncio.create_task(
             self._pull_loop(psub, subject, decoder, handler, max_deliver, retry_delay_s, batch),
             name=f"consume:{stream}:{subject}",
@@ -298,7 +329,7 @@ class Bus:
         self,
         psub: Any,
         pattern: str,
-        decoder: msgspec.json.Decoder[Any],
+        decoder: Decode,
         handler: Callable[[Any], Awaitable[None]],
         max_deliver: int,
         retry_delay_s: float,
@@ -326,7 +357,7 @@ class Bus:
         self,
         msg: Msg,
         pattern: str,
-        decoder: msgspec.json.Decoder[Any],
+        decoder: Decode,
         handler: Callable[[Any], Awaitable[None]],
         max_deliver: int,
         retry_delay_s: float,
@@ -355,14 +386,14 @@ class Bus:
     async def _dispatch(
         self,
         pattern: str,
-        decoder: msgspec.json.Decoder[Any],
+        decoder: Decode,
         handler: Callable[[Any], Awaitable[None]],
         msg: Msg,
     ) -> tuple[str, str]:
         """Decode, then run ``handler`` in a span parented by the message's trace context.
         Returns (outcome, error text); never raises (except cancellation)."""
         try:
-            value = decoder.decode(msg.data)
+            value = decoder(msg.subject, msg.data)
         except (msgspec.DecodeError, msgspec.ValidationError) as exc:
             await self.dead_letter(msg.subject, msg.data, f"decode: {exc}", pattern=pattern)
             return _DEAD, str(exc)
