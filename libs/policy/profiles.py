@@ -189,13 +189,16 @@ class ProfileTable:
             a_speed = anchor.speed if anchor is not None else ref_speed
             a_power = anchor.power_w if anchor is not None else ref_power
             ratio = _spec_ratio(spec, aspec, cls_)
-            power = a_power * spec.tdp_w / aspec.tdp_w
+            # same busy fraction of TDP as the anchor, kept within [idle, TDP] of this model
+            power = _clamp_power(a_power * spec.tdp_w / aspec.tdp_w, spec.idle_w, spec.tdp_w)
             src = f"estimated: datasheet ratio to {anchor_model}"
             return ProfileEntry(a_speed * ratio, power, src, True)
         if node is not None and node.max_power_w > 0 and ref is not None:
             # unknown model: scale by board power (a proxy for compute), capped, never above 4x
             ratio = min(4.0, max(0.1, (node.max_power_w / ref.tdp_w) ** 0.8))
-            power = node.max_power_w * _DEFAULT_BUSY_FRACTION
+            power = _clamp_power(
+                node.max_power_w * _DEFAULT_BUSY_FRACTION, node.idle_power_w, node.max_power_w
+            )
             return ProfileEntry(
                 ref_speed * ratio, power, "estimated: node max_power_w vs reference", True
             )
@@ -236,6 +239,11 @@ class ProfileTable:
             speed, old.power_w, f"observed (ewma {alpha:g}) over {old.source}", False
         )
         return ProfileTable(MappingProxyType(new), self.idle_w, self.reference_model)
+
+
+def _clamp_power(power_w: float, idle_w: float, tdp_w: float) -> float:
+    """Busy power never below idle (a running job adds load) nor above the board limit."""
+    return min(max(power_w, idle_w), max(tdp_w, idle_w))
 
 
 def _spec_ratio(spec: GpuModelSpec, ref: GpuModelSpec, cls_: str) -> float:

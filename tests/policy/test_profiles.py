@@ -8,18 +8,63 @@ import pytest
 
 from libs.policy.energy import energy_per_work_j, job_energy_kwh
 from libs.policy.profiles import DATA_FILE, REFERENCE_MODEL, ProfileTable
+from proto.gpus import CATALOG
 from proto.jobs import WORKLOAD_CLASSES, JobSpec
 from proto.nodes import NodeSpec
 
 P = ProfileTable.default()
 
 
-def test_seed_facts_a100_vs_t4_on_resnet50():
-    assert P.speed("a100-80gb", "cnn") / P.speed("t4", "cnn") == pytest.approx(2.3, abs=0.15)
-    assert P.power_w("a100-80gb", "cnn") / P.power_w("t4", "cnn") == pytest.approx(1.58, abs=0.15)
+def test_a100_vs_t4_on_resnet50_speed_power_and_energy():
+    """Measured speed A100/T4 on cnn (Sia, ResNet-50 at batch 81) = 1.199/0.512 = 2.34, as the
+    seed says. Busy power is TDP x the Zeus cnn busy fraction (0.844) for both: A100 338 W, T4
+    59 W, a ratio of 5.7 (NOT the seed's per-GPU 1.58x, which would put an A100 at ~110 W, its
+    idle-to-light-load range). Energy per unit of work A100/T4 = 5.7 / 2.34 = 2.4: the T4 is
+    the greener GPU for ResNet-50 work, the A100 the faster one."""
+    speed = P.speed("a100-80gb", "cnn") / P.speed("t4", "cnn")
+    assert speed == pytest.approx(2.3, abs=0.15)
     assert not P.is_estimated("a100-80gb", "cnn") and not P.is_estimated("t4", "cnn")
-    # so the A100 is the greener place for ResNet-50 work
-    assert energy_per_work_j("a100-80gb", "cnn", P) < energy_per_work_j("t4", "cnn", P)
+    power = P.power_w("a100-80gb", "cnn") / P.power_w("t4", "cnn")
+    assert 4.0 < power < 7.0
+    epw = energy_per_work_j("a100-80gb", "cnn", P) / energy_per_work_j("t4", "cnn", P)
+    assert epw == pytest.approx(power / speed)
+    assert 1.5 < epw < 3.5
+
+
+def test_busy_power_lies_between_idle_and_tdp_for_every_model_and_class():
+    for model, spec in CATALOG.items():
+        for c in WORKLOAD_CLASSES:
+            w = P.power_w(model, c)
+            assert P.idle_power_w(model) <= w <= spec.tdp_w, (model, c, w)
+
+
+def test_busy_power_is_ordered_like_the_hardware():
+    for c in ("cnn", "transformer", "rnn", "other"):
+        a100 = P.power_w("a100-80gb", c)
+        assert a100 > 0.8 * P.power_w("v100-32gb", c)
+        assert a100 > P.power_w("t4", c)
+        assert P.power_w("h100", c) > a100
+    # same rule for every model: busy power / TDP depends on the class only (when unclamped)
+    for c in ("cnn", "transformer"):
+        fr = {m: P.power_w(m, c) / CATALOG[m].tdp_w for m in ("t4", "v100-32gb", "a100-80gb")}
+        assert max(fr.values()) - min(fr.values()) < 1e-3
+
+
+def test_a100_busy_power_agrees_with_acme_busy_samples():
+    """Acme's A100 LLM clusters: busy samples (>= 2 x idle) have a median near the derived
+    transformer figure; the fleet median (idle GPUs included) is far below any busy figure."""
+    acme = json.loads(DATA_FILE.read_text())["cross_check"]["acme_a100"]
+    w = P.power_w("a100-80gb", "transformer")
+    assert acme["busy_p25_w"] <= w <= acme["busy_p75_w"]
+    assert w == pytest.approx(acme["busy_median_w"], rel=0.1)
+    assert acme["fleet_median_w"] < 0.5 * P.power_w("a100-80gb", "cnn")
+
+
+def test_recommendation_power_is_light_but_above_idle():
+    # Zeus ncf runs barely load the GPU; that stays, floored at idle power
+    for m in ("t4", "v100-32gb", "a100-80gb", "k80"):
+        w = P.power_w(m, "recommendation")
+        assert P.idle_power_w(m) <= w < P.power_w(m, "cnn")
 
 
 def test_reference_is_one_and_every_entry_has_provenance():
@@ -56,6 +101,7 @@ def test_estimate_for_a_model_the_catalog_does_not_know():
     assert t.is_estimated("h900", "cnn") and "max_power_w" in t.source("h900", "cnn")
     assert t.speed("h900", "cnn") > P.speed("no-such-gpu", "cnn")  # beats the blind default
     assert t.idle_power_w("h900") == 90
+    assert 90 <= t.power_w("h900", "cnn") <= 1000  # within the node's idle and max power
     assert t.estimate_for(node) is t  # nothing left to add
     spec = JobSpec(id="j", est_runtime_s=3600, workload_class="cnn")
     assert t.runtime_s(spec, "h900") == pytest.approx(3600 / t.speed("h900", "cnn"))
