@@ -1,0 +1,1 @@
+"""Telemetry: publishes each node's spec and GPU readings (simulated or from NVML)."""
