@@ -166,7 +166,7 @@ class SimCluster:
         mem_need = spec.gpu_mem_gb if check_memory else 0.0
         if spec.gpus < 1.0:
             return self._fit_fraction(spec, mask, mem_need)
-        need = int(round(spec.gpus))
+        need = round(spec.gpus)
         host_ok = (self.host_free_gb >= spec.host_mem_gb - EPS) & (
             self.cpus_free >= spec.cpus - EPS
         )
@@ -261,7 +261,7 @@ class SimCluster:
             return bool(
                 np.any(mask & (self.host_mem_gb >= spec.host_mem_gb) & (self.cpus >= spec.cpus))
             )
-        need = int(round(spec.gpus))
+        need = round(spec.gpus)
         single = mask & (self.gpu_count >= need)
         single &= (self.host_mem_gb >= spec.host_mem_gb) & (self.cpus >= spec.cpus)
         if single.any():

@@ -121,6 +121,7 @@ class Engine:
         self.queue: dict[int, SimJob] = {}
         self.running: dict[int, SimJob] = {}
         self._need: Counter[float] = Counter()  # GPUs asked by pending jobs
+        self._shapes: Counter[tuple[float, float]] = Counter()  # (GPUs, GPU memory) pending
         self.pending_gpus = 0.0
         self._heap: list[tuple[float, int, int, int, int]] = []
         self._seq = 0
@@ -136,6 +137,7 @@ class Engine:
         job.enqueue_s = now
         self.queue[job.idx] = job
         self._need[job.spec.gpus] += 1
+        self._shapes[(job.spec.gpus, job.spec.gpu_mem_gb)] += 1
         self.pending_gpus += job.spec.gpus
         self.policy.enqueued(job, now)
 
@@ -144,6 +146,10 @@ class Engine:
         self._need[job.spec.gpus] -= 1
         if self._need[job.spec.gpus] == 0:
             del self._need[job.spec.gpus]
+        key = (job.spec.gpus, job.spec.gpu_mem_gb)
+        self._shapes[key] -= 1
+        if self._shapes[key] == 0:
+            del self._shapes[key]
         self.pending_gpus -= job.spec.gpus
 
     def _terminate(self, job: SimJob, state: str, now: float, reason: str = "") -> None:
@@ -285,8 +291,10 @@ class Engine:
                 wake |= self._handle(t, kind, idx, token)
             if wake and self._placeable():
                 passes += 1
-                running = list(self.running.values())
-                chosen = self.policy.schedule(list(self.queue.values()), self.cluster, running, t)
+                # dict views (ordered, sized, iterable): a policy that ignores them pays nothing
+                chosen = self.policy.schedule(
+                    self.queue.values(), self.cluster, self.running.values(), t
+                )
                 for job, allocs in chosen:
                     self._start(job, allocs, t)
             if not heap and self.queue:
@@ -340,8 +348,7 @@ class Engine:
         spare_mem = (c.gpu_mem_gb[:, None] - c.mem_used_gb).max(axis=1)
         usable = np.zeros(len(c.nodes), dtype=bool)
         widest = int(c.gpu_count.max())
-        shapes = {(j.spec.gpus, j.spec.gpu_mem_gb) for j in self.queue.values()}
-        for gpus, mem in shapes:
+        for gpus, mem in self._shapes:
             if gpus < 1.0:
                 usable |= (max_frac >= gpus - EPS) & (spare_mem >= mem - EPS)
             elif gpus <= widest:
@@ -358,5 +365,5 @@ def simulate(
     profiles: Any,
     **kwargs: Any,
 ) -> SimResult:
-    """Run ``policy`` over ``trace_jobs`` (each with ``spec``, ``submit_s``, ``runtime_by_model``)."""
+    """Run ``policy`` over ``trace_jobs`` (each: ``spec``, ``submit_s``, ``runtime_by_model``)."""
     return Engine(trace_jobs, nodes, policy, profiles, **kwargs).run()

@@ -78,6 +78,8 @@ def compute(r: SimResult, tariff_usd_per_kwh: float = DEFAULT_TARIFF_USD_PER_KWH
         "deadline_jobs": len(with_deadline),
         "energy_kwh": energy_kwh,
         "energy_idle_kwh": r.idle_power_w * window_s / J_PER_KWH,
+        "energy_active_kwh": (energy_j - r.idle_power_w * window_s) / J_PER_KWH,
+        "idle_power_kw": r.idle_power_w / 1000.0,
         "energy_cost_usd": energy_kwh * tariff_usd_per_kwh,
         "tariff_usd_per_kwh": tariff_usd_per_kwh,
         "failure_rate": failed_attempts / attempts if attempts else 0.0,
@@ -99,3 +101,20 @@ def compute(r: SimResult, tariff_usd_per_kwh: float = DEFAULT_TARIFF_USD_PER_KWH
         "events": r.events,
         "passes": r.passes,
     }
+
+
+def rewindow(m: dict, window_s: float) -> dict:
+    """Energy over a common window (the longest makespan of the compared runs).
+
+    Why: the same cluster draws idle power until the last policy's last job ends; charging each
+    policy only up to its own last finish would reward a policy for the length of its tail. The
+    own-window figure stays in ``energy_own_window_kwh``.
+    """
+    out = dict(m)
+    out["energy_own_window_kwh"] = m["energy_kwh"]
+    idle = m["idle_power_kw"] * window_s / 3600.0
+    out["energy_idle_kwh"] = idle
+    out["energy_kwh"] = m["energy_active_kwh"] + idle
+    out["energy_cost_usd"] = out["energy_kwh"] * m["tariff_usd_per_kwh"]
+    out["energy_window_s"] = window_s
+    return out

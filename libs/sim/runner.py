@@ -195,6 +195,8 @@ def run_simulation(
         if runs is not None:
             runs[name] = run
         del engine
+    common = max(m["makespan_s"] for m in results["policies"].values())
+    results["policies"] = {n: M.rewindow(m, common) for n, m in results["policies"].items()}
     results = _finite(results)
     if out_dir is not None:
         out = Path(out_dir)

@@ -5,7 +5,7 @@ Kept apart from the engine so that policies and metrics can import the types wit
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
@@ -78,7 +78,7 @@ class Policy(Protocol):
     def enqueued(self, job: SimJob, now: float) -> None: ...
 
     def schedule(
-        self, queue: Sequence[SimJob], view, running: Sequence[SimJob], now: float
+        self, queue: Collection[SimJob], view, running: Collection[SimJob], now: float
     ) -> list[Assignment]: ...
 
     def started(self, job: SimJob, now: float) -> None: ...

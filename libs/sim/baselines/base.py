@@ -7,7 +7,7 @@ in this pass (resources only shrink during a pass, so a shape that failed once f
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Collection, Iterable
 
 from libs.sim.cluster import EPS, SimCluster
 from libs.sim.state import Assignment, SimContext, SimJob
@@ -36,7 +36,7 @@ class BasePolicy:
         pass
 
     def schedule(
-        self, queue: Sequence[SimJob], view: SimCluster, running: Sequence[SimJob], now: float
+        self, queue: Collection[SimJob], view: SimCluster, running: Collection[SimJob], now: float
     ) -> list[Assignment]:
         raise NotImplementedError
 

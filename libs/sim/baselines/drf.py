@@ -10,7 +10,7 @@ drops out of the pass. Non-preemptive.
 from __future__ import annotations
 
 import heapq
-from collections.abc import Sequence
+from collections.abc import Collection
 
 import numpy as np
 
@@ -54,7 +54,7 @@ class Drf(BasePolicy):
         self.usage[t] = np.maximum(self.usage[t] - demand(job), 0.0)
 
     def schedule(
-        self, queue: Sequence[SimJob], view: SimCluster, running: Sequence[SimJob], now: float
+        self, queue: Collection[SimJob], view: SimCluster, running: Collection[SimJob], now: float
     ) -> list[Assignment]:
         by_tenant: dict[str, list[SimJob]] = {}
         for j in queue:

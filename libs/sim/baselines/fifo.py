@@ -9,7 +9,7 @@ does.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Collection
 
 from libs.sim.baselines.base import BasePolicy, first_fit_scan
 from libs.sim.cluster import SimCluster
@@ -20,6 +20,6 @@ class Fifo(BasePolicy):
     name = "fifo"
 
     def schedule(
-        self, queue: Sequence[SimJob], view: SimCluster, running: Sequence[SimJob], now: float
+        self, queue: Collection[SimJob], view: SimCluster, running: Collection[SimJob], now: float
     ) -> list[Assignment]:
         return first_fit_scan(queue, view, check_memory=False, blocking=True)

@@ -21,7 +21,8 @@ memory-aware first fit; a job never blocks the jobs behind it.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import itertools
+from collections.abc import Collection
 
 import numpy as np
 
@@ -41,7 +42,7 @@ class Gavel(BasePolicy):
         self.type_masks = [c.model_index == m for m in range(len(c.models))]
 
     def schedule(
-        self, queue: Sequence[SimJob], view: SimCluster, running: Sequence[SimJob], now: float
+        self, queue: Collection[SimJob], view: SimCluster, running: Collection[SimJob], now: float
     ) -> list[Assignment]:
         def fairness(j: SimJob) -> tuple:
             in_system = max(1e-9, now - j.submit_s)
@@ -50,7 +51,7 @@ class Gavel(BasePolicy):
         if any(j.attained_gpu_s > 0 for j in queue):
             head = sorted(queue, key=fairness)[:WINDOW]
         else:
-            head = list(queue[:WINDOW])
+            head = list(itertools.islice(queue, WINDOW))
         if not head:
             return []
         thr = 1.0 / np.stack([j.runtime_s for j in head])  # jobs x types

@@ -13,10 +13,11 @@ would know: start + the profile's runtime estimate on that GPU model, not the si
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Collection
 
 import numpy as np
 
+from libs.policy import backfill as B
 from libs.policy import filters as F
 from libs.policy import scheduler
 from libs.policy.cluster import ClusterView
@@ -50,7 +51,7 @@ class Mosaic(BasePolicy):
         self.profiles = ctx.profiles
         self.queue = PendingQueue()
         self.by_id: dict[str, SimJob] = {}
-        self.running: dict[int, list[RunningJob]] = {}
+        self.running = B.RunningSet()  # kept across passes, as the scheduler asks
         self.usage: dict[str, np.ndarray] = {}
         self._applied: set[tuple] = set()
 
@@ -77,25 +78,24 @@ class Mosaic(BasePolicy):
         t = job.spec.tenant
         self.usage[t] = self.usage.get(t, np.zeros(4)) + usage_vector(job)
         est_end = now + self.profiles.runtime_s(job.spec, job.model)
-        self.running[job.idx] = [
+        (a,) = job.allocs  # Mosaic places a job on one node
+        self.running.add(
             RunningJob(job.spec, self.view.index[a.node], a.gpu_indices, a.gpu_share, est_end)
-            for a in job.allocs
-        ]
+        )
 
     def ended(self, job: SimJob, now: float) -> None:
         t = job.spec.tenant
         self.usage[t] = np.maximum(self.usage[t] - usage_vector(job), 0.0)
-        del self.running[job.idx]
+        self.running.remove(job.spec.id)
 
     # ----- the pass ------------------------------------------------------------------------
     def schedule(
-        self, queue: Sequence[SimJob], view: SimCluster, running: Sequence[SimJob], now: float
+        self, queue: Collection[SimJob], view: SimCluster, running: Collection[SimJob], now: float
     ) -> list[Assignment]:
-        run = [r for rs in self.running.values() for r in rs]
         res = scheduler.schedule(
             self.queue,
             self.view,
-            run,
+            self.running,
             now=now,
             tenant_usage=self.usage,
             profiles=self.profiles,

@@ -16,7 +16,7 @@ job fits on one.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Collection
 
 from libs.sim.baselines.base import BasePolicy, first_fit_scan
 from libs.sim.cluster import SimCluster
@@ -39,7 +39,7 @@ class Tiresias(BasePolicy):
         return sum(served >= b for b in self.boundaries)
 
     def schedule(
-        self, queue: Sequence[SimJob], view: SimCluster, running: Sequence[SimJob], now: float
+        self, queue: Collection[SimJob], view: SimCluster, running: Collection[SimJob], now: float
     ) -> list[Assignment]:
         if any(j.attained_gpu_s > 0 for j in queue):
             ordered = sorted(queue, key=lambda j: (self.queue_of(j, now), j.submit_s, j.idx))
