@@ -5,6 +5,7 @@ from libs.bus.connection import Bus, Consumer
 from libs.bus.errors import BusError, BusUnavailable, CasConflict, KeyExists
 from libs.bus.kv import Entry, KvWatch, TypedKV
 from libs.bus.lease import Lease, LeaseRecord
+from libs.bus.nodeargs import add_node_spec_arg, node_specs_from_args, parse_node_specs
 from libs.bus.runtime import (
     ServiceConfig,
     ServiceContext,
@@ -27,7 +28,10 @@ __all__ = [
     "ServiceConfig",
     "ServiceContext",
     "TypedKV",
+    "add_node_spec_arg",
     "common_arg_parser",
+    "node_specs_from_args",
+    "parse_node_specs",
     "run_service",
     "serve",
 ]
