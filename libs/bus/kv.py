@@ -26,6 +26,7 @@ if TYPE_CHECKING:
 T = TypeVar("T")
 
 _DELETE_OPS = ("DEL", "PURGE")
+CATCH_UP_TIMEOUT_S = 30.0  # watch() waits at most this long for the current values
 
 
 @dataclass(frozen=True)
@@ -140,18 +141,21 @@ class TypedKV(Generic[T]):
     ) -> KvWatch:
         """Call ``handler(key, value)`` for every change (value None = deleted), in order.
 
-        With ``include_current`` the current value of each key is delivered first, so a reader
-        can build its state from the watch alone. A handler exception is logged; the watch goes
-        on.
+        With ``include_current`` the current value of each key is delivered first, and this
+        returns only once they have all been handled: a reader can build its state from the
+        watch alone, with no gap between a snapshot and the updates. A handler exception is
+        logged; the watch goes on.
         """
         watcher = await self.raw.watch(key)
         log = self.bus.log.bind(bucket=self.bucket)
+        caught_up = asyncio.Event()
 
         async def loop() -> None:
             initial = True
             async for e in watcher:
                 if e is None:
                     initial = False
+                    caught_up.set()
                     continue
                 if initial and not include_current:
                     continue
@@ -171,4 +175,8 @@ class TypedKV(Generic[T]):
         task = asyncio.create_task(loop(), name=f"kv-watch:{self.bucket}")
         handle = KvWatch(watcher, task)
         self.bus._track_watcher(handle)
+        try:
+            await asyncio.wait_for(caught_up.wait(), CATCH_UP_TIMEOUT_S)
+        except TimeoutError:
+            log.warning("kv_watch_catch_up_slow", timeout_s=CATCH_UP_TIMEOUT_S)
         return handle

@@ -76,11 +76,21 @@ async def test_watch_sees_current_values_updates_and_deletes(bus: Bus) -> None:
         seen.append((key, value.gpu_count if value else None))
 
     watch = await kv.watch(on_change)
+    assert seen == [("a", 4)]  # current values are handled before watch() returns
     await kv.put("b", _node("b", 2))
     await kv.delete("a")
     await wait_for(lambda: len(seen) == 3, what="three changes")
     assert seen == [("a", 4), ("b", 2), ("a", None)]
     await watch.stop()
+    late: list[str] = []
+
+    async def on_late(key: str, value: NodeSpec | None) -> None:
+        late.append(key)
+
+    only_new = await kv.watch(on_late, include_current=False)
+    await kv.put("c", _node("c"))
+    await wait_for(lambda: late == ["c"], what="only the new key")
+    await only_new.stop()
 
 
 async def test_lease_second_holder_waits_until_release(bus: Bus) -> None:
