@@ -16,6 +16,7 @@ import nats
 import pytest
 
 from libs.client.api import ClientError, MosaicClient
+from libs.client.cli import main
 from libs.client.demo import make_job
 from libs.client.supervisor import Stack
 from proto import subjects
@@ -178,6 +179,38 @@ async def test_garbage_goes_to_the_dlq_and_services_go_on(
     wait_for(all_terminal(client, {good.id}), timeout_s=60, what="the job after garbage")
     assert client.job(good.id).state == "completed"
     assert all(stack.alive().values()), stack.alive()
+
+
+def test_cli_against_the_real_stack(
+    stack: Stack, client: MosaicClient, capsys: pytest.CaptureFixture[str], monkeypatch
+) -> None:
+    """submit (deadline on the stack's clock), queue, nodes, show, cancel, through `main`."""
+    monkeypatch.setenv("MOSAIC_GATEWAY", stack.gateway_url)
+    for key, value in stack.clock.env().items():
+        monkeypatch.setenv(key, value)
+    args = ["submit", "--id", "cli-1", "--gpus", "2", "--gpu-mem", "40", "--mem", "64G",
+            "-C", "a100", "--deadline", "2h", "--runtime", "2h", "--priority", "8"]  # fmt: skip
+    assert main(args) == 0
+    assert capsys.readouterr().out.strip() == "cli-1"
+    job = client.job("cli-1")
+    assert job.spec.host_mem_gb == 64 and job.spec.constraints == ("a100",)
+    assert job.spec.deadline == pytest.approx(stack.clock.now() + 7200, abs=600)
+
+    assert main(["queue", "--all"]) == 0
+    assert "cli-1" in capsys.readouterr().out
+    assert main(["nodes"]) == 0
+    table = capsys.readouterr().out
+    assert all(n.id in table for n in stack.nodes) and "a100-80gb" in table
+    assert main(["show", "cli-1"]) == 0
+    assert "submitted" in capsys.readouterr().out
+    assert main(["cancel", "cli-1"]) == 0
+    assert "cancelling" in capsys.readouterr().out
+    wait_for(all_terminal(client, {"cli-1"}), timeout_s=30, what="cli-1 cancelled", stack=stack)
+    assert client.job("cli-1").state == "cancelled"
+    assert main(["cancel", "cli-1"]) == 1  # already terminal: the gateway's 409, one line
+    assert len(capsys.readouterr().err.strip().splitlines()) == 1
+    assert main(["submit", "--gpus", "16"]) == 2  # no node has 16 GPUs: refused
+    assert "gpus" in capsys.readouterr().err
 
 
 async def test_placer_killed_and_restarted_loses_nothing(
