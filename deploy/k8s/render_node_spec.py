@@ -1,80 +1,52 @@
-"""Write this Kubernetes node's ``NodeSpec`` JSON for ``--node-spec @FILE`` (init container).
+"""Write this GPU node's ``NodeSpec``, read from NVML, for ``services.executor --node-spec @FILE``.
 
-Why: the node agents are one DaemonSet, so their arguments cannot name a node. This runs in the
-Mosaic image before telemetry/executor start, reads the node name (downward API) and the pool's
-shape (ConfigMap ``mosaic-node-shape``), validates them as a ``NodeSpec`` and writes the file the
-agent reads. Node names may contain dots (``ip-10-0-0-1.ec2.internal``), which NATS subjects
-cannot: they become dashes; the original name is kept in the ``k8s-node`` label.
+Why: on Kubernetes the node agents are DaemonSets, so their arguments cannot name a node or its
+GPUs. Telemetry (``--backend nvml --node-id ID``) reads the node's shape from NVML and registers it
+in KV ``nodes``; the executor needs the same node as a spec. This init container builds it with
+the telemetry's own NVML reader, so both agents describe the node identically, whatever GPU model
+the node pool has. The id comes from the Kubernetes node name (downward API ``NODE_NAME``) made
+subject-safe the way telemetry does it: dots become dashes (``ip-10-0-0-1.ec2.internal`` ->
+``ip-10-0-0-1-ec2-internal``); the telemetry container is given the same id.
 
-Environment: NODE_NAME, MOSAIC_GPU_MODEL, MOSAIC_GPU_COUNT, MOSAIC_GPU_MEM_GB, MOSAIC_HOST_MEM_GB,
-MOSAIC_CPUS, MOSAIC_IDLE_POWER_W, MOSAIC_MAX_POWER_W. Argument: the output path.
+    NODE_NAME=... python render_node_spec.py /etc/mosaic/node/node.json
 """
 
 from __future__ import annotations
 
 import os
 import sys
-from collections.abc import Mapping
+from typing import Any
 
 import msgspec
 
-from proto.gpus import canonical_model
 from proto.nodes import NodeSpec
+from services.telemetry.backends import NvmlGpuBackend, NvmlUnavailable, node_id_from_host
 
 
-def node_id(k8s_node_name: str) -> str:
-    """A subject-safe Mosaic node id for a Kubernetes node name."""
-    nid = k8s_node_name.strip().replace(".", "-")
-    if not nid or any(c in nid for c in " *>"):
-        raise ValueError(f"NODE_NAME {k8s_node_name!r} cannot be a Mosaic node id")
-    return nid
+def node_spec(k8s_node_name: str, nvml: Any = None) -> NodeSpec:
+    """This machine's NodeSpec under the id derived from ``k8s_node_name``."""
+    if not k8s_node_name.strip():
+        raise ValueError("NODE_NAME is empty: set it from the downward API (spec.nodeName)")
+    backend = NvmlGpuBackend(node_id_from_host(k8s_node_name.strip()), nvml=nvml)
+    try:
+        spec = backend.node_specs()[0]
+    finally:
+        backend.close()
+    return spec
 
 
-def spec_from_env(env: Mapping[str, str]) -> NodeSpec:
-    """The NodeSpec described by ``env``; a missing or malformed variable is a clear error."""
-
-    def need(name: str) -> str:
-        value = env.get(name, "").strip()
-        if not value:
-            raise ValueError(f"{name} is not set (ConfigMap mosaic-node-shape / downward API)")
-        return value
-
-    def number(name: str, kind: type[int] | type[float]) -> int | float:
-        text = need(name)
-        try:
-            value = kind(text)
-        except ValueError:
-            raise ValueError(f"{name}={text!r} is not a {kind.__name__}") from None
-        if value < 0:
-            raise ValueError(f"{name}={text!r} must be >= 0")
-        return value
-
-    name = need("NODE_NAME")
-    return NodeSpec(
-        id=node_id(name),
-        gpu_model=canonical_model(need("MOSAIC_GPU_MODEL")),
-        gpu_count=int(number("MOSAIC_GPU_COUNT", int)),
-        gpu_mem_gb=float(number("MOSAIC_GPU_MEM_GB", float)),
-        host_mem_gb=float(number("MOSAIC_HOST_MEM_GB", float)),
-        cpus=int(number("MOSAIC_CPUS", int)),
-        idle_power_w=float(number("MOSAIC_IDLE_POWER_W", float)),
-        max_power_w=float(number("MOSAIC_MAX_POWER_W", float)),
-        labels={"k8s-node": name},
-    )
-
-
-def main(argv: list[str]) -> int:
+def main(argv: list[str], nvml: Any = None) -> int:
     if len(argv) != 1:
-        print("usage: render_node_spec.py OUT.json", file=sys.stderr)
+        print("usage: render_node_spec.py OUT.json  (reads NODE_NAME)", file=sys.stderr)
         return 2
     try:
-        spec = spec_from_env(os.environ)
-    except ValueError as exc:
+        spec = node_spec(os.environ.get("NODE_NAME", ""), nvml=nvml)
+    except (ValueError, NvmlUnavailable) as exc:
         print(f"render_node_spec: {exc}", file=sys.stderr)
         return 1
     with open(argv[0], "wb") as f:
         f.write(msgspec.json.encode(spec))
-    print(f"render_node_spec: {spec.id} -> {argv[0]}")
+    print(f"render_node_spec: {spec.id}: {spec.gpu_count}x {spec.gpu_model} -> {argv[0]}")
     return 0
 
 
