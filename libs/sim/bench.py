@@ -28,7 +28,7 @@ from libs.sim.runner import run_simulation
 ROOT = Path(__file__).resolve().parents[2]
 DOC = ROOT / "docs" / "benchmarks.md"
 PHILLY_GPUS = 1024
-PHILLY_LOAD = 0.9
+PHILLY_LOAD = 0.75
 GAVEL_TRACE = "gavel:max_min_fairness"
 GAVEL_CLUSTER = "v100=36,p100=36,k80=36"
 POLICIES = ["fifo", "drf", "tiresias", "gavel", "mosaic"]

@@ -8,11 +8,13 @@ share of the cluster, then time-slices jobs across types round by round (preempt
 
 What this version keeps: (1) the throughput matrix (1 / runtime of each job on each GPU type,
 from the trace's measured per-type runtimes or the profile table); (2) max-min fairness as the
-order: the job with the least normalised effective service so far (attained service divided by
-its time in the system) goes first, ties by arrival; (3) heterogeneity awareness as the LP's
-solutions exhibit it: each GPU type goes to the jobs with the largest *comparative advantage*
-on it, i.e. the job's throughput on the type divided by the mean throughput of the waiting jobs
-on that type, among the types with room now.
+order: the job with the least normalised effective service so far (attained GPU-seconds divided
+by its time in the system and its GPUs) goes first, ties by arrival; (3) heterogeneity awareness
+as the LP's solutions exhibit it under contention: GPU types are filled fastest first (by mean
+throughput), and each type's free GPUs go first to the waiting jobs that gain most from it
+(throughput on that type / throughput on the job's slowest type), so a job that barely speeds
+up on a V100 leaves it to one that speeds up 3x. A job not placed on a faster type is offered
+the next one.
 
 What it does NOT model: the LP itself (no solver dependency), rounds, time-slicing and
 preemption (a job keeps its GPUs until it ends), and space sharing. Placement inside a type is
@@ -27,7 +29,7 @@ from collections.abc import Collection
 import numpy as np
 
 from libs.sim.baselines.base import BasePolicy, shape
-from libs.sim.cluster import EPS, SimCluster
+from libs.sim.cluster import SimCluster
 from libs.sim.state import Assignment, SimContext, SimJob
 
 WINDOW = 512  # waiting jobs considered per pass (the fairness order's head)
@@ -55,32 +57,44 @@ class Gavel(BasePolicy):
         if not head:
             return []
         thr = 1.0 / np.stack([j.runtime_s for j in head])  # jobs x types
-        advantage = thr / thr.mean(axis=0, keepdims=True)
-        order = np.argsort(-advantage, axis=1, kind="stable")
+        gain = thr / thr.min(axis=1, keepdims=True)
+        type_order = np.argsort(-thr.mean(axis=0), kind="stable")
         failed: set[tuple] = set()
+        placed: set[int] = set()
         out: list[Assignment] = []
-        for row, job in enumerate(head):
-            if view.allocated_gpus >= view.capacity_gpus - EPS:
-                break
-            s = job.spec
-            if s.gpus <= view.widest(s.constraints) and not view.might_fit(s.gpus, s.gpu_mem_gb):
-                continue
-            key = shape(job, True)
-            masks = [self.type_masks[m] for m in order[row]]
-            if job.spec.gpus > view.gpu_count.max():
-                masks.append(None)  # a gang wider than a node may span GPU types
-            for m, mask in zip([*order[row], -1], masks, strict=False):
-                if (key, int(m)) in failed:
+        for m in type_order:
+            mask = self.type_masks[m]
+            for row in np.argsort(-gain[:, m], kind="stable"):
+                if not view.free_whole()[mask].any() and not (view.free_share[mask] > 0).any():
+                    break  # this type is full
+                if row in placed:
                     continue
-                allocs = view.first_fit(job.spec, check_memory=True, node_mask=mask)
-                if allocs is None:
-                    failed.add((key, int(m)))
-                    continue
-                for a in allocs:
-                    view.allocate(a, notify=False)
-                out.append((job, allocs))
-                break
+                allocs = self._try(head[row], view, mask, (int(m),), failed)
+                if allocs is not None:
+                    placed.add(int(row))
+                    out.append((head[row], allocs))
+        for row, job in enumerate(head):  # gangs wider than one type's nodes may span types
+            if row not in placed and job.spec.gpus > view.widest(job.spec.constraints):
+                allocs = self._try(job, view, None, ("any",), failed)
+                if allocs is not None:
+                    out.append((job, allocs))
         for _, allocs in out:
             for a in allocs:
                 view.release(a, notify=False)
         return out
+
+    @staticmethod
+    def _try(job: SimJob, view: SimCluster, mask, tag: tuple, failed: set) -> list | None:
+        s = job.spec
+        if s.gpus <= view.widest(s.constraints) and not view.might_fit(s.gpus, s.gpu_mem_gb):
+            return None
+        key = (shape(job, True), tag)
+        if key in failed:
+            return None
+        allocs = view.first_fit(s, check_memory=True, node_mask=mask)
+        if allocs is None:
+            failed.add(key)
+            return None
+        for a in allocs:
+            view.allocate(a, notify=False)
+        return allocs
