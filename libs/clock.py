@@ -32,11 +32,14 @@ class Clock:
 
     @classmethod
     def from_env(cls) -> Clock:
-        epoch = float(os.environ.get("MOSAIC_CLOCK_EPOCH", "0") or 0) or time.time()
+        epoch = float(os.environ.get("MOSAIC_CLOCK_EPOCH", "0") or 0)
         factor = float(os.environ.get("MOSAIC_CLOCK_FACTOR", "1") or 1)
         if factor <= 0:
             raise ValueError(f"MOSAIC_CLOCK_FACTOR must be > 0, got {factor}")
-        return cls(epoch=epoch, factor=factor)
+        if factor != 1 and not epoch:
+            # each process would pick its own start and their clocks would disagree
+            raise ValueError("MOSAIC_CLOCK_FACTOR != 1 needs MOSAIC_CLOCK_EPOCH, the shared start")
+        return cls(epoch=epoch or time.time(), factor=factor)
 
     def env(self) -> dict[str, str]:
         """The variables a child process needs to share this clock."""

@@ -16,6 +16,7 @@ from libs.bus.nodeargs import add_node_spec_arg, node_specs_from_args
 from proto import subjects
 from proto.ledger import Allocation
 from proto.nodes import NodeSpec
+from services.telemetry import metrics
 from services.telemetry.backends import (
     GpuBackend,
     HotSpot,
@@ -117,6 +118,7 @@ async def run_telemetry(ctx: ServiceContext, backend: GpuBackend, interval_s: fl
                 else:
                     samples = await asyncio.to_thread(backend.sample, now)  # NVML calls block
                 for s in samples:
+                    metrics.record(s)
                     await ctx.bus.publish(subjects.telemetry(s.node), s, durable=False)
             except Exception as exc:  # a failed read or publish: say so, try next interval
                 ctx.log.warning("sample_failed", error=repr(exc))
