@@ -21,6 +21,7 @@ from rich.table import Table
 
 from libs.client import parse
 from libs.client.api import DEFAULT_GATEWAY, ClientError, GatewayUnreachable, MosaicClient
+from libs.client.supervisor import StackError
 from libs.clock import Clock
 from proto.jobs import WORKLOAD_CLASSES, Elastic, JobSpec
 from proto.views import JobView
@@ -410,7 +411,7 @@ def main(argv: list[str] | None = None) -> int:
         return exc.exit_code
     except (UsageProblem, Refused) as exc:
         return _fail(str(exc), 2)
-    except Unavailable as exc:
+    except (Unavailable, StackError) as exc:
         return _fail(str(exc), 1)
     except typer.Abort:
         return _fail("aborted", 130)

@@ -16,6 +16,7 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -32,7 +33,12 @@ _ROOT = Path(__file__).resolve().parents[2]  # the folder holding proto/, libs/,
 
 
 class StackError(RuntimeError):
-    """The stack could not start or a service died; the message names the log to read."""
+    """The stack could not start or a service died. The message is one line naming the log to
+    read; ``log_tail`` holds that log's last lines for whoever can show more than a line."""
+
+    def __init__(self, message: str, log_tail: str = ""):
+        super().__init__(message)
+        self.log_tail = log_tail
 
 
 @dataclass
@@ -145,13 +151,19 @@ class Stack:
         svc.restarts += 1
         svc.start()
 
-    def wait_ready(self, timeout_s: float = 90.0) -> None:
-        """Block until the gateway answers and lists every node; raise naming the log otherwise."""
+    def wait_ready(
+        self, timeout_s: float = 90.0, *, interrupted: Callable[[], bool] | None = None
+    ) -> None:
+        """Block until the gateway answers and lists every node; raise naming the log otherwise.
+
+        ``interrupted`` is polled so that a Ctrl-C during a slow start is not ignored."""
         client = self.client()
         want = {n.id for n in self.nodes}
         deadline = time.monotonic() + timeout_s
         last = "gateway not answering yet"
         while time.monotonic() < deadline:
+            if interrupted is not None and interrupted():
+                raise StackError("interrupted while the stack was starting")
             self._check_alive()
             try:
                 client.health()
@@ -172,7 +184,8 @@ class Stack:
             if svc.process is not None and svc.process.poll() is not None:
                 raise StackError(
                     f"service {svc.name} exited with code {svc.process.returncode}; "
-                    f"see {svc.log_path}:\n{svc.tail()}"
+                    f"see {svc.log_path}",
+                    svc.tail(),
                 )
         if self.nats.process.poll() is not None:
             raise StackError(f"nats-server exited; see {self.nats.store_dir}/nats-server.log")
@@ -256,6 +269,7 @@ def start_stack(
     services: tuple[str, ...] = SERVICES,
     ready_timeout_s: float = 90.0,
     wait: bool = True,
+    interrupted: Callable[[], bool] | None = None,
 ) -> Stack:
     """Start nats-server and every service; return once the gateway lists every node.
 
@@ -305,7 +319,7 @@ def start_stack(
             svc.start()
         stack.write_state()
         if wait:
-            stack.wait_ready(ready_timeout_s)
+            stack.wait_ready(ready_timeout_s, interrupted=interrupted)
     except BaseException:
         stack.stop(timeout_s=5)
         raise

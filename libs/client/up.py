@@ -128,14 +128,13 @@ async def run_up(opts: UpOptions, console: Console) -> int:
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, stop.set)
     console.print(f"starting NATS and services for {len(opts.nodes)} nodes ...")
-    stack = await asyncio.to_thread(
-        start_stack,
-        opts.nodes,
-        clock_factor=opts.clock_factor,
-        data_dir=opts.data_dir,
-        gateway_port=opts.port,
-        metrics=opts.metrics,
-    )
+    try:
+        stack = await _start(opts, stop)
+    except StackError:
+        if stop.is_set():
+            console.print("interrupted while starting; everything started was stopped.")
+            return 130
+        raise
     dec = _Decisions()
     code = 0
     last = None
@@ -182,6 +181,18 @@ async def run_up(opts: UpOptions, console: Console) -> int:
     if last is not None:
         console.print(final_summary(last), highlight=False)
     return code
+
+
+async def _start(opts: UpOptions, stop: asyncio.Event) -> Stack:
+    return await asyncio.to_thread(
+        start_stack,
+        opts.nodes,
+        clock_factor=opts.clock_factor,
+        data_dir=opts.data_dir,
+        gateway_port=opts.port,
+        metrics=opts.metrics,
+        interrupted=stop.is_set,
+    )
 
 
 async def _loop(

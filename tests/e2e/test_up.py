@@ -17,6 +17,7 @@ from pathlib import Path
 import pytest
 
 from libs.bus.server import free_port
+from libs.policy.inventory import seed_cluster, total_gpus
 from tests.e2e.conftest import require_services
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -82,6 +83,24 @@ def test_mosaic_up_demo_flows_jobs_and_stops_cleanly_on_ctrl_c(tmp_path: Path) -
     assert not left, f"processes left behind: {left}"
     nats_port = int(state["nats_url"].rsplit(":", 1)[1])
     assert not _port_open(nats_port) and not _port_open(port)
+
+
+def test_mosaic_up_stops_by_itself_after_duration(tmp_path: Path) -> None:
+    """--nodes 3 (the seed mix, scaled) and --duration: exit 0 with a summary, nothing left."""
+    require_services()
+    port = free_port()
+    proc = subprocess.run(
+        [sys.executable, "-m", "libs.client.cli", "up", "--no-live", "--nodes", "3",
+         "--duration", "2", "--port", str(port), "--data-dir", str(tmp_path)],
+        cwd=ROOT, capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert f"http://127.0.0.1:{port}" in proc.stdout and "summary:" in proc.stdout
+    assert "Traceback" not in proc.stdout + proc.stderr
+    state = json.loads((tmp_path / "stack.json").read_text())
+    assert not [pid for pid in state["pids"].values() if _alive(pid)]
+    gpus = total_gpus(seed_cluster(round(3 * 6.8)))  # the seed mix averages 6.8 GPUs a node
+    assert f"gpus_busy=0/{gpus} " in proc.stdout  # every node of the scaled cluster registered
 
 
 def test_mosaic_up_refuses_a_busy_port_in_one_line(tmp_path: Path) -> None:
