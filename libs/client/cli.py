@@ -363,34 +363,32 @@ def sim(
     if not names:
         raise UsageProblem("--policies is empty")
     with Progress(console=err, transient=True) as bar:
-        task = bar.add_task("simulating", total=100)
+        tasks: dict[str, object] = {}
 
-        def progress(*args: object) -> None:
-            """Takes (fraction), (done, total) or either with a label such as the policy."""
-            label = next((a for a in args if isinstance(a, str)), None)
-            nums = [
-                float(a) for a in args if isinstance(a, int | float) and not isinstance(a, bool)
-            ]
-            if len(nums) >= 2 and nums[1] > 0:
-                bar.update(task, completed=100 * nums[0] / nums[1])
-            elif nums:
-                bar.update(task, completed=100 * min(1.0, nums[0]))
-            if label:
-                bar.update(task, description=f"simulating {label}")
+        def progress(policy: str, fraction: float) -> None:
+            """One bar per policy, as ``run_simulation`` reports (policy, fraction done)."""
+            if policy not in tasks:
+                tasks[policy] = bar.add_task(f"simulating {policy}", total=1.0)
+            bar.update(tasks[policy], completed=fraction)  # type: ignore[arg-type]
 
-        results = run_simulation(
-            trace,
-            cluster,
-            gpus,
-            names,
-            out_dir,
-            seed=seed,
-            max_jobs=max_jobs,
-            load=load,
-            throughputs=throughputs,
-            progress=progress,
-        )
-    out.print(render_table(results))
+        try:
+            results = run_simulation(
+                trace,
+                cluster,
+                gpus,
+                names,
+                out_dir,
+                seed=seed,
+                max_jobs=max_jobs,
+                load=load,
+                throughputs=throughputs,
+                progress=progress,
+            )
+        except (ValueError, FileNotFoundError) as exc:
+            raise UsageProblem(str(exc)) from None
+    rendered = render_table(results)
+    for part in rendered if isinstance(rendered, list | tuple) else [rendered]:
+        out.print(part)
     out.print(f"results in {out_dir}", highlight=False)
 
 

@@ -194,3 +194,16 @@ def test_unreachable_gateway_is_one_line_no_traceback() -> None:
     assert "Traceback" not in proc.stderr
     lines = proc.stderr.strip().splitlines()
     assert len(lines) == 1 and "gateway not reachable" in lines[0] and "mosaic up" in lines[0]
+
+
+def test_sim_prints_the_comparison(tmp_path: Path, capsys) -> None:
+    pytest.importorskip("libs.sim.runner", reason="the simulator (libs.sim.runner) is not here")
+    args = ["sim", "--trace", "synthetic", "--gpus", "32", "--max-jobs", "60",
+            "--policies", "fifo,mosaic", "--out", str(tmp_path)]  # fmt: skip
+    assert main(args) == 0
+    text = capsys.readouterr().out
+    assert "fifo" in text and "mosaic" in text and str(tmp_path) in text
+    assert (tmp_path / "results.json").is_file()
+    assert main(["sim", "--trace", "no-such-trace", "--max-jobs", "5"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "no-such-trace" in err
