@@ -117,6 +117,7 @@ class Engine:
         self._node_model = {n.id: n.gpu_model for n in nodes}
         self._model_pos = {m: i for i, m in enumerate(models)}
         self._samples = samples
+        self._narrowest = int(self.cluster.gpu_count.min())
         self._progress = progress
         self.queue: dict[int, SimJob] = {}
         self.running: dict[int, SimJob] = {}
@@ -238,19 +239,26 @@ class Engine:
         return True
 
     def _placeable(self) -> bool:
-        """Could any pending job fit anywhere now? (Cheap and policy-agnostic.)"""
+        """Could any pending request shape fit anywhere now? Cheap, and never wrong in the
+        "no" direction: a memory-aware check only for policies that check memory, and any
+        request wider than the smallest node counts as placeable (as a gang) once that many
+        GPUs are free in total."""
         if not self.queue:
             return False
         c = self.cluster
         if c.allocated_gpus >= c.capacity_gpus - EPS:
             return False
-        need = min(self._need)
-        if need < 1.0:
-            return True
-        free = c.free_whole()
-        if need <= free.max():
-            return True
-        return free.sum() >= need  # a gang wider than the free holes of one node
+        mem_aware = getattr(self.policy, "checks_memory", True)
+        total_free: int | None = None
+        for gpus, mem in self._shapes:
+            if gpus > self._narrowest:
+                if total_free is None:
+                    total_free = int(c.free_whole().sum())
+                if total_free >= gpus:
+                    return True
+            elif c.might_fit(gpus, mem if mem_aware else 0.0):
+                return True
+        return False
 
     # ----- the loop ------------------------------------------------------------------------
     def run(self) -> SimResult:

@@ -17,6 +17,7 @@ class BasePolicy:
     """Default hooks; subclasses implement ``schedule``."""
 
     name = "base"
+    checks_memory = True  # whether placements respect GPU memory (lets the engine skip passes)
 
     def attach(self, ctx: SimContext) -> None:
         self.ctx = ctx

@@ -18,6 +18,7 @@ from libs.sim.state import Assignment, SimJob
 
 class Fifo(BasePolicy):
     name = "fifo"
+    checks_memory = False  # GPU count only: the engine must not skip passes on memory grounds
 
     def schedule(
         self, queue: Collection[SimJob], view: SimCluster, running: Collection[SimJob], now: float
