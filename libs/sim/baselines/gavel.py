@@ -29,7 +29,7 @@ from collections.abc import Collection
 import numpy as np
 
 from libs.sim.baselines.base import BasePolicy, shape
-from libs.sim.cluster import SimCluster
+from libs.sim.cluster import EPS, SimCluster
 from libs.sim.state import Assignment, SimContext, SimJob
 
 WINDOW = 512  # waiting jobs considered per pass (the fairness order's head)
@@ -64,15 +64,17 @@ class Gavel(BasePolicy):
         out: list[Assignment] = []
         for m in type_order:
             mask = self.type_masks[m]
+            if not (view.free_share[mask] > EPS).any():
+                continue  # this type is full
             for row in np.argsort(-gain[:, m], kind="stable"):
-                if not view.free_whole()[mask].any() and not (view.free_share[mask] > 0).any():
-                    break  # this type is full
-                if row in placed:
+                if int(row) in placed:
                     continue
                 allocs = self._try(head[row], view, mask, (int(m),), failed)
                 if allocs is not None:
                     placed.add(int(row))
                     out.append((head[row], allocs))
+                    if not (view.free_share[mask] > EPS).any():
+                        break
         for row, job in enumerate(head):  # gangs wider than one type's nodes may span types
             if row not in placed and job.spec.gpus > view.widest(job.spec.constraints):
                 allocs = self._try(job, view, None, ("any",), failed)
