@@ -244,6 +244,12 @@ def _stop_services(services: list[Service], *, timeout_s: float) -> list[str]:
             forced.append(svc.name)
             svc.signal(signal.SIGKILL)
             svc.process.wait(timeout=10)
+    for svc in services:
+        # a service may have started processes of its own (the executor's local mode): they
+        # share its process group, which outlives the leader; take them down too
+        if svc.process is not None:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(svc.process.pid, signal.SIGKILL)
     return forced
 
 

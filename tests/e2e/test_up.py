@@ -45,7 +45,8 @@ def test_mosaic_up_demo_flows_jobs_and_stops_cleanly_on_ctrl_c(tmp_path: Path) -
     require_services()
     port = free_port()
     args = [sys.executable, "-m", "libs.client.cli", "up", "--demo", "--no-live", "--rate", "2",
-            "--duration", "40", "--port", str(port), "--data-dir", str(tmp_path)]  # fmt: skip
+            "--clock-factor", "300", "--duration", "40", "--port", str(port),
+            "--data-dir", str(tmp_path)]  # fmt: skip
     proc = subprocess.Popen(
         args, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
     )
