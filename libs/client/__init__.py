@@ -1,0 +1,5 @@
+"""The job-producer SDK (``MosaicClient``) and the ``mosaic`` command line.
+
+``api`` talks to the gateway; ``cli`` is the command line; ``supervisor`` runs the local stack
+behind ``mosaic up`` (and the end-to-end tests); ``demo`` generates a demo workload.
+"""

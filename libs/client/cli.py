@@ -8,8 +8,6 @@ and a non-zero exit (2 for bad input or a refused job, 1 for anything else), nev
 from __future__ import annotations
 
 import asyncio
-import json
-import os
 import sys
 import time
 from pathlib import Path
@@ -19,12 +17,10 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from libs.client import parse
 from libs.client.api import DEFAULT_GATEWAY, ClientError, GatewayUnreachable, MosaicClient
+from libs.client.specs import FlagError, build_spec, server_now
 from libs.client.supervisor import StackError
-from libs.clock import Clock
-from proto.jobs import WORKLOAD_CLASSES, Elastic, JobSpec
-from proto.views import JobView
+from libs.client.tables import jobs_table, nodes_table
 
 app = typer.Typer(
     name="mosaic",
@@ -160,25 +156,28 @@ def submit(
     gateway: GatewayOpt = DEFAULT_GATEWAY,
 ) -> None:
     """Submit a job (like sbatch); prints its id."""
-    spec = build_spec(
-        gpus=gpus,
-        gpu_mem=gpu_mem,
-        mem=mem,
-        cpus=cpus,
-        constraint=constraint,
-        priority=priority,
-        deadline=deadline,
-        workload_class=workload_class,
-        elastic=elastic,
-        checkpointable=checkpointable,
-        energy_sensitivity=energy_sensitivity,
-        runtime=runtime,
-        tenant=tenant,
-        job_id=job_id,
-        kind=kind,
-        command=command,
-        now=lambda: server_now(gateway),
-    )
+    try:
+        spec = build_spec(
+            gpus=gpus,
+            gpu_mem=gpu_mem,
+            mem=mem,
+            cpus=cpus,
+            constraint=constraint,
+            priority=priority,
+            deadline=deadline,
+            workload_class=workload_class,
+            elastic=elastic,
+            checkpointable=checkpointable,
+            energy_sensitivity=energy_sensitivity,
+            runtime=runtime,
+            tenant=tenant,
+            job_id=job_id,
+            kind=kind,
+            command=command,
+            now=lambda: server_now(gateway),
+        )
+    except FlagError as exc:
+        raise UsageProblem(str(exc)) from None
     try:
         resp = MosaicClient(gateway).submit(spec)
     except GatewayUnreachable:
@@ -189,58 +188,6 @@ def submit(
         raise
     note = " (duplicate: already submitted)" if resp.duplicate else ""
     out.print(f"{resp.job.id}{note}", highlight=False)
-
-
-def build_spec(*, now, **f) -> JobSpec:  # type: ignore[no-untyped-def]
-    """Flags -> JobSpec; a flag that does not parse is a UsageProblem naming it."""
-    try:
-        host_mem_gb = parse.parse_mem_gb(f["mem"])
-        runtime_s = parse.parse_duration_s(f["runtime"])
-        deadline = parse.parse_deadline(f["deadline"], now()) if f["deadline"] else None
-        lo_hi = parse.parse_elastic(f["elastic"]) if f["elastic"] else None
-    except ValueError as exc:
-        raise UsageProblem(str(exc)) from None
-    if f["workload_class"] not in WORKLOAD_CLASSES:
-        raise UsageProblem(f"--class {f['workload_class']!r}: one of {', '.join(WORKLOAD_CLASSES)}")
-    if f["kind"] not in ("training", "inference"):
-        raise UsageProblem(f"--kind {f['kind']!r}: training or inference")
-    return JobSpec(
-        id=f["job_id"] or "",
-        tenant=f["tenant"],
-        priority=f["priority"],
-        gpus=f["gpus"],
-        gpu_mem_gb=f["gpu_mem"],
-        host_mem_gb=host_mem_gb,
-        cpus=f["cpus"],
-        workload_class=f["workload_class"],
-        constraints=parse.parse_list(f["constraint"]),
-        deadline=deadline,
-        energy_sensitivity=f["energy_sensitivity"],
-        elastic=Elastic(*lo_hi) if lo_hi else None,
-        checkpointable=f["checkpointable"],
-        est_runtime_s=runtime_s,
-        kind=f["kind"],
-        command=f["command"],
-    )
-
-
-def server_now(gateway: str) -> float:
-    """The Mosaic clock of the stack behind ``gateway``.
-
-    The clock is scaled wall time (``libs.clock``): from ``MOSAIC_CLOCK_EPOCH``/``FACTOR`` when
-    set, else from the ``stack.json`` that ``mosaic up`` writes for that gateway (default data
-    dir ``.mosaic`` or ``MOSAIC_DATA_DIR``), else wall time (a production clock runs at 1x).
-    """
-    if os.environ.get("MOSAIC_CLOCK_EPOCH"):
-        return Clock.from_env().now()
-    state = Path(os.environ.get("MOSAIC_DATA_DIR", ".mosaic")) / "stack.json"
-    try:
-        data = json.loads(state.read_text())
-        if data.get("gateway_url", "").rstrip("/") == gateway.rstrip("/"):
-            return Clock(float(data["clock_epoch"]), float(data["clock_factor"])).now()
-    except (OSError, ValueError, KeyError, TypeError):
-        pass
-    return time.time()
 
 
 # --- mosaic queue / nodes / cancel / show ----------------------------------------------------
@@ -257,48 +204,10 @@ def queue(
     out.print(jobs_table(jobs))
 
 
-def jobs_table(jobs: list[JobView]) -> Table:
-    table = Table(box=None, header_style="bold")
-    for col in ("ID", "TENANT", "STATE", "PRIO", "GPUS", "NODE", "REASON"):
-        table.add_column(col, justify="right" if col in ("PRIO", "GPUS") else "left")
-    for j in sorted(jobs, key=lambda j: (j.submit_time or 0, j.id)):
-        table.add_row(
-            j.id, j.tenant, j.state, str(j.priority), f"{j.gpus:g}", j.node or "-", j.reason
-        )
-    return table
-
-
 @app.command()
 def nodes(gateway: GatewayOpt = DEFAULT_GATEWAY) -> None:
     """Nodes like sinfo: NODE, MODEL, GPUS (used/total), GPU MEM, HOST MEM, TEMP, POWER, STATE."""
-    table = Table(box=None, header_style="bold")
-    for col in ("NODE", "MODEL", "GPUS", "GPU MEM", "HOST MEM", "TEMP", "POWER", "STATE"):
-        table.add_column(col)
-    for n in sorted(MosaicClient(gateway).nodes(), key=lambda v: v.spec.id):
-        s = n.spec
-        temp = power = "-"
-        if n.telemetry and n.telemetry.gpus:
-            temp = f"{max(g.temp_c for g in n.telemetry.gpus):.0f}C"
-            power = f"{sum(g.power_w for g in n.telemetry.gpus):.0f}W"
-        if n.cordoned:
-            st = "drain"
-        elif n.gpus_allocated >= s.gpu_count:
-            st = "alloc"
-        elif n.gpus_allocated > 0:
-            st = "mix"
-        else:
-            st = "idle"
-        table.add_row(
-            s.id,
-            s.gpu_model,
-            f"{n.gpus_allocated:g}/{s.gpu_count}",
-            f"{s.gpu_mem_gb:g}G",
-            f"{n.host_mem_allocated_gb:g}/{s.host_mem_gb:g}G",
-            temp,
-            power,
-            st,
-        )
-    out.print(table)
+    out.print(nodes_table(MosaicClient(gateway).nodes()))
 
 
 @app.command()

@@ -19,7 +19,8 @@ from aiohttp import web
 
 from libs.bus.server import free_port
 from libs.client import parse
-from libs.client.cli import build_spec, main, server_now
+from libs.client.cli import main
+from libs.client.specs import build_spec, server_now
 from proto.jobs import JobSpec
 from proto.validation import FieldError
 from proto.views import ErrorResponse, JobView, SubmitResponse
