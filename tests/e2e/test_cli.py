@@ -208,3 +208,15 @@ def test_sim_prints_the_comparison(tmp_path: Path, capsys) -> None:
     assert main(["sim", "--trace", "no-such-trace", "--max-jobs", "5"]) == 2
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and "no-such-trace" in err
+
+
+def test_up_cluster_choices() -> None:
+    from libs.client.cli import UsageProblem, _cluster
+    from libs.policy.inventory import demo_cluster, seed_cluster
+
+    assert _cluster(None, None) == demo_cluster()
+    assert _cluster(None, ROOT / "deploy" / "clusters" / "demo.json") == demo_cluster()
+    assert _cluster(10, None) == seed_cluster(68)  # about 10 nodes of the seed mix
+    assert 8 <= len(_cluster(10, None)) <= 12
+    with pytest.raises(UsageProblem, match="not both"):
+        _cluster(3, ROOT / "deploy" / "clusters" / "demo.json")
