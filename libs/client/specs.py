@@ -56,10 +56,19 @@ def build_spec(*, now, **f) -> JobSpec:  # type: ignore[no-untyped-def]
 def server_now(gateway: str) -> float:
     """The Mosaic clock of the stack behind ``gateway``.
 
-    The clock is scaled wall time (``libs.clock``): from ``MOSAIC_CLOCK_EPOCH``/``FACTOR`` when
-    set, else from the ``stack.json`` that ``mosaic up`` writes for that gateway (default data
-    dir ``.mosaic`` or ``MOSAIC_DATA_DIR``), else wall time (a production clock runs at 1x).
+    The gateway is the authority: its ``/healthz`` says its ``now``. When it cannot be asked,
+    the clock is rebuilt (scaled wall time, ``libs.clock``) from ``MOSAIC_CLOCK_EPOCH``/``FACTOR``
+    when set, else from the ``stack.json`` that ``mosaic up`` writes for that gateway (default
+    data dir ``.mosaic`` or ``MOSAIC_DATA_DIR``), else wall time (a production clock runs at 1x).
     """
+    from libs.client.api import ClientError, MosaicClient
+
+    try:
+        now = MosaicClient(gateway).health().get("now")
+        if isinstance(now, int | float):
+            return float(now)
+    except (ClientError, OSError, ValueError):
+        pass
     if os.environ.get("MOSAIC_CLOCK_EPOCH"):
         return Clock.from_env().now()
     state = Path(os.environ.get("MOSAIC_DATA_DIR", ".mosaic")) / "stack.json"

@@ -169,7 +169,8 @@ async def healthz(request: web.Request) -> web.Response:
     gw = request.app[GATEWAY_KEY]
     if not gw.connected():
         return json_response({"status": "unavailable", "reason": "not connected to NATS"}, 503)
-    return json_response({"status": "ok"})
+    # "now" is the Mosaic clock: a client turns "--deadline 2h" into an absolute time on it
+    return json_response({"status": "ok", "now": gw.clock.now(), "clock_factor": gw.clock.factor})
 
 
 async def metrics_text(request: web.Request) -> web.Response:

@@ -117,6 +117,9 @@ def test_server_now_reads_the_stack_clock(tmp_path: Path, monkeypatch: pytest.Mo
 
 
 # --- against a stub gateway ------------------------------------------------------------------
+STUB_NOW = 2_000_000_000.0  # the stub's Mosaic clock, far from wall time on purpose
+
+
 @pytest.fixture
 async def stub_gateway():
     """Answers POST /v1/jobs: 400 for gpus <= 0 (like the gateway), else 201; records bodies."""
@@ -138,8 +141,12 @@ async def stub_gateway():
         )  # fmt: skip
         return web.Response(status=201, body=msgspec.json.encode(SubmitResponse(job=view)))
 
+    async def healthz(request: web.Request) -> web.Response:
+        return web.json_response({"status": "ok", "now": STUB_NOW, "clock_factor": 60.0})
+
     app = web.Application()
     app.router.add_post("/v1/jobs", submit)
+    app.router.add_get("/healthz", healthz)
     runner = web.AppRunner(app)
     await runner.setup()
     port = free_port()
@@ -161,6 +168,15 @@ async def test_submit_sends_the_parsed_spec(stub_gateway, capsys) -> None:
     sent = posted[-1]
     assert sent["host_mem_gb"] == 0.5 and sent["constraints"] == ["a100", "v100", "t4"]
     assert sent["elastic"] == {"min_gpus": 1, "max_gpus": 4} and sent["est_runtime_s"] == 7200
+
+
+async def test_relative_deadline_counts_from_the_gateway_clock(stub_gateway, capsys) -> None:
+    url, posted = stub_gateway
+    code = await asyncio.to_thread(
+        main, ["submit", "--deadline", "2h", "--id", "d", "--gateway", url]
+    )
+    assert code == 0
+    assert posted[-1]["deadline"] == pytest.approx(STUB_NOW + 7200, abs=5)
 
 
 async def test_submit_without_id_lets_the_gateway_assign_one(stub_gateway, capsys) -> None:
