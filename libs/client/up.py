@@ -219,7 +219,7 @@ async def _loop(
             if live is not None:
                 live.update(render(snap, header))
             elif elapsed >= next_line:
-                console.print(summary_line(snap), highlight=False)
+                console.print(summary_line(snap), highlight=False, soft_wrap=True)
                 next_line = elapsed + opts.summary_every_s
             if stack.dead():
                 break
@@ -227,7 +227,7 @@ async def _loop(
                 await asyncio.wait_for(stop.wait(), timeout=1.0)
     snap = await asyncio.to_thread(_snapshot, stack, started, demo, dec)
     if not opts.live:
-        console.print(summary_line(snap), highlight=False)
+        console.print(summary_line(snap), highlight=False, soft_wrap=True)
     return snap
 
 
