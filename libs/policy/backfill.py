@@ -53,18 +53,38 @@ class RunningSet:
         self._by_node: dict[int, dict[str, RunningJob]] = {}
         self._node_of: dict[str, int] = {}
         self._built: dict[int, list[RunningJob]] = {}
-        for r in running:
-            self.add(r)
+        self._first: dict[int, float] | None = None  # node -> earliest expected end, lazily
+        by_node, node_of = self._by_node, self._node_of
+        for r in running:  # the body of ``add``, inlined: built once per pass from a list
+            n = r.node_index
+            d = by_node.get(n)
+            if d is None:
+                d = by_node[n] = {}
+            d[r.spec.id] = r
+            node_of[r.spec.id] = n
 
     def add(self, r: RunningJob) -> None:
         self._by_node.setdefault(r.node_index, {})[r.spec.id] = r
         self._node_of[r.spec.id] = r.node_index
         self._built.pop(r.node_index, None)
+        if self._first is not None:
+            old = self._first.get(r.node_index, float("inf"))
+            self._first[r.node_index] = min(old, r.expected_end)
 
     def remove(self, job_id: str) -> RunningJob:
         n = self._node_of.pop(job_id)
         self._built.pop(n, None)
-        return self._by_node[n].pop(job_id)
+        r = self._by_node[n].pop(job_id)
+        if self._first is not None and self._first.get(n) == r.expected_end:
+            # the node's earliest end may have moved later: recompute that node only
+            d = self._by_node[n]
+            if self._base is not None:
+                self._first = None
+            elif d:
+                self._first[n] = min(j.expected_end for j in d.values())
+            else:
+                del self._first[n]
+        return r
 
     def __len__(self) -> int:
         return len(self._node_of) + (len(self._base) if self._base is not None else 0)
@@ -79,19 +99,38 @@ class RunningSet:
         """Running jobs on ``node`` sorted by expected end."""
         hit = self._built.get(node)
         if hit is None:
-            own = list(self._by_node.get(node, {}).values())
-            if self._base is not None:
-                own += self._base.on_node(node)
-            hit = sorted(own, key=lambda r: r.expected_end)
+            own = self._by_node.get(node)
+            if not own and self._base is not None:
+                hit = self._base.on_node(node)  # nothing added on this node: share the base's
+            else:
+                jobs = list(own.values()) if own else []
+                if self._base is not None:
+                    jobs += self._base.on_node(node)
+                hit = sorted(jobs, key=_end)
             self._built[node] = hit
         return hit
 
+    def first_ends(self) -> dict[int, float]:
+        """node -> earliest expected end of its running jobs (nodes without jobs absent);
+        kept up to date by ``add``/``remove`` once built. Treat as read-only."""
+        if self._first is None:
+            first: dict[int, float] = {} if self._base is None else dict(self._base.first_ends())
+            for n, d in self._by_node.items():
+                if d:
+                    m = min(r.expected_end for r in d.values())
+                    first[n] = min(m, first.get(n, m))
+            self._first = first
+        return self._first
+
     def first_end(self, node: int) -> float:
-        jobs = self.on_node(node)
-        return jobs[0].expected_end if jobs else float("inf")
+        return self.first_ends().get(node, float("inf"))
 
     def get(self, node: int, now: float) -> list[Release]:
         return [Release.of(r, now) for r in self.on_node(node)]
+
+
+def _end(r: RunningJob) -> float:
+    return r.expected_end
 
 
 def _fits(spec: JobSpec, free, mem, host: float, cpus: float) -> bool:
@@ -136,6 +175,30 @@ def earliest_start(
     return float("inf")
 
 
+def _earliest_start_jobs(
+    spec: JobSpec, view: ClusterView, node: int, jobs: Sequence[RunningJob], now: float
+) -> float:
+    """``earliest_start`` over running jobs sorted by expected end (no ``Release`` records:
+    this is the reservation's inner loop). An overrun job counts as ending ``now``."""
+    g = int(view.gpu_total[node])
+    free = view.gpu_free[node, :g].tolist()
+    mem = view.gpu_mem_free_gb[node, :g].tolist()
+    host = float(view.host_mem_free_gb[node])
+    cpus = float(view.cpus_free[node])
+    if _fits(spec, free, mem, host, cpus):
+        return now
+    for r in jobs:
+        s = r.spec
+        for j in r.gpu_indices:
+            free[j] += r.gpu_share
+            mem[j] += s.gpu_mem_gb
+        host += s.host_mem_gb
+        cpus += s.cpus
+        if _fits(spec, free, mem, host, cpus):
+            return max(r.expected_end, now)
+    return float("inf")
+
+
 def reserve(
     job_id: str,
     spec: JobSpec,
@@ -153,16 +216,18 @@ def reserve(
     )
     # a node that cannot take the job now needs at least its first release: visit nodes by
     # that lower bound and stop once it is no better than the best exact start found
-    bounds = sorted((max(rel.first_end(int(n)), now), int(n)) for n in eligible)
     best: tuple[float, int] | None = None
     now_ok = np.flatnonzero(F.dynamic_mask(spec, view, cfg)[eligible])
     if len(now_ok):
         best = (now, int(eligible[now_ok[0]]))
     if best is None:
+        first = rel.first_ends()
+        inf = float("inf")
+        bounds = sorted((max(first.get(n, inf), now), n) for n in eligible.tolist())
         for lb, n in bounds:
             if lb == float("inf") or (best is not None and lb >= best[0]):
                 break
-            t = earliest_start(spec, view, n, rel.get(n, now), now)
+            t = _earliest_start_jobs(spec, view, n, rel.on_node(n), now)
             if t < float("inf") and (best is None or t < best[0]):
                 best = (t, n)
     if best is None:

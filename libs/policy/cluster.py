@@ -5,6 +5,9 @@ simulator applies thousands of starts/finishes per second, so ``allocate``/``rel
 row only (O(Gmax)). Row ``i`` is node ``node_ids[i]``; GPU slot ``j`` of a node exists when
 ``j < gpu_total[i]`` (the other columns stay 0, so they never look free).
 
+Write node state through ``allocate``/``release``/``set_cordoned``/``set_temp`` only: they move
+the change counters (``gen``, ``freed_gen``) the scheduler's cross-pass memos rely on.
+
 GPU memory may go negative: the GPU-count-only baseline (``first_fit(check_memory=False)``) can
 oversubscribe it, and the executor then fails the job with OOM. GPU *shares* may not exceed 1:
 ``allocate`` refuses that with a ValueError (it would be double booking).
@@ -48,6 +51,12 @@ class ClusterView:
     max_power_w: np.ndarray  # float[N] per GPU
     # memo of shape-only results (static filter masks): node specs never change in a view
     static_cache: dict = field(default_factory=dict, repr=False, compare=False)
+    # change counters: ``gen`` moves on every change of free resources or node state,
+    # ``freed_gen`` only on changes that can let a job fit that did not (release, uncordon,
+    # temperature). The scheduler keys its cross-pass memos (``dyn_cache``) on them.
+    gen: int = 0
+    freed_gen: int = 0
+    dyn_cache: dict = field(default_factory=dict, repr=False, compare=False)
 
     @classmethod
     def build(
@@ -145,6 +154,9 @@ class ClusterView:
         self._apply(i, list(a.gpu_indices), a.gpu_share, a.gpu_mem_gb, a.host_mem_gb, a.cpus)
 
     def _apply(self, i: int, idx: list[int], share: float, mem: float, host: float, cpu: float):
+        self.gen += 1
+        if share > 0 or mem > 0 or host > 0 or cpu > 0:
+            self.freed_gen += 1
         # plain-Python loops: a job touches at most Gmax slots, where numpy calls cost more
         if idx:
             row = self.gpu_free[i]
@@ -170,9 +182,13 @@ class ClusterView:
 
     def set_cordoned(self, node_id: str, value: bool = True) -> None:
         self.cordoned[self.index[node_id]] = value
+        self.gen += 1
+        self.freed_gen += 1
 
     def set_temp(self, node_id: str, temp_c: float) -> None:
         self.temp_c[self.index[node_id]] = temp_c
+        self.gen += 1
+        self.freed_gen += 1
 
     # --- reads ------------------------------------------------------------------------------
     def free_gpus(self) -> np.ndarray:
@@ -204,6 +220,7 @@ class ClusterView:
         """A deep copy of the mutable arrays (specs are shared): for what-if planning."""
         c = ClusterView(**{f: getattr(self, f) for f in self.__dataclass_fields__})
         c.static_cache = self.static_cache  # same specs: the memo stays valid
+        c.dyn_cache = {}  # the copy's free resources will diverge from ours
         for f in (
             "gpu_free",
             "gpu_mem_free_gb",

@@ -76,6 +76,14 @@ class PolicyConfig:
     # --- scheduling pass (libs.policy.scheduler / backfill) ---
     backfill: bool = True
     backfill_depth: int = 64  # how many jobs below a blocked head job may be tried per pass
+    # Rank epochs: a full re-rank of the queue happens when this many seconds have passed since
+    # the last one, or the load regime or cluster changed; in between, a job keeps the score it
+    # got at the epoch and a newly queued job is scored as of the epoch's time (with the fair
+    # share of now). Aging moves every score at the same rate, so within an epoch only urgency
+    # and fair share go stale, by at most a minute's worth. 0 = re-rank on every pass. A policy
+    # choice, identical live and in the simulator wherever the caller keeps a ``PendingQueue``
+    # across passes (a plain list carries no epoch and is always fully ranked).
+    rerank_interval_s: float = 60.0
     max_places_per_pass: int = 1_000_000  # cap on placements per pass (live placer may lower it)
     explain_top_k: int = 5  # candidates kept in an explained placement
 
@@ -108,5 +116,7 @@ class PolicyConfig:
             raise ValueError("aging_per_h must be > 0 (otherwise a job may wait forever)")
         if self.urgency_scale_s <= 0:
             raise ValueError("urgency_scale_s must be > 0")
+        if not self.rerank_interval_s >= 0:
+            raise ValueError("rerank_interval_s must be >= 0")
         if self.backfill_depth < 0:
             raise ValueError("backfill_depth must be >= 0")

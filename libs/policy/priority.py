@@ -78,6 +78,50 @@ def dominant_shares(
     return {t: dominant_share(u, capacity) for t, u in tenant_usage.items()}
 
 
+def _usage_matrix(tenant_usage: Mapping[str, np.ndarray | float]) -> np.ndarray:
+    """float[T, len(RESOURCES)] in ``tenant_usage`` order (a bare number = GPUs only)."""
+    vals = list(tenant_usage.values())
+    if all(isinstance(u, (int, float)) for u in vals):
+        m = np.zeros((len(vals), len(RESOURCES)))
+        m[:, 0] = vals
+        return m
+    return np.array([usage_vector(u) for u in vals], dtype=float).reshape(-1, len(RESOURCES))
+
+
+def tenants_present(q: QueueArrays) -> np.ndarray:
+    """bool per index of ``q.tenants``: has at least one job in ``q``."""
+    if len(q.tenants) and len(q.tenant):
+        return np.bincount(q.tenant, minlength=len(q.tenants)) > 0
+    return np.zeros(len(q.tenants), dtype=bool)
+
+
+def fair_share_terms(
+    q: QueueArrays,
+    tenant_usage: Mapping[str, np.ndarray | float],
+    capacity: np.ndarray,
+    present: np.ndarray | None = None,
+) -> np.ndarray:
+    """Per job, 1 / (1 + dominant share of its tenant x number of tenants): the same numbers
+    as ``dominant_shares``, computed for all tenants with one matrix operation."""
+    cap = np.asarray(capacity, dtype=float)
+    if len(q.tenant) == 0:
+        return np.zeros(0)
+    if present is None:
+        present = tenants_present(q)
+    # only tenants with queued jobs need a share; the count covers every tenant with usage
+    idx = np.flatnonzero(present).tolist()
+    names = [q.tenants[k] for k in idx]
+    n_tenants = max(len(tenant_usage) + sum(1 for t in names if t not in tenant_usage), 1)
+    tenant_dom = np.zeros(len(q.tenants))
+    used = [(k, tenant_usage[t]) for k, t in zip(idx, names, strict=True) if t in tenant_usage]
+    if used:
+        u = _usage_matrix(dict(used))
+        ok = cap > 0
+        if ok.any():
+            tenant_dom[[k for k, _ in used]] = (u[:, ok] / cap[ok]).max(axis=1)
+    return 1.0 / (1.0 + tenant_dom[q.tenant] * n_tenants)
+
+
 def _capacity_and_models(capacity: Any, models: Sequence[str] | None) -> tuple[np.ndarray, list]:
     if hasattr(capacity, "capacity") and hasattr(capacity, "models"):
         return capacity.capacity(), list(models if models is not None else capacity.models)
@@ -141,17 +185,50 @@ def rank_arrays(
     models: Sequence[str] | None = None,
 ) -> RankResult:
     """``rank`` on queue columns (see ``libs.policy.queue``)."""
+    scores, terms, reg = score_arrays(
+        q,
+        now=now,
+        load=load,
+        tenant_usage=tenant_usage,
+        capacity=capacity,
+        cfg=cfg,
+        profiles=profiles,
+        models=models,
+    )
+    return RankResult(order_of(scores, q.enq), scores, terms, reg)
+
+
+def order_of(scores: np.ndarray, enq: np.ndarray, top: int | None = None) -> np.ndarray:
+    """Best first: higher score, then earlier enqueue, then lower row index (deterministic).
+
+    ``top``: only the first ``top`` or a few more positions are needed; the result is then a
+    prefix of the full order (every job scoring at least the ``top``-th best score, ties
+    included, so the prefix is exactly the full order's), found in O(n) + O(top log top)."""
+    n = len(scores)
+    if top is None or top >= n:
+        return np.lexsort((np.arange(n), enq, -scores))
+    thr = -np.partition(-scores, top - 1)[top - 1]
+    rows = np.flatnonzero(scores >= thr)
+    return rows[np.lexsort((rows, enq[rows], -scores[rows]))]
+
+
+def score_arrays(
+    q: QueueArrays,
+    *,
+    now: float,
+    load: float,
+    tenant_usage: Mapping[str, np.ndarray | float],
+    capacity: Any,
+    cfg: PolicyConfig,
+    profiles: ProfileTable,
+    models: Sequence[str] | None = None,
+    present: np.ndarray | None = None,
+) -> tuple[np.ndarray, dict[str, np.ndarray], str]:
+    """(scores, terms, regime) of the rows of ``q``. ``present`` (bool per tenant index): the
+    tenants of the whole queue, when ``q`` is a subset of it (tenant count for fair share)."""
     cap, mods = _capacity_and_models(capacity, models)
     reg, w = regime_weights(load, cfg)
-    n = len(q.prio)
-    shares = dominant_shares(tenant_usage, cap)
-    present = np.unique(q.tenant)
-    names = [q.tenants[int(t)] for t in present]
-    tenant_dom = np.zeros(len(q.tenants))
-    for t, name in zip(present, names, strict=True):
-        tenant_dom[int(t)] = shares.get(name, 0.0)
-    n_tenants = max(len(set(shares) | set(names)), 1)
-    fair = 1.0 / (1.0 + tenant_dom[q.tenant] * n_tenants)
+    fair = fair_share_terms(q, tenant_usage, cap, present)
     prio, es, enq, est, prog, dl, cls_idx = q.prio, q.es, q.enq, q.est, q.prog, q.deadline, q.cls
 
     best = best_speed_per_class(profiles, mods)[cls_idx]
@@ -162,9 +239,8 @@ def rank_arrays(
     aging = cfg.aging_per_h * np.maximum(now - enq, 0.0) / 3600.0
     mix = w.fair_share * fair + w.energy * energy + w.deadline * urg + w.priority
     scores = base * mix + aging
-    order = np.lexsort((np.arange(n), enq, -scores))
     terms = {"base": base, "fair_share": fair, "energy": energy, "urgency": urg, "aging": aging}
-    return RankResult(order, scores, terms, reg)
+    return scores, terms, reg
 
 
 def urgency(

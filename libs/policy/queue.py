@@ -53,6 +53,14 @@ class QueueArrays:
         )
 
 
+def take(q: QueueArrays, rows: np.ndarray) -> QueueArrays:
+    """The rows ``rows`` of ``q`` (same tenant list, so tenant indices keep their meaning)."""
+    return QueueArrays(
+        *(getattr(q, c)[rows] for c in _COLUMNS),
+        q.tenants,
+    )
+
+
 def _row(j: PendingJob, tenants: dict[str, int]) -> tuple:
     s = j.spec
     t = tenants.setdefault(s.tenant, len(tenants))
@@ -77,6 +85,10 @@ class PendingQueue(Sequence[PendingJob]):
         self._pos: dict[str, int] = {}
         self._tenants: dict[str, int] = {}
         self._data = np.zeros((max(16, len(jobs)), len(_COLUMNS)))
+        # cached priority score per row (NaN = not scored since added); owned by the scheduler's
+        # rank epochs (libs.policy.scheduler), moved with its row
+        self._score = np.full(len(self._data), np.nan)
+        self.rank_epoch: tuple | None = None  # (time, key) of the last full rank
         for j in jobs:
             self.add(j)
 
@@ -104,11 +116,13 @@ class PendingQueue(Sequence[PendingJob]):
             i = len(self._jobs)
             if i == len(self._data):
                 self._data = np.concatenate([self._data, np.zeros_like(self._data)])
+                self._score = np.concatenate([self._score, np.full(len(self._score), np.nan)])
             self._jobs.append(job)
             self._pos[jid] = i
         else:
             self._jobs[i] = job
         self._data[i] = _row(job, self._tenants)
+        self._score[i] = np.nan
 
     def remove(self, job_id: str) -> PendingJob:
         """Remove a job by id (KeyError if absent): the last row moves into its place."""
@@ -120,8 +134,13 @@ class PendingQueue(Sequence[PendingJob]):
             self._jobs[i] = moved
             self._pos[moved.spec.id] = i
             self._data[i] = self._data[last]
+            self._score[i] = self._score[last]
         self._jobs.pop()
         return job
+
+    def cached_scores(self) -> np.ndarray:
+        """The scheduler's cached score per row (a writable view; NaN = not yet scored)."""
+        return self._score[: len(self._jobs)]
 
     def arrays(self) -> QueueArrays:
         d = self._data[: len(self._jobs)]

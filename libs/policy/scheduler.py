@@ -27,14 +27,15 @@ from libs.policy import filters as F
 from libs.policy.cluster import EPS, ClusterView
 from libs.policy.config import PolicyConfig
 from libs.policy.placement import PlaceContext, place, to_allocation
-from libs.policy.priority import rank_arrays, regime
+from libs.policy.priority import order_of, regime, score_arrays, tenants_present
 from libs.policy.profiles import ProfileTable
-from libs.policy.queue import QueueArrays
+from libs.policy.queue import PendingQueue, QueueArrays, take
 from libs.policy.scores import SizeMix
 from libs.policy.types import (
     CycleResult,
     PendingJob,
     Placement,
+    RankResult,
     Refusal,
     Reservation,
     RunningJob,
@@ -76,21 +77,14 @@ def schedule(
         # no request fits in the largest free block: nothing can start, skip ranking
         waiting = {p.spec.id: "Resources" for p in pending} if reasons else {}
         return CycleResult([], None, waiting, regime(load, cfg), None)
-    rr = rank_arrays(
-        q,
-        now=now,
-        load=load,
-        tenant_usage=tenant_usage,
-        capacity=view,
-        cfg=cfg,
-        profiles=profiles,
-    )
+    # a pass rarely looks past the head job + backfill_depth: order only a prefix unless every
+    # job needs a reason (the walk below extends it to the full order if it runs past it)
+    top = None if reasons else max(_ORDER_PREFIX, 4 * (cfg.backfill_depth + 1))
+    rr = _rank(pending, q, view, now, load, tenant_usage, profiles, cfg, top)
     assignments: list[tuple[PendingJob, Placement]] = []
     waiting: dict[str, str] = {}
-    mix = SizeMix.from_requests(q.gpus, SizeMix.of(cfg.size_mix))
     ctx: PlaceContext | None = None
-    failed: dict[tuple, str] = {}
-    can_ever: dict[tuple, bool] = {}
+    failed = _failed_memo(view, cfg)
     head: PendingJob | None = None  # the blocked job backfill protects
     reservation: Reservation | None = None
     rel: B.RunningSet | None = running if isinstance(running, B.RunningSet) else None
@@ -100,9 +94,12 @@ def schedule(
     reserved_tried = False
     order = rr.order
     stop_at = len(order)
-    for pos, i in enumerate(order):
-        job = pending[int(i)]
-        spec = job.spec
+    gpus_col, frac_col = q.gpus, frac
+    big = _too_big(gpus_col, frac_col, max_whole, max_share)
+    big_at = (max_whole, max_share)
+    ever_cache = view.static_cache
+    walked = _walk(order, rr.scores, q.enq)
+    for pos, i in enumerate(walked):
         if max_share < EPS or len(assignments) >= cfg.max_places_per_pass:
             stop_at = pos
             break
@@ -114,34 +111,37 @@ def schedule(
             if behind_head > cfg.backfill_depth:
                 stop_at = pos
                 break
+        job = pending[i]
+        spec = job.spec
         key = _shape(spec)
         why = failed.get(key)
-        if why is None and (
-            spec.gpus > max_share + EPS if F.is_fractional(spec) else F.whole_gpus(spec) > max_whole
-        ):
-            why = "Resources"  # scalar pre-check: larger than any free block
-            ever = can_ever.get(key)
+        if why is None and big[i]:
+            # scalar pre-check (vectorised per pass): larger than any free block
+            ever = ever_cache.get(("ever", key))
             if ever is None:
-                ever = can_ever[key] = bool(F.static_mask(spec, view).any())
-            if not ever:
-                why = None  # let place() report the precise never-fits reason
+                ever = ever_cache[("ever", key)] = bool(F.static_mask(spec, view).any())
+            if ever:
+                why = "Resources"  # else let place() report the precise never-fits reason
         if why is not None:
             waiting[spec.id] = why
             if head is None and why == "Resources":
                 head = job
             continue
         if ctx is None:
+            mix = SizeMix.from_requests(q.gpus, SizeMix.of(cfg.size_mix))
             ctx = PlaceContext.build(view, profiles, cfg, mix)
         if head is not None and reservation is None and not reserved_tried:
             reserved_tried = True  # computed only now that a job behind the head may start
-            rel, rel_owned = _running_set(rel, rel_owned, running, started)
-            reservation = B.reserve(head.spec.id, head.spec, view, rel, now=now, cfg=cfg)
+            reservation, rel, rel_owned = _reserve(
+                head, view, rel, rel_owned, running, started, now, cfg
+            )
         mask = None
         if reservation is not None:
             mask = np.ones(len(view.node_ids), dtype=bool)
             mask[reservation.node_index] = False
         res = place(spec, view, profiles, cfg, ctx=ctx, mask=mask)
         if isinstance(res, Refusal) and reservation is not None and res.reason == "Reserved":
+            rel, rel_owned = _running_set(rel, rel_owned, running, started)
             res = _try_reserved_node(job, head, reservation, view, profiles, cfg, ctx, rel, now)
         if isinstance(res, Placement):
             alloc = to_allocation(spec, res, now, job.attempt)
@@ -156,6 +156,9 @@ def schedule(
                 rel.add(rj)
             max_whole = int(view.whole_free.max())
             max_share = float(view.gpu_free.max())
+            if (max_whole, max_share) != big_at:
+                big = _too_big(gpus_col, frac_col, max_whole, max_share)
+                big_at = (max_whole, max_share)
             continue
         waiting[spec.id] = res.reason
         if res.reason != "Reserved":
@@ -163,14 +166,107 @@ def schedule(
         if head is None and res.reason == "Resources":
             head = job
     if head is not None and reservation is None and want_reservation:
-        rel, rel_owned = _running_set(rel, rel_owned, running, started)
-        reservation = B.reserve(head.spec.id, head.spec, view, rel, now=now, cfg=cfg)
+        reservation, rel, rel_owned = _reserve(
+            head, view, rel, rel_owned, running, started, now, cfg
+        )
     if reasons:
         for i in order[stop_at:]:
             sid = pending[int(i)].spec.id
             if sid not in waiting:
                 waiting[sid] = "Priority" if head is not None else "Resources"
     return CycleResult(assignments, reservation, waiting, rr.regime, rr)
+
+
+_ORDER_PREFIX = 256
+
+
+def _walk(prefix: np.ndarray, scores: np.ndarray, enq: np.ndarray):
+    """Rows in rank order: the computed prefix, then (only if the pass gets that far) the rest
+    of the full order."""
+    yield from prefix.tolist()
+    if len(prefix) < len(scores):
+        yield from order_of(scores, enq)[len(prefix) :].tolist()
+
+
+def _too_big(gpus: np.ndarray, frac: np.ndarray, max_whole: int, max_share: float) -> list[bool]:
+    """Per queue row: the request exceeds the largest free block (whole GPUs on one node, or
+    the largest free share of one GPU), so it cannot start now whatever the other checks say."""
+    return np.where(frac, gpus > max_share + EPS, np.round(gpus) > max_whole).tolist()
+
+
+def _rank(
+    pending: Sequence[PendingJob],
+    q: QueueArrays,
+    view: ClusterView,
+    now: float,
+    load: float,
+    tenant_usage: Mapping[str, np.ndarray | float],
+    profiles: ProfileTable,
+    cfg: PolicyConfig,
+    top: int | None,
+) -> RankResult:
+    """The pass's order (only its first ``top`` positions, or a few more, when ``top`` is
+    given). With a ``PendingQueue`` and ``cfg.rerank_interval_s`` > 0, scores are kept per row
+    between rank epochs (see ``PolicyConfig.rerank_interval_s``): only jobs queued since the
+    epoch are scored, as of the epoch's time. ``terms`` are filled on a full rank only."""
+    kw = {"tenant_usage": tenant_usage, "capacity": view, "cfg": cfg, "profiles": profiles}
+    if not isinstance(pending, PendingQueue) or cfg.rerank_interval_s <= 0:
+        scores, terms, reg = score_arrays(q, now=now, load=load, **kw)
+        return RankResult(order_of(scores, q.enq, top), scores, terms, reg)
+    reg = regime(load, cfg)
+    key = (reg, id(cfg), id(profiles), tuple(view.models), view.total_gpus())
+    epoch = pending.rank_epoch
+    col = pending.cached_scores()
+    if epoch is None or epoch[1] != key or not epoch[0] <= now < epoch[0] + cfg.rerank_interval_s:
+        scores, terms, reg = score_arrays(q, now=now, load=load, **kw)
+        col[:] = scores
+        pending.rank_epoch = (now, key)
+        return RankResult(order_of(scores, q.enq, top), scores, terms, reg)
+    new = np.flatnonzero(np.isnan(col))
+    if len(new):
+        sub, _, _ = score_arrays(
+            take(q, new), now=epoch[0], load=load, present=tenants_present(q), **kw
+        )
+        col[new] = sub
+    scores = col.copy()
+    return RankResult(order_of(scores, q.enq, top), scores, {}, reg)
+
+
+def _failed_memo(view: ClusterView, cfg: PolicyConfig) -> dict[tuple, str]:
+    """Request shape -> why it fits no node, kept on the view ACROSS passes while nothing was
+    freed (``view.freed_gen``): taking resources can only make a misfit worse, so the answer
+    stays exact. "Reserved" refusals depend on the reservation and are never stored."""
+    hit = view.dyn_cache.get("failed")
+    if hit is None or hit[0] != view.freed_gen or hit[1] is not cfg:
+        hit = (view.freed_gen, cfg, {})
+        view.dyn_cache["failed"] = hit
+    return hit[2]
+
+
+def _reserve(
+    head: PendingJob,
+    view: ClusterView,
+    rel: B.RunningSet | None,
+    rel_owned: bool,
+    running: Sequence[RunningJob] | B.RunningSet,
+    started: list[RunningJob],
+    now: float,
+    cfg: PolicyConfig,
+) -> tuple[Reservation | None, B.RunningSet | None, bool]:
+    """``backfill.reserve`` for the head, memoised on the view across passes: the same head and
+    shape, no change to the view since (``view.gen``; running jobs only start and end through
+    allocate/release) and the same number of running jobs give the same reservation, as long
+    as its start is not in the past (an overrun job counts as ending ``now``, and a later
+    ``now`` can only move starts that were before it)."""
+    n_run = len(running) + len(started)
+    key = (head.spec.id, _shape(head.spec), view.gen, n_run, cfg)
+    hit = view.dyn_cache.get("reservation")
+    if hit is not None and hit[0] == key and (hit[1] is None or hit[1].start >= now):
+        return hit[1], rel, rel_owned
+    rel, rel_owned = _running_set(rel, rel_owned, running, started)
+    res = B.reserve(head.spec.id, head.spec, view, rel, now=now, cfg=cfg)
+    view.dyn_cache["reservation"] = (key, res)
+    return res, rel, rel_owned
 
 
 def _running_set(
