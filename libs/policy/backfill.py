@@ -187,6 +187,23 @@ def _earliest_start_jobs(
     cpus = float(view.cpus_free[node])
     if _fits(spec, free, mem, host, cpus):
         return now
+    if not F.is_fractional(spec):
+        # whole GPUs: count fully free GPUs as releases cross 1.0 instead of rescanning
+        k, one = F.whole_gpus(spec), 1.0 - EPS
+        need_host, need_cpus = spec.host_mem_gb - EPS, spec.cpus - EPS
+        whole = sum(1 for f in free if f >= one)
+        for r in jobs:
+            s = r.spec
+            for j in r.gpu_indices:
+                was = free[j]
+                free[j] = was + r.gpu_share
+                if was < one <= free[j]:
+                    whole += 1
+            host += s.host_mem_gb
+            cpus += s.cpus
+            if whole >= k and host >= need_host and cpus >= need_cpus:
+                return max(r.expected_end, now)
+        return float("inf")
     for r in jobs:
         s = r.spec
         for j in r.gpu_indices:

@@ -206,7 +206,15 @@ class ClusterView:
         return float(1.0 - self.gpu_free.sum() / total)
 
     def capacity(self) -> np.ndarray:
-        """Totals per resource in ``RESOURCES`` order, for dominant-share fairness."""
+        """Totals per resource in ``RESOURCES`` order, for dominant-share fairness (memoised:
+        totals depend on the node specs only; read-only)."""
+        hit = self.static_cache.get("capacity")
+        if hit is None:
+            hit = self.static_cache["capacity"] = self._capacity()
+            hit.setflags(write=False)
+        return hit
+
+    def _capacity(self) -> np.ndarray:
         return np.array(
             [
                 float(self.gpu_total.sum()),

@@ -112,10 +112,21 @@ def static_mask(spec: JobSpec, view: ClusterView) -> np.ndarray:
     return m
 
 
+def available(view: ClusterView, cfg: PolicyConfig) -> np.ndarray:
+    """Nodes neither cordoned nor too hot (memoised until the view's next cordon/temperature
+    change or release, ``view.freed_gen``; read-only)."""
+    key = (view.freed_gen, cfg.thermal_max_c)
+    hit = view.dyn_cache.get("available")
+    if hit is None or hit[0] != key:
+        m = ~view.cordoned & ~(view.temp_c >= cfg.thermal_max_c)
+        m.setflags(write=False)
+        hit = view.dyn_cache["available"] = (key, m)
+    return hit[1]
+
+
 def dynamic_mask(spec: JobSpec, view: ClusterView, cfg: PolicyConfig) -> np.ndarray:
     return (
-        f_cordon(spec, view)
-        & f_thermal(spec, view, cfg)
+        available(view, cfg)
         & f_free_gpus(spec, view)
         & f_host_memory(spec, view)
         & f_cpus(spec, view)
@@ -176,14 +187,27 @@ def explain_nodes(spec: JobSpec, view: ClusterView, cfg: PolicyConfig) -> dict[s
     return out
 
 
+def can_ever_fit(spec: JobSpec, view: ClusterView) -> bool:
+    """Some node's shape could hold ``spec`` (the view form of ``never_fits(...) is None``,
+    memoised per request shape on the view: O(1) after the first call)."""
+    key = ("ever", (spec.gpus, spec.gpu_mem_gb, spec.host_mem_gb, spec.cpus, spec.constraints))
+    hit = view.static_cache.get(key)
+    if hit is None:
+        hit = view.static_cache[key] = bool(static_mask(spec, view).any())
+    return hit
+
+
 def refusal_reason(spec: JobSpec, view: ClusterView, cfg: PolicyConfig) -> tuple[str, bool]:
     """(Slurm-like reason, never_fits) for a job no node can take now."""
-    m = np.ones(len(view.node_ids), dtype=bool)
-    for reason, f in STATIC:
-        nxt = m & f(spec, view)
-        if not nxt.any():
-            return reason, True
-        m = nxt
+    if can_ever_fit(spec, view):
+        m = static_mask(spec, view)
+    else:
+        m = np.ones(len(view.node_ids), dtype=bool)
+        for reason, f in STATIC:
+            nxt = m & f(spec, view)
+            if not nxt.any():
+                return reason, True
+            m = nxt
     c = m & f_cordon(spec, view)
     if not c.any():
         return "Cordoned", False

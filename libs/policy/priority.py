@@ -106,13 +106,18 @@ def fair_share_terms(
     cap = np.asarray(capacity, dtype=float)
     if len(q.tenant) == 0:
         return np.zeros(0)
+    mine = tenants_present(q)
     if present is None:
-        present = tenants_present(q)
-    # only tenants with queued jobs need a share; the count covers every tenant with usage
-    idx = np.flatnonzero(present).tolist()
-    names = [q.tenants[k] for k in idx]
-    n_tenants = max(len(tenant_usage) + sum(1 for t in names if t not in tenant_usage), 1)
+        present = mine
+    # the count covers every tenant with usage or queued jobs; only the tenants of ``q``'s
+    # rows need their share
+    n_tenants = len(tenant_usage) + sum(
+        1 for k in np.flatnonzero(present).tolist() if q.tenants[k] not in tenant_usage
+    )
+    n_tenants = max(n_tenants, 1)
     tenant_dom = np.zeros(len(q.tenants))
+    idx = np.flatnonzero(mine).tolist()
+    names = [q.tenants[k] for k in idx]
     used = [(k, tenant_usage[t]) for k, t in zip(idx, names, strict=True) if t in tenant_usage]
     if used:
         u = _usage_matrix(dict(used))
@@ -137,7 +142,13 @@ def best_speed_per_class(profiles: ProfileTable, models: Sequence[str]) -> np.nd
     """float[len(WORKLOAD_CLASSES)]: the fastest speed among ``models`` (1.0 if none given)."""
     if not models:
         return np.ones(len(WORKLOAD_CLASSES))
-    return profiles.speed_matrix(tuple(models), WORKLOAD_CLASSES).max(axis=0)
+    key = ("best_speed", tuple(models))
+    hit = profiles._memo.get(key)  # the table never changes: memoise on it
+    if hit is None:
+        hit = profiles.speed_matrix(tuple(models), WORKLOAD_CLASSES).max(axis=0)
+        hit.setflags(write=False)
+        profiles._memo[key] = hit
+    return hit
 
 
 def rank(

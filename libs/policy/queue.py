@@ -15,6 +15,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from libs.policy.scores import SizeMix
 from libs.policy.types import PendingJob
 from proto.jobs import WORKLOAD_CLASSES
 
@@ -89,6 +90,10 @@ class PendingQueue(Sequence[PendingJob]):
         # rank epochs (libs.policy.scheduler), moved with its row
         self._score = np.full(len(self._data), np.nan)
         self.rank_epoch: tuple | None = None  # (time, key) of the last full rank
+        # histogram of request sizes (scores.SizeMix.size_code), kept in step with the rows
+        self._size_counts = np.zeros(64, dtype=np.int64)
+        self._sizes: dict[float, int] = {}  # exact request size -> jobs (for min_request)
+        self._tenant_jobs: dict[int, int] = {}  # tenant index -> queued jobs
         for j in jobs:
             self.add(j)
 
@@ -120,14 +125,17 @@ class PendingQueue(Sequence[PendingJob]):
             self._jobs.append(job)
             self._pos[jid] = i
         else:
+            self._count(self._jobs[i], -1)
             self._jobs[i] = job
         self._data[i] = _row(job, self._tenants)
         self._score[i] = np.nan
+        self._count(job, +1)
 
     def remove(self, job_id: str) -> PendingJob:
         """Remove a job by id (KeyError if absent): the last row moves into its place."""
         i = self._pos.pop(job_id)
         job = self._jobs[i]
+        self._count(job, -1)
         last = len(self._jobs) - 1
         if i != last:
             moved = self._jobs[last]
@@ -137,6 +145,65 @@ class PendingQueue(Sequence[PendingJob]):
             self._score[i] = self._score[last]
         self._jobs.pop()
         return job
+
+    def _count(self, job: PendingJob, d: int) -> None:
+        g = job.spec.gpus
+        self._count_size(g, d)
+        n = self._sizes.get(g, 0) + d
+        if n:
+            self._sizes[g] = n
+        else:
+            del self._sizes[g]
+        t = self._tenants[job.spec.tenant]
+        m = self._tenant_jobs.get(t, 0) + d
+        if m:
+            self._tenant_jobs[t] = m
+        else:
+            del self._tenant_jobs[t]
+
+    def min_request(self, eps: float = 1e-9) -> tuple[float, float]:
+        """(smallest fractional request, smallest whole-GPU request), inf when none: the
+        scheduler's O(distinct sizes) "can anything fit at all" check."""
+        frac = [g for g in self._sizes if g < 1.0 - eps]
+        whole = [g for g in self._sizes if g >= 1.0 - eps]
+        return (min(frac, default=float("inf")), min(whole, default=float("inf")))
+
+    def tenants_present(self) -> np.ndarray:
+        """bool per tenant index (``arrays().tenants``): has at least one queued job."""
+        out = np.zeros(len(self._tenants), dtype=bool)
+        if self._tenant_jobs:
+            out[list(self._tenant_jobs)] = True
+        return out
+
+    def rows(self, rows: np.ndarray) -> QueueArrays:
+        """``arrays()`` restricted to ``rows`` without building the full columns."""
+        d = self._data[rows]
+        return QueueArrays(
+            *(d[:, k] for k in range(7)),
+            d[:, 7].astype(np.int64),
+            d[:, 8].astype(np.int64),
+            list(self._tenants),
+        )
+
+    def unscored_rows(self) -> np.ndarray:
+        """Rows added (or replaced) since the scheduler last scored them."""
+        return np.flatnonzero(np.isnan(self.cached_scores()))
+
+    def enq(self) -> np.ndarray:
+        """Enqueue times per row (a read-only view)."""
+        return self._data[: len(self._jobs), 2]
+
+    def _count_size(self, gpus: float, d: int) -> None:
+        c = SizeMix.size_code(gpus)
+        if c >= len(self._size_counts):
+            grown = np.zeros(2 * c, dtype=np.int64)
+            grown[: len(self._size_counts)] = self._size_counts
+            self._size_counts = grown
+        self._size_counts[c] += d
+
+    def size_mix(self, fallback: SizeMix) -> SizeMix:
+        """``SizeMix.from_requests`` of the queued requests, from the kept histogram (O(1))."""
+        return SizeMix.from_code_counts(self._size_counts, fallback)
 
     def cached_scores(self) -> np.ndarray:
         """The scheduler's cached score per row (a writable view; NaN = not yet scored)."""

@@ -5,15 +5,25 @@ The view passed in is UPDATED IN PLACE: every assignment in ``CycleResult.assign
 already been allocated on it (pass ``view.copy()`` for a dry run).
 
 Cheap when the queue is long and the cluster full: a pass stops as soon as no GPU share is free,
-jobs whose request exceeds the largest free block are refused with scalar checks (no numpy), a
-request shape that failed once in a pass is not tried again (the pass only takes resources, so
-it cannot fit later in the same pass), backfill looks at most ``cfg.backfill_depth`` jobs below
-the head, and the reservation is only computed when a backfill decision needs it (or when
-``want_reservation``). When no pending request fits the largest free block at all, the pass
-returns at once without ranking (``CycleResult.rank`` is None, every job waits on "Resources").
+jobs whose request exceeds the largest free block are refused by a vectorised pre-check (one
+numpy expression per pass, refreshed only when a placement shrinks the largest block), a request
+shape that failed is not tried again (the memo lives on the view and survives passes until
+something is freed, ``view.freed_gen``: taking resources cannot make a misfit fit), backfill
+looks at most ``cfg.backfill_depth`` jobs below the head, and the reservation is only computed
+when a backfill decision needs it (or when ``want_reservation``), memoised on the view until the
+view changes (``view.gen``). When no pending request fits the largest free block at all, the
+pass returns at once without ranking (``CycleResult.rank`` is None, every job waits on
+"Resources").
+
+Ranking: with ``reasons=False`` only the prefix of the order the pass can reach is sorted
+(``priority.order_of(top=...)``; the walk extends it to the full order if it gets that far), and
+``CycleResult.rank.order`` is that prefix. With a ``PendingQueue`` kept across passes, scores
+are kept between rank epochs (``cfg.rerank_interval_s``, a policy choice: the same live and in
+the simulator where the caller keeps the queue); ``rank.terms`` are filled on a full rank only.
 
 For long replays keep a ``PendingQueue`` (libs.policy.queue) and a ``RunningSet``
-(libs.policy.backfill) alive across passes and pass ``reasons=False``.
+(libs.policy.backfill) alive across passes, keep one ``ClusterView`` updated with
+``allocate``/``release`` (never rebuilt, so its memos stay warm) and pass ``reasons=False``.
 """
 
 from __future__ import annotations
@@ -27,9 +37,9 @@ from libs.policy import filters as F
 from libs.policy.cluster import EPS, ClusterView
 from libs.policy.config import PolicyConfig
 from libs.policy.placement import PlaceContext, place, to_allocation
-from libs.policy.priority import order_of, regime, score_arrays, tenants_present
+from libs.policy.priority import order_of, regime, score_arrays
 from libs.policy.profiles import ProfileTable
-from libs.policy.queue import PendingQueue, QueueArrays, take
+from libs.policy.queue import PendingQueue, QueueArrays
 from libs.policy.scores import SizeMix
 from libs.policy.types import (
     CycleResult,
@@ -66,13 +76,18 @@ def schedule(
     load = view.load()
     if not pending:
         return CycleResult([], None, {}, regime(load, cfg))
-    q = QueueArrays.from_jobs(pending)
+    is_queue = isinstance(pending, PendingQueue)
+    q = None if is_queue else QueueArrays.from_jobs(pending)  # a PendingQueue builds lazily
     max_whole = int(view.whole_free.max()) if len(view.node_ids) else 0
     max_share = float(view.gpu_free.max()) if view.gpu_free.size else 0.0
-    frac = q.gpus < 1.0 - EPS
-    fits_somewhere = (frac & (q.gpus <= max_share + EPS)).any() or (
-        ~frac & (q.gpus <= max_whole + EPS)
-    ).any()
+    if is_queue:
+        min_frac, min_whole = pending.min_request(EPS)
+        fits_somewhere = min_frac <= max_share + EPS or min_whole <= max_whole + EPS
+    else:
+        frac = q.gpus < 1.0 - EPS
+        fits_somewhere = (frac & (q.gpus <= max_share + EPS)).any() or (
+            ~frac & (q.gpus <= max_whole + EPS)
+        ).any()
     if not fits_somewhere and not want_reservation:
         # no request fits in the largest free block: nothing can start, skip ranking
         waiting = {p.spec.id: "Resources" for p in pending} if reasons else {}
@@ -94,11 +109,8 @@ def schedule(
     reserved_tried = False
     order = rr.order
     stop_at = len(order)
-    gpus_col, frac_col = q.gpus, frac
-    big = _too_big(gpus_col, frac_col, max_whole, max_share)
-    big_at = (max_whole, max_share)
     ever_cache = view.static_cache
-    walked = _walk(order, rr.scores, q.enq)
+    walked = _walk(order, rr.scores, pending.enq() if is_queue else q.enq)
     for pos, i in enumerate(walked):
         if max_share < EPS or len(assignments) >= cfg.max_places_per_pass:
             stop_at = pos
@@ -115,11 +127,12 @@ def schedule(
         spec = job.spec
         key = _shape(spec)
         why = failed.get(key)
-        if why is None and big[i]:
-            # scalar pre-check (vectorised per pass): larger than any free block
+        g = spec.gpus
+        if why is None and (g > max_share + EPS if g < 1.0 - EPS else round(g) > max_whole):
+            # scalar pre-check: larger than any free block
             ever = ever_cache.get(("ever", key))
             if ever is None:
-                ever = ever_cache[("ever", key)] = bool(F.static_mask(spec, view).any())
+                ever = F.can_ever_fit(spec, view)
             if ever:
                 why = "Resources"  # else let place() report the precise never-fits reason
         if why is not None:
@@ -128,7 +141,11 @@ def schedule(
                 head = job
             continue
         if ctx is None:
-            mix = SizeMix.from_requests(q.gpus, SizeMix.of(cfg.size_mix))
+            fallback = SizeMix.of(cfg.size_mix)
+            if is_queue:
+                mix = pending.size_mix(fallback)
+            else:
+                mix = SizeMix.from_requests(q.gpus, fallback)
             ctx = PlaceContext.build(view, profiles, cfg, mix)
         if head is not None and reservation is None and not reserved_tried:
             reserved_tried = True  # computed only now that a job behind the head may start
@@ -156,9 +173,6 @@ def schedule(
                 rel.add(rj)
             max_whole = int(view.whole_free.max())
             max_share = float(view.gpu_free.max())
-            if (max_whole, max_share) != big_at:
-                big = _too_big(gpus_col, frac_col, max_whole, max_share)
-                big_at = (max_whole, max_share)
             continue
         waiting[spec.id] = res.reason
         if res.reason != "Reserved":
@@ -188,15 +202,9 @@ def _walk(prefix: np.ndarray, scores: np.ndarray, enq: np.ndarray):
         yield from order_of(scores, enq)[len(prefix) :].tolist()
 
 
-def _too_big(gpus: np.ndarray, frac: np.ndarray, max_whole: int, max_share: float) -> list[bool]:
-    """Per queue row: the request exceeds the largest free block (whole GPUs on one node, or
-    the largest free share of one GPU), so it cannot start now whatever the other checks say."""
-    return np.where(frac, gpus > max_share + EPS, np.round(gpus) > max_whole).tolist()
-
-
 def _rank(
     pending: Sequence[PendingJob],
-    q: QueueArrays,
+    q: QueueArrays | None,
     view: ClusterView,
     now: float,
     load: float,
@@ -211,6 +219,7 @@ def _rank(
     epoch are scored, as of the epoch's time. ``terms`` are filled on a full rank only."""
     kw = {"tenant_usage": tenant_usage, "capacity": view, "cfg": cfg, "profiles": profiles}
     if not isinstance(pending, PendingQueue) or cfg.rerank_interval_s <= 0:
+        q = q if q is not None else QueueArrays.from_jobs(pending)
         scores, terms, reg = score_arrays(q, now=now, load=load, **kw)
         return RankResult(order_of(scores, q.enq, top), scores, terms, reg)
     reg = regime(load, cfg)
@@ -218,18 +227,18 @@ def _rank(
     epoch = pending.rank_epoch
     col = pending.cached_scores()
     if epoch is None or epoch[1] != key or not epoch[0] <= now < epoch[0] + cfg.rerank_interval_s:
+        q = pending.arrays()
         scores, terms, reg = score_arrays(q, now=now, load=load, **kw)
         col[:] = scores
         pending.rank_epoch = (now, key)
         return RankResult(order_of(scores, q.enq, top), scores, terms, reg)
-    new = np.flatnonzero(np.isnan(col))
+    new = pending.unscored_rows()
     if len(new):
         sub, _, _ = score_arrays(
-            take(q, new), now=epoch[0], load=load, present=tenants_present(q), **kw
+            pending.rows(new), now=epoch[0], load=load, present=pending.tenants_present(), **kw
         )
         col[new] = sub
-    scores = col.copy()
-    return RankResult(order_of(scores, q.enq, top), scores, {}, reg)
+    return RankResult(order_of(col, pending.enq(), top), col.copy(), {}, reg)
 
 
 def _failed_memo(view: ClusterView, cfg: PolicyConfig) -> dict[tuple, str]:

@@ -10,6 +10,7 @@ best-fit for fractional jobs (two halves share a GPU) and keeps whole nodes free
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -23,6 +24,9 @@ from proto.jobs import WORKLOAD_CLASSES
 CLASS_INDEX = {c: i for i, c in enumerate(WORKLOAD_CLASSES)}
 
 
+_MIX_MEMO: dict[tuple, SizeMix] = {}  # SizeMix.of per distinct pairs (config mixes are few)
+
+
 @dataclass(frozen=True, slots=True)
 class SizeMix:
     """Request sizes (GPUs; < 1 = share of one GPU) and their probabilities (sum 1)."""
@@ -32,6 +36,14 @@ class SizeMix:
 
     @classmethod
     def of(cls, pairs: Sequence[tuple[float, float]]) -> SizeMix:
+        key = tuple(tuple(p) for p in pairs)
+        hit = _MIX_MEMO.get(key)
+        if hit is None:
+            hit = _MIX_MEMO[key] = cls._of(pairs)
+        return hit
+
+    @classmethod
+    def _of(cls, pairs: Sequence[tuple[float, float]]) -> SizeMix:
         s = np.array([p[0] for p in pairs], dtype=float)
         w = np.array([p[1] for p in pairs], dtype=float)
         if len(s) == 0 or w.sum() <= 0 or (s <= 0).any() or (w < 0).any():
@@ -49,8 +61,23 @@ class SizeMix:
         code = np.where(g < 1.0, np.clip(np.ceil(g * 10.0 - 1e-6), 1, 10), 10 + np.round(g)).astype(
             np.int64
         )
-        counts = np.bincount(code)
+        return cls.from_code_counts(np.bincount(code), fallback)
+
+    @staticmethod
+    def size_code(gpus: float) -> int:
+        """The histogram code of one request (as ``from_requests`` bins it)."""
+        if gpus < 1.0:
+            return int(min(10.0, max(1.0, math.ceil(gpus * 10.0 - 1e-6))))
+        return 10 + int(np.round(gpus))
+
+    @classmethod
+    def from_code_counts(cls, counts: np.ndarray, fallback: SizeMix) -> SizeMix:
+        """The mix from a histogram of ``size_code`` values (kept incrementally by
+        ``PendingQueue``)."""
+        counts = np.asarray(counts)
         nz = np.flatnonzero(counts)
+        if len(nz) == 0:
+            return fallback
         sizes = np.where(nz <= 10, nz / 10.0, nz - 10.0)
         sizes = np.where(nz == 10, 1.0, sizes)
         c = counts[nz].astype(float)
