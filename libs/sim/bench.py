@@ -43,6 +43,11 @@ BUSY_UTIL_TARGET = 0.82
 SPEED_TARGET_S = 60.0
 
 
+def _announce(policy: str, frac: float) -> None:
+    if frac >= 1.0:
+        print(f"  {policy} done at {time.strftime('%H:%M:%S')}", flush=True)
+
+
 def _ratio(a, b):
     if a is None or b is None:
         return None
@@ -66,7 +71,14 @@ def philly(traces: bool, max_jobs: int | None, out: Path) -> tuple[dict, str, li
         + f" --out {out}"
     )
     r = run_simulation(
-        trace, "seed", PHILLY_GPUS, POLICIES, out, max_jobs=max_jobs, load=PHILLY_LOAD
+        trace,
+        "seed",
+        PHILLY_GPUS,
+        POLICIES,
+        out,
+        max_jobs=max_jobs,
+        load=PHILLY_LOAD,
+        progress=_announce,
     )
     lines = []
     f, m = r["policies"]["fifo"], r["policies"]["mosaic"]

@@ -181,8 +181,10 @@ def run_simulation(
     runs = keep_runs if keep_runs is not None else ({} if out_dir is not None else None)
     idle_w = sum(profiles.idle_power_w(n.gpu_model) * n.gpu_count for n in nodes)
     bounds_done = False
+    # build every policy first: each imports its code now, so one run uses one version of it
+    built = {n: make_policy(n, **(policy_kwargs or {}).get(n, {})) for n in names}
     for name in names:
-        policy = make_policy(name, **(policy_kwargs or {}).get(name, {}))
+        policy = built[name]
         cb = (lambda f, _n=name: progress(_n, f)) if progress is not None else None
         engine = Engine(jobs, nodes, policy, profiles, failures=failures, runtimes=rt, progress=cb)
         if not bounds_done:
