@@ -80,10 +80,11 @@ class PolicyConfig:
     # the last one, or the load regime or cluster changed; in between, a job keeps the score it
     # got at the epoch and a newly queued job is scored as of the epoch's time (with the fair
     # share of now). Aging moves every score at the same rate, so within an epoch only urgency
-    # and fair share go stale, by at most a minute's worth. 0 = re-rank on every pass. A policy
-    # choice, identical live and in the simulator wherever the caller keeps a ``PendingQueue``
-    # across passes (a plain list carries no epoch and is always fully ranked).
-    rerank_interval_s: float = 60.0
+    # and fair share go stale. 300 s is Slurm's default PriorityCalcPeriod (5 minutes), the
+    # same trade: a long queue is re-scored a few times an hour, not on every event. 0 = re-rank
+    # on every pass. A policy choice, identical live and in the simulator wherever the caller
+    # keeps a ``PendingQueue`` across passes (a plain list is always fully ranked).
+    rerank_interval_s: float = 300.0
     max_places_per_pass: int = 1_000_000  # cap on placements per pass (live placer may lower it)
     explain_top_k: int = 5  # candidates kept in an explained placement
 

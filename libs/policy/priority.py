@@ -209,18 +209,22 @@ def rank_arrays(
     return RankResult(order_of(scores, q.enq), scores, terms, reg)
 
 
-def order_of(scores: np.ndarray, enq: np.ndarray, top: int | None = None) -> np.ndarray:
-    """Best first: higher score, then earlier enqueue, then lower row index (deterministic).
+def order_of(
+    scores: np.ndarray, enq: np.ndarray, top: int | None = None, tie: np.ndarray | None = None
+) -> np.ndarray:
+    """Best first: higher score, then earlier enqueue, then lower ``tie`` (default: the row
+    index; a ``PendingQueue`` passes its insertion sequence), so the order is deterministic.
 
     ``top``: only the first ``top`` or a few more positions are needed; the result is then a
     prefix of the full order (every job scoring at least the ``top``-th best score, ties
     included, so the prefix is exactly the full order's), found in O(n) + O(top log top)."""
     n = len(scores)
+    tie = np.arange(n) if tie is None else tie
     if top is None or top >= n:
-        return np.lexsort((np.arange(n), enq, -scores))
+        return np.lexsort((tie, enq, -scores))
     thr = -np.partition(-scores, top - 1)[top - 1]
     rows = np.flatnonzero(scores >= thr)
-    return rows[np.lexsort((rows, enq[rows], -scores[rows]))]
+    return rows[np.lexsort((tie[rows], enq[rows], -scores[rows]))]
 
 
 def score_arrays(

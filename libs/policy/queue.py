@@ -10,6 +10,7 @@ columns each time).
 
 from __future__ import annotations
 
+import bisect
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 
@@ -93,6 +94,16 @@ class PendingQueue(Sequence[PendingJob]):
         # histogram of request sizes (scores.SizeMix.size_code), kept in step with the rows
         self._size_counts = np.zeros(64, dtype=np.int64)
         self._sizes: dict[float, int] = {}  # exact request size -> jobs (for min_request)
+        # insertion sequence per row (rank tie-break that survives row swaps), rows to score
+        self._seq = np.zeros(len(self._data))
+        self._next_seq = 0
+        self._unscored: set[str] = set()
+        # the "book": sorted (-score, enq, seq, id) of every queued job whose key is at most
+        # ``_floor`` (all jobs when ``_floor`` is None), kept across passes of one rank epoch so
+        # a pass reads the head of the order without touching the whole queue
+        self._book: list[tuple] = []
+        self._book_key: dict[str, tuple] = {}
+        self._floor: tuple | None = None
         self._tenant_jobs: dict[int, int] = {}  # tenant index -> queued jobs
         for j in jobs:
             self.add(j)
@@ -109,6 +120,10 @@ class PendingQueue(Sequence[PendingJob]):
     def __contains__(self, job_id: object) -> bool:
         return job_id in self._pos
 
+    def position(self, job_id: str) -> int:
+        """The row of a queued job (KeyError if absent)."""
+        return self._pos[job_id]
+
     def get(self, job_id: str) -> PendingJob | None:
         i = self._pos.get(job_id)
         return None if i is None else self._jobs[i]
@@ -122,13 +137,18 @@ class PendingQueue(Sequence[PendingJob]):
             if i == len(self._data):
                 self._data = np.concatenate([self._data, np.zeros_like(self._data)])
                 self._score = np.concatenate([self._score, np.full(len(self._score), np.nan)])
+                self._seq = np.concatenate([self._seq, np.zeros_like(self._seq)])
             self._jobs.append(job)
             self._pos[jid] = i
+            self._seq[i] = self._next_seq
+            self._next_seq += 1
         else:
             self._count(self._jobs[i], -1)
+            self._book_discard(jid)
             self._jobs[i] = job
         self._data[i] = _row(job, self._tenants)
         self._score[i] = np.nan
+        self._unscored.add(jid)
         self._count(job, +1)
 
     def remove(self, job_id: str) -> PendingJob:
@@ -136,6 +156,8 @@ class PendingQueue(Sequence[PendingJob]):
         i = self._pos.pop(job_id)
         job = self._jobs[i]
         self._count(job, -1)
+        self._unscored.discard(job_id)
+        self._book_discard(job_id)
         last = len(self._jobs) - 1
         if i != last:
             moved = self._jobs[last]
@@ -143,6 +165,7 @@ class PendingQueue(Sequence[PendingJob]):
             self._pos[moved.spec.id] = i
             self._data[i] = self._data[last]
             self._score[i] = self._score[last]
+            self._seq[i] = self._seq[last]
         self._jobs.pop()
         return job
 
@@ -186,8 +209,44 @@ class PendingQueue(Sequence[PendingJob]):
         )
 
     def unscored_rows(self) -> np.ndarray:
-        """Rows added (or replaced) since the scheduler last scored them."""
-        return np.flatnonzero(np.isnan(self.cached_scores()))
+        """Rows added (or replaced) since the scheduler last scored them (then marked scored:
+        the caller writes their scores into ``cached_scores``)."""
+        rows = np.array(sorted(self._pos[j] for j in self._unscored), dtype=np.int64)
+        self._unscored.clear()
+        return rows
+
+    def seq(self) -> np.ndarray:
+        """Insertion sequence per row (read-only view): the rank tie-break."""
+        return self._seq[: len(self._jobs)]
+
+    # --- the book (see __init__); maintained by libs.policy.scheduler ---------------------
+    def _key(self, i: int) -> tuple:
+        return (-float(self._score[i]), float(self._data[i, 2]), float(self._seq[i]), None)
+
+    def book_reset(self, rows: np.ndarray) -> None:
+        """The book becomes ``rows`` (a prefix of the full order, best first)."""
+        ids = [self._jobs[i].spec.id for i in rows.tolist()]
+        self._book = [(*self._key(i)[:3], jid) for i, jid in zip(rows.tolist(), ids, strict=True)]
+        self._book_key = {k[3]: k for k in self._book}
+        self._floor = self._book[-1] if len(rows) < len(self._jobs) and self._book else None
+        self._unscored.clear()
+
+    def book_insert(self, i: int) -> None:
+        """Row ``i`` was (re)scored: file it if it belongs to the book's prefix."""
+        jid = self._jobs[i].spec.id
+        k = (*self._key(i)[:3], jid)
+        if self._floor is None or k < self._floor:
+            bisect.insort(self._book, k)
+            self._book_key[jid] = k
+
+    def _book_discard(self, jid: str) -> None:
+        k = self._book_key.pop(jid, None)
+        if k is not None:
+            del self._book[bisect.bisect_left(self._book, k)]
+
+    def book(self) -> tuple[list[tuple], bool]:
+        """(sorted keys, complete): complete when every queued job is in it."""
+        return self._book, self._floor is None
 
     def enq(self) -> np.ndarray:
         """Enqueue times per row (a read-only view)."""

@@ -17,9 +17,10 @@ pass returns at once without ranking (``CycleResult.rank`` is None, every job wa
 
 Ranking: with ``reasons=False`` only the prefix of the order the pass can reach is sorted
 (``priority.order_of(top=...)``; the walk extends it to the full order if it gets that far), and
-``CycleResult.rank.order`` is that prefix. With a ``PendingQueue`` kept across passes, scores
-are kept between rank epochs (``cfg.rerank_interval_s``, a policy choice: the same live and in
-the simulator where the caller keeps the queue); ``rank.terms`` are filled on a full rank only.
+``CycleResult.rank.order`` holds the rows the pass walked. With a ``PendingQueue`` kept across
+passes, scores are kept between rank epochs (``cfg.rerank_interval_s``, a policy choice: the
+same live and in the simulator where the caller keeps the queue) and the head of the order is
+kept sorted in the queue (its "book"); ``rank.terms`` are filled on a full rank only.
 
 For long replays keep a ``PendingQueue`` (libs.policy.queue) and a ``RunningSet``
 (libs.policy.backfill) alive across passes, keep one ``ClusterView`` updated with
@@ -28,7 +29,7 @@ For long replays keep a ``PendingQueue`` (libs.policy.queue) and a ``RunningSet`
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 
 import numpy as np
 
@@ -95,7 +96,7 @@ def schedule(
     # a pass rarely looks past the head job + backfill_depth: order only a prefix unless every
     # job needs a reason (the walk below extends it to the full order if it runs past it)
     top = None if reasons else max(_ORDER_PREFIX, 4 * (cfg.backfill_depth + 1))
-    rr = _rank(pending, q, view, now, load, tenant_usage, profiles, cfg, top)
+    rr, walked = _rank(pending, q, view, now, load, tenant_usage, profiles, cfg, top)
     assignments: list[tuple[PendingJob, Placement]] = []
     waiting: dict[str, str] = {}
     ctx: PlaceContext | None = None
@@ -110,7 +111,7 @@ def schedule(
     order = rr.order
     stop_at = len(order)
     ever_cache = view.static_cache
-    walked = _walk(order, rr.scores, pending.enq() if is_queue else q.enq)
+    seen: list[int] = []
     for pos, i in enumerate(walked):
         if max_share < EPS or len(assignments) >= cfg.max_places_per_pass:
             stop_at = pos
@@ -123,6 +124,7 @@ def schedule(
             if behind_head > cfg.backfill_depth:
                 stop_at = pos
                 break
+        seen.append(i)
         job = pending[i]
         spec = job.spec
         key = _shape(spec)
@@ -188,18 +190,20 @@ def schedule(
             sid = pending[int(i)].spec.id
             if sid not in waiting:
                 waiting[sid] = "Priority" if head is not None else "Resources"
+    if not reasons:  # the order as far as the pass walked it
+        rr = RankResult(np.array(seen, dtype=np.int64), rr.scores, rr.terms, rr.regime)
     return CycleResult(assignments, reservation, waiting, rr.regime, rr)
 
 
 _ORDER_PREFIX = 256
 
 
-def _walk(prefix: np.ndarray, scores: np.ndarray, enq: np.ndarray):
+def _walk(prefix: np.ndarray, scores: np.ndarray, enq: np.ndarray, tie=None) -> Iterator[int]:
     """Rows in rank order: the computed prefix, then (only if the pass gets that far) the rest
     of the full order."""
     yield from prefix.tolist()
     if len(prefix) < len(scores):
-        yield from order_of(scores, enq)[len(prefix) :].tolist()
+        yield from order_of(scores, enq, None, tie)[len(prefix) :].tolist()
 
 
 def _rank(
@@ -212,33 +216,60 @@ def _rank(
     profiles: ProfileTable,
     cfg: PolicyConfig,
     top: int | None,
-) -> RankResult:
-    """The pass's order (only its first ``top`` positions, or a few more, when ``top`` is
-    given). With a ``PendingQueue`` and ``cfg.rerank_interval_s`` > 0, scores are kept per row
-    between rank epochs (see ``PolicyConfig.rerank_interval_s``): only jobs queued since the
-    epoch are scored, as of the epoch's time. ``terms`` are filled on a full rank only."""
+) -> tuple[RankResult, Iterator[int]]:
+    """(rank, rows in rank order). ``rank.order`` is the full order when ``top`` is None, else
+    the prefix computed up front; the rows iterator goes on past it if the pass gets that far.
+
+    With a ``PendingQueue`` and ``cfg.rerank_interval_s`` > 0, scores are kept per row between
+    rank epochs (see ``PolicyConfig.rerank_interval_s``): only jobs queued since the epoch are
+    scored, as of the epoch's time, and filed into the queue's book (the sorted head of the
+    order), so a pass inside an epoch does not touch the whole queue. ``terms`` are filled on
+    a full rank only."""
     kw = {"tenant_usage": tenant_usage, "capacity": view, "cfg": cfg, "profiles": profiles}
     if not isinstance(pending, PendingQueue) or cfg.rerank_interval_s <= 0:
         q = q if q is not None else QueueArrays.from_jobs(pending)
         scores, terms, reg = score_arrays(q, now=now, load=load, **kw)
-        return RankResult(order_of(scores, q.enq, top), scores, terms, reg)
+        tie = pending.seq() if isinstance(pending, PendingQueue) else None
+        order = order_of(scores, q.enq, top, tie)
+        return RankResult(order, scores, terms, reg), _walk(order, scores, q.enq, tie)
     reg = regime(load, cfg)
     key = (reg, id(cfg), id(profiles), tuple(view.models), view.total_gpus())
     epoch = pending.rank_epoch
     col = pending.cached_scores()
+    enq, seq = pending.enq(), pending.seq()
     if epoch is None or epoch[1] != key or not epoch[0] <= now < epoch[0] + cfg.rerank_interval_s:
         q = pending.arrays()
         scores, terms, reg = score_arrays(q, now=now, load=load, **kw)
         col[:] = scores
         pending.rank_epoch = (now, key)
-        return RankResult(order_of(scores, q.enq, top), scores, terms, reg)
+        order = order_of(scores, enq, top, seq)
+        pending.book_reset(order)
+        return RankResult(order, scores, terms, reg), _walk(order, col, enq, seq)
     new = pending.unscored_rows()
     if len(new):
         sub, _, _ = score_arrays(
             pending.rows(new), now=epoch[0], load=load, present=pending.tenants_present(), **kw
         )
         col[new] = sub
-    return RankResult(order_of(col, pending.enq(), top), col.copy(), {}, reg)
+        for i in new.tolist():
+            pending.book_insert(i)
+    book, complete = pending.book()
+    if top is None or (not complete and len(book) < top // 2):
+        order = order_of(col, enq, top, seq)  # the book ran low (or every row is needed)
+        pending.book_reset(order)
+        return RankResult(order, col.copy(), {}, reg), _walk(order, col, enq, seq)
+    # rank.order is filled by the pass with the rows it walked (schedule, reasons=False)
+    walk = _walk_book(list(book), pending.position, complete, col, enq, seq)
+    return RankResult(np.zeros(0, dtype=np.int64), col.copy(), {}, reg), walk
+
+
+def _walk_book(book, pos, complete, col, enq, seq) -> Iterator[int]:
+    """Rows of the book (a snapshot: the pass does not change the queue), then, if the pass
+    gets past it, the rest of the full order (the book is exactly its prefix)."""
+    for k in book:
+        yield pos(k[3])
+    if not complete:
+        yield from order_of(col, enq, None, seq)[len(book) :].tolist()
 
 
 def _failed_memo(view: ClusterView, cfg: PolicyConfig) -> dict[tuple, str]:

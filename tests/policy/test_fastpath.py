@@ -10,6 +10,7 @@ import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from libs.policy import scheduler
 from libs.policy.cluster import ClusterView
 from libs.policy.config import PolicyConfig
 from libs.policy.perf import bench_replay
@@ -108,9 +109,13 @@ def test_queue_size_histogram_matches_the_mix_from_scratch():
     left = [p.spec.gpus for p in q]
     a, b = q.size_mix(fallback), SizeMix.from_requests(left, fallback)
     assert np.array_equal(a.sizes, b.sizes) and np.allclose(a.probs, b.probs)
+    assert q.min_request() == (0.95, 1.0)  # 0.25 removed, the 0.5 replaced by 4 GPUs
+    present = q.tenants_present()
+    assert present.tolist() == [True]
     for p in list(q):
         q.remove(p.spec.id)
     assert q.size_mix(fallback) is fallback
+    assert q.min_request() == (float("inf"), float("inf")) and not q.tenants_present().any()
 
 
 def _node(i: str, g: int) -> NodeSpec:
@@ -173,3 +178,38 @@ def test_view_change_counters():
 def test_bench_replay_runs_and_places_every_job():
     out = bench_replay(20, 150, load=1.1)
     assert out["placements"] == 150 and out["events_per_s"] > 0
+
+
+@settings(max_examples=30, deadline=None)
+@given(replay_case(), st.lists(st.sampled_from([0.0, 20.0, 400.0]), min_size=3, max_size=3))
+def test_book_inside_rank_epochs_matches_the_full_order(case, steps):
+    """Two queues with the same history: one walks the kept book (reasons=False), the other
+    sorts the whole queue each pass (reasons=True); they start the same jobs in each pass."""
+    view, running, waves, _ = case
+    # a tiny book (4 rows, no backfill depth) so passes run past it and it runs low
+    cfg = dataclasses.replace(CFG, rerank_interval_s=60.0, backfill_depth=0)
+    old_prefix, scheduler._ORDER_PREFIX = scheduler._ORDER_PREFIX, 4
+    try:
+        _book_case(view, running, waves, steps, cfg)
+    finally:
+        scheduler._ORDER_PREFIX = old_prefix
+
+
+def _book_case(view, running, waves, steps, cfg):
+    qa, qb = PendingQueue(), PendingQueue()
+    va, vb = view.copy(), view.copy()
+    ra, rb = list(running), list(running)
+    now = 0.0
+    for wave, step in zip(waves, steps, strict=True):
+        now += step
+        for s in wave:
+            qa.add(PendingJob(s, now))
+            qb.add(PendingJob(s, now))
+        kw = {"now": now, "tenant_usage": {"a": 1.0}, "profiles": P, "cfg": cfg}
+        a = schedule(qa, va, ra, reasons=False, **kw)
+        b = schedule(qb, vb, rb, reasons=True, **kw)
+        assert _key(a) == _key(b)
+        for res, q, rl in ((a, qa, ra), (b, qb, rb)):
+            for j, p in res.assignments:
+                q.remove(j.spec.id)
+                rl.append(RunningJob(j.spec, p.node_index, p.gpu_indices, p.gpu_share, now + 99))
