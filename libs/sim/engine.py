@@ -126,6 +126,7 @@ class Engine:
         self.pending_gpus = 0.0
         self._heap: list[tuple[float, int, int, int, int]] = []
         self._seq = 0
+        self.finished = 0  # jobs in a terminal state
         policy.attach(SimContext(self.cluster, models, profiles, self.jobs))
 
     # ----- events --------------------------------------------------------------------------
@@ -157,6 +158,7 @@ class Engine:
         if job.terminal_count:
             raise AssertionError(f"job {job.spec.id} reached a terminal state twice")
         job.terminal_count += 1
+        self.finished += 1
         job.state = state
         job.end_s = now
         job.reason = reason
@@ -316,9 +318,9 @@ class Engine:
                 s_q.append(len(self.queue))
                 s_frag.append(self._fragmentation())
                 next_sample = t + step
-                if self._progress is not None and events - done_report > n_jobs // 50:
-                    done_report = events
-                    self._progress(min(1.0, (t - t0) / max(1.0, last_submit - t0)))
+                if self._progress is not None and self.finished - done_report > n_jobs // 100:
+                    done_report = self.finished
+                    self._progress(min(0.999, self.finished / n_jobs))
         for j in self.jobs:
             if j.terminal_count != 1 or j.state not in (COMPLETED, FAILED):
                 raise AssertionError(f"job {j.spec.id} ended in state {j.state}")
