@@ -226,6 +226,21 @@ def render_doc(pr, pcmd, gr, gcmd, rows, notes) -> str:
         "",
         table(gr),
         "",
+        "## Reading the results",
+        "",
+        "- Ratios are mosaic / fifo from the same run (same jobs, same cluster, same seed). "
+        "`make bench` rewrites this page; `python -m libs.sim.bench --max-jobs 20000 --no-doc` "
+        "is a quicker look that does not.",
+        "- Energy is compared over one window for every policy (the longest makespan of the "
+        "run): the cluster draws idle power until the last job of the slowest policy ends. With "
+        "1,020 GPUs sized for the peak, idle power is a large share of the bill, so the energy "
+        "ratio moves with active energy (which GPU models the work ran on) and little else.",
+        "- `busy utilization` only covers the time when demand (running + waiting) exceeds "
+        "capacity; `allocation ratio` and `work utilization` cover the whole makespan, and a "
+        "policy that runs work on slow GPUs shows a high busy figure with a low work figure.",
+        "- A target marked NOT met is the measured value, not tuned away: the policy code "
+        "(libs/policy) is shared with the live placer and is changed there, not here.",
+        "",
         "## Failure model and assumptions",
         "",
         f"Failure model: {pr['failure_model']}. Trace fill rules (Philly):",
