@@ -10,6 +10,7 @@ GPU memory is a HARD rule: a job never lands on a GPU with less memory than it a
 
 from __future__ import annotations
 
+import operator
 from collections.abc import Callable, Sequence
 
 import numpy as np
@@ -217,8 +218,31 @@ def refusal_reason(spec: JobSpec, view: ClusterView, cfg: PolicyConfig) -> tuple
     return "Resources", False
 
 
+_NEVER_MEMO: dict[int, tuple[tuple[NodeSpec, ...], list[NodeSpec], dict]] = {}
+
+
 def never_fits(spec: JobSpec, nodes: Sequence[NodeSpec]) -> str | None:
-    """Why no node of ``nodes`` could hold ``spec`` even empty, or None when one could."""
+    """Why no node of ``nodes`` could hold ``spec`` even empty, or None when one could.
+
+    Memoised per node list: ``NodeSpec`` is frozen, so the same node objects in the same order
+    give the same answer; the memo checks that identity (a few microseconds) and then answers
+    over the distinct node shapes only, once per request shape. A changed list misses."""
+    key = (spec.gpus, spec.gpu_mem_gb, spec.host_mem_gb, spec.cpus, spec.constraints)
+    hit = _NEVER_MEMO.get(id(nodes))
+    if hit is None or len(hit[0]) != len(nodes) or not all(map(operator.is_, hit[0], nodes)):
+        shapes: dict[tuple, NodeSpec] = {}
+        for n in nodes:
+            shapes.setdefault((n.gpu_model, n.gpu_count, n.gpu_mem_gb, n.host_mem_gb, n.cpus), n)
+        if len(_NEVER_MEMO) > 64:
+            _NEVER_MEMO.clear()
+        hit = _NEVER_MEMO[id(nodes)] = (tuple(nodes), list(shapes.values()), {})
+    answers = hit[2]
+    if key not in answers:
+        answers[key] = _never_fits(spec, hit[1])
+    return answers[key]
+
+
+def _never_fits(spec: JobSpec, nodes: Sequence[NodeSpec]) -> str | None:
     k = whole_gpus(spec)
     cand = [n for n in nodes if model_allowed(spec.constraints, n.gpu_model)]
     if not cand:

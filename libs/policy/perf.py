@@ -74,11 +74,6 @@ def bench_schedule(n_nodes: int = 170, queue_len: int = 500, passes: int = 50) -
     return passes / dt if dt > 0 else float("inf")
 
 
-if __name__ == "__main__":
-    for n, q in ((20, 50), (170, 100), (170, 1000), (170, 5000)):
-        print(f"nodes={n} queue={q}: {bench_schedule(n, q, 30):.0f} passes/s")
-
-
 def bench_replay(n_nodes: int = 170, n_jobs: int = 2000, load: float = 1.1, seed: int = 0) -> dict:
     """A toy event replay shaped like the simulator's use: Poisson arrivals at ``load`` times
     the cluster's capacity, a pass on every arrival and finish, ``PendingQueue`` kept
@@ -152,3 +147,9 @@ def bench_replay(n_nodes: int = 170, n_jobs: int = 2000, load: float = 1.1, seed
         "placements": n_place,
         "peak_queue": peak,
     }
+
+
+if __name__ == "__main__":
+    for n, q in ((20, 50), (170, 100), (170, 1000), (170, 5000)):
+        print(f"nodes={n} queue={q}: {bench_schedule(n, q, 30):.0f} passes/s")
+    print("bench_replay(170, 3000, load=1.1):", bench_replay(170, 3000, load=1.1))

@@ -263,6 +263,8 @@ def urgency(
 ) -> np.ndarray:
     """0 without a deadline (NaN), rising to 1 as slack shrinks to 0; ``urgency_missed`` after."""
     slack = deadline - now - remaining_s
+    if np.isnan(deadline).all():
+        return np.zeros(len(deadline))  # no deadlines (the common case): skip the arithmetic
     with np.errstate(invalid="ignore", over="ignore"):
         u = np.exp(-np.maximum(slack, 0.0) / cfg.urgency_scale_s)
     u = np.where(slack < 0, cfg.urgency_missed, u)

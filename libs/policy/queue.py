@@ -225,8 +225,17 @@ class PendingQueue(Sequence[PendingJob]):
 
     def book_reset(self, rows: np.ndarray) -> None:
         """The book becomes ``rows`` (a prefix of the full order, best first)."""
-        ids = [self._jobs[i].spec.id for i in rows.tolist()]
-        self._book = [(*self._key(i)[:3], jid) for i, jid in zip(rows.tolist(), ids, strict=True)]
+        r = rows.tolist()
+        jobs = self._jobs
+        self._book = list(
+            zip(
+                (-self._score[rows]).tolist(),
+                self._data[rows, 2].tolist(),
+                self._seq[rows].tolist(),
+                [jobs[i].spec.id for i in r],
+                strict=True,
+            )
+        )
         self._book_key = {k[3]: k for k in self._book}
         self._floor = self._book[-1] if len(rows) < len(self._jobs) and self._book else None
         self._unscored.clear()

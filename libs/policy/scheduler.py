@@ -112,6 +112,7 @@ def schedule(
     stop_at = len(order)
     ever_cache = view.static_cache
     seen: list[int] = []
+    jobs = pending._jobs if is_queue else pending  # plain list access in the hot loop
     for pos, i in enumerate(walked):
         if max_share < EPS or len(assignments) >= cfg.max_places_per_pass:
             stop_at = pos
@@ -125,9 +126,9 @@ def schedule(
                 stop_at = pos
                 break
         seen.append(i)
-        job = pending[i]
+        job = jobs[i]
         spec = job.spec
-        key = _shape(spec)
+        key = (spec.gpus, spec.gpu_mem_gb, spec.host_mem_gb, spec.cpus, spec.constraints)
         why = failed.get(key)
         g = spec.gpus
         if why is None and (g > max_share + EPS if g < 1.0 - EPS else round(g) > max_whole):
