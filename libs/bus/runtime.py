@@ -86,6 +86,15 @@ def _env_int(name: str, default: int) -> int:
         raise SystemExit(f"{name} must be an integer, got {raw!r}") from None
 
 
+def env_float(name: str, default: str) -> float:
+    """A service flag's default from the environment; a non-number stops the service at once."""
+    raw = os.environ.get(name, default)
+    try:
+        return float(raw)
+    except ValueError:
+        raise SystemExit(f"{name} must be a number, got {raw!r}") from None
+
+
 def common_arg_parser(name: str) -> argparse.ArgumentParser:
     """A parser with the shared flags; defaults come from the environment variables."""
     p = argparse.ArgumentParser(prog=f"python -m services.{name}", description=f"Mosaic {name}")

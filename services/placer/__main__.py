@@ -3,9 +3,8 @@
 from __future__ import annotations
 
 import argparse
-import os
 
-from libs.bus.runtime import common_arg_parser, run_service
+from libs.bus.runtime import common_arg_parser, env_float, run_service
 from services.placer.service import main
 
 
@@ -14,35 +13,27 @@ def _validate(args: argparse.Namespace) -> None:
         raise ValueError("--lease-ttl-s and --tick-s must be > 0, --debounce-s/--settle-s >= 0")
 
 
-def _env(name: str, default: str) -> float:
-    raw = os.environ.get(name, default)
-    try:
-        return float(raw)
-    except ValueError:
-        raise SystemExit(f"{name} must be a number, got {raw!r}") from None
-
-
 if __name__ == "__main__":
     parser = common_arg_parser("placer")
     parser.add_argument(
         "--lease-ttl-s",
         type=float,
-        default=_env("MOSAIC_PLACER_LEASE_TTL_S", "5"),
+        default=env_float("MOSAIC_PLACER_LEASE_TTL_S", "5"),
         help="lease time-to-live: a crashed active is replaced within this (wall s)",
     )
     parser.add_argument(
         "--tick-s",
         type=float,
-        default=_env("MOSAIC_PLACER_TICK_S", "2"),
+        default=env_float("MOSAIC_PLACER_TICK_S", "2"),
         help="a placement cycle at least this often (wall s)",
     )
     parser.add_argument(
-        "--debounce-s", type=float, default=_env("MOSAIC_PLACER_DEBOUNCE_S", "0.05")
+        "--debounce-s", type=float, default=env_float("MOSAIC_PLACER_DEBOUNCE_S", "0.05")
     )
     parser.add_argument(
         "--settle-s",
         type=float,
-        default=_env("MOSAIC_PLACER_SETTLE_S", "2"),
+        default=env_float("MOSAIC_PLACER_SETTLE_S", "2"),
         help="node set unchanged this long before refusing a job no node can hold",
     )
     parser.add_argument("--holder", default="", help="lease holder id (default host-pid-random)")

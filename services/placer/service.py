@@ -23,6 +23,7 @@ from prometheus_client import Counter, Gauge, Histogram
 from libs.bus.connection import Bus, Consumer
 from libs.bus.errors import KeyExists
 from libs.bus.lease import Lease, LeaseRecord
+from libs.bus.replay import wait_caught_up
 from libs.bus.runtime import ServiceContext
 from libs.clock import Clock
 from libs.obs.tracing import span_trace_id
@@ -37,7 +38,6 @@ from proto.jobs import CancelRequest
 from proto.ledger import Allocation
 from proto.nodes import NodeSpec, TelemetrySample
 from services.placer.cycle import Assign, Refuse, plan_cycle
-from services.placer.replay import wait_caught_up
 from services.placer.tracker import JobTracker
 
 SERVICE = "placer"

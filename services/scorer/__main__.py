@@ -3,9 +3,8 @@
 from __future__ import annotations
 
 import argparse
-import os
 
-from libs.bus.runtime import common_arg_parser, run_service
+from libs.bus.runtime import common_arg_parser, env_float, run_service
 from services.scorer.service import main
 
 
@@ -14,26 +13,18 @@ def _validate(args: argparse.Namespace) -> None:
         raise ValueError("--rescore-s must be > 0 and --debounce-s >= 0")
 
 
-def _env(name: str, default: str) -> float:
-    raw = os.environ.get(name, default)
-    try:
-        return float(raw)
-    except ValueError:
-        raise SystemExit(f"{name} must be a number, got {raw!r}") from None
-
-
 if __name__ == "__main__":
     parser = common_arg_parser("scorer")
     parser.add_argument(
         "--rescore-s",
         type=float,
-        default=_env("MOSAIC_SCORER_RESCORE_S", "2"),
+        default=env_float("MOSAIC_SCORER_RESCORE_S", "2"),
         help="wall seconds between re-rankings when nothing changes (aging, deadlines)",
     )
     parser.add_argument(
         "--debounce-s",
         type=float,
-        default=_env("MOSAIC_SCORER_DEBOUNCE_S", "0.1"),
+        default=env_float("MOSAIC_SCORER_DEBOUNCE_S", "0.1"),
         help="quiet wall seconds after a change before re-ranking",
     )
     run_service("scorer", main, parser=parser, validate=_validate)

@@ -16,6 +16,7 @@ import msgspec
 from prometheus_client import Gauge
 
 from libs.bus.connection import Bus
+from libs.bus.replay import wait_caught_up
 from libs.bus.runtime import ServiceContext
 from libs.clock import Clock
 from libs.policy.config import REGIMES, PolicyConfig
@@ -27,7 +28,6 @@ from proto.ledger import Allocation
 from proto.nodes import NodeSpec
 from services.scorer.pending import PendingSet
 from services.scorer.ranking import build_queue
-from services.scorer.replay import wait_caught_up
 
 QUEUE_LENGTH = Gauge("mosaic_scorer_queue_length", "Pending jobs in the ranked queue.")
 REGIME = Gauge("mosaic_scorer_regime", "1 for the current load regime, else 0.", ["regime"])

@@ -1,9 +1,9 @@
 """Wait until a stream consumer has handled everything the stream held when we started.
 
-Why: the placer rebuilds what it knows about jobs by replaying LIFECYCLE from the start; acting
-before the replay is done could place a job that already ended, or resend work that started.
-The consumer's ack floor passing the stream's last sequence (read at start) is the proof.
-(The scorer has the same few lines: services do not import one another.)
+Why: services that rebuild a read model by replaying a stream from the start (the placer, the
+scorer) must not act before the replay is done: the placer could place a job that already ended,
+the scorer re-announce jobs that already ran. The consumer's ack floor passing the stream's last
+sequence (read at start) is the proof.
 """
 
 from __future__ import annotations
