@@ -144,6 +144,17 @@ async def job_events(request: web.Request) -> web.Response:
     return json_response({"job_id": job_id, "events": encode_events(gw.jobs.events(job_id))})
 
 
+async def job_decisions(request: web.Request) -> web.Response:
+    """``mosaic explain``: the job's state and the newest decisions about it, with candidates."""
+    gw = request.app[GATEWAY_KEY]
+    job_id = request.match_info["id"]
+    view = gw.jobs.get(job_id)
+    if view is None:
+        return error(404, f"unknown job {job_id!r}")
+    body = {"job": view, "decisions": gw.decisions.for_job(job_id)}
+    return web.Response(body=msgspec.json.encode(body), content_type="application/json")
+
+
 async def cancel_job(request: web.Request) -> web.Response:
     gw = request.app[GATEWAY_KEY]
     job_id = request.match_info["id"]
@@ -201,6 +212,7 @@ def build_app(gw: Gateway) -> web.Application:
     app.router.add_get("/v1/jobs", list_jobs)
     app.router.add_get("/v1/jobs/{id}", get_job)
     app.router.add_get("/v1/jobs/{id}/events", job_events)
+    app.router.add_get("/v1/jobs/{id}/decisions", job_decisions)
     app.router.add_delete("/v1/jobs/{id}", cancel_job)
     app.router.add_get("/v1/nodes", list_nodes)
     return app

@@ -16,12 +16,14 @@ from typing import Any
 from aiohttp import web
 
 from proto import subjects
+from proto.decisions import Decision
 from proto.events import LifecycleEvent, Submitted
 from proto.jobs import CancelRequest, JobSpec
 from proto.ledger import Allocation
 from proto.nodes import NodeSpec, TelemetrySample
 from proto.views import JobView
 from services.gateway.api import build_app
+from services.gateway.decisions_view import DecisionsModel
 from services.gateway.jobs_view import JobsModel
 from services.gateway.nodes_view import NodesModel
 
@@ -41,6 +43,7 @@ class Gateway:
         self.tracer = tracer
         self.jobs = JobsModel()
         self.nodes = NodesModel()
+        self.decisions = DecisionsModel()
         self._lifecycle: Any = None
 
     async def start(self) -> None:
@@ -54,6 +57,14 @@ class Gateway:
             durable=None,
             deliver_all=True,
         )
+        await self.bus.consume(
+            subjects.STREAM_DECISIONS,
+            subjects.STREAM_DECISIONS_SUBJECTS[0],
+            Decision,
+            self._on_decision,
+            durable=None,
+            deliver_all=True,
+        )
         nodes_kv = await self.bus.kv(subjects.KV_NODES, NodeSpec)
         await nodes_kv.watch(self._on_node)
         ledger_kv = await self.bus.kv(subjects.KV_LEDGER, Allocation)
@@ -64,6 +75,9 @@ class Gateway:
 
     async def _on_event(self, event: LifecycleEvent) -> None:
         self.jobs.apply(event)
+
+    async def _on_decision(self, decision: Decision) -> None:
+        self.decisions.apply(decision)
 
     async def _on_node(self, node_id: str, spec: NodeSpec | None) -> None:
         self.nodes.put_spec(node_id, spec)

@@ -213,6 +213,27 @@ def test_cli_against_the_real_stack(
     assert "gpus" in capsys.readouterr().err
 
 
+def test_explain_says_where_and_why(
+    stack: Stack, client: MosaicClient, capsys: pytest.CaptureFixture[str], monkeypatch
+) -> None:
+    """Rule 5: the placement decision, with the candidates and their score terms, is readable."""
+    monkeypatch.setenv("MOSAIC_GATEWAY", stack.gateway_url)
+    client.submit(JobSpec(id="why-1", gpus=1, gpu_mem_gb=8, constraints=("t4",), est_runtime_s=120))
+    wait_for(all_terminal(client, {"why-1"}), timeout_s=60, what="why-1", stack=stack)
+    node = client.job("why-1").node
+    assert node and node.startswith("t4-")
+    wait_for(
+        lambda: client.get_json("/v1/jobs/why-1/decisions")["decisions"],
+        timeout_s=10, what="why-1's decision", stack=stack,
+    )  # fmt: skip
+    assert main(["explain", "why-1"]) == 0
+    text = capsys.readouterr().out
+    assert f"place on {node}" in text
+    assert "candidates weighed" in text and node in text.split("candidates weighed", 1)[1]
+    assert main(["explain", "no-such-job"]) == 1
+    assert "unknown job" in capsys.readouterr().err
+
+
 async def test_placer_killed_and_restarted_loses_nothing(
     stack: Stack, client: MosaicClient
 ) -> None:
