@@ -112,7 +112,7 @@ def place(
         "memory_fit": s_memory_fit(view, nodes, spec.gpu_mem_gb),
     }
     weights = {
-        "speed": cfg.w_speed,
+        "speed": cfg.w_speed * max(1.0, spec.est_runtime_s / cfg.speed_runtime_scale_s),
         "energy": cfg.w_energy * spec.energy_sensitivity,
         "pack": cfg.w_pack,
         "thermal": cfg.w_thermal,

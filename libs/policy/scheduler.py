@@ -95,7 +95,8 @@ def schedule(
         return CycleResult([], None, waiting, regime(load, cfg), None)
     # a pass rarely looks past the head job + backfill_depth: order only a prefix unless every
     # job needs a reason (the walk below extends it to the full order if it runs past it)
-    top = None if reasons else max(_ORDER_PREFIX, 4 * (cfg.backfill_depth + 1))
+    # (the prefix does not grow with backfill_depth: a deep walk extends it lazily)
+    top = None if reasons else max(_ORDER_PREFIX, 4 * (min(cfg.backfill_depth, 64) + 1))
     rr, walked = _rank(pending, q, view, now, load, tenant_usage, profiles, cfg, top)
     assignments: list[tuple[PendingJob, Placement]] = []
     waiting: dict[str, str] = {}

@@ -13,6 +13,14 @@ Runtime of a job on a GPU model: the trace's ``runtime_by_model[model]`` when it
 ``profiles.runtime_s(spec, model)``. A gang over several nodes runs at its slowest GPU.
 Energy: every GPU draws ``profiles.idle_power_w(model)`` all the time; a busy GPU (share s)
 draws ``s * (power_w(model, class) - idle)`` on top.
+
+Power saving (only for a policy with ``power_step``, i.e. mosaic; the baselines are the
+original strategy and never suspend): after each pass the engine asks the policy which empty
+nodes to suspend and which to resume (``power_step(now) -> (suspend ids, resume ids, next
+check time or None)``). A suspended node's GPUs draw ``STANDBY_W_PER_GPU`` instead of idle
+power; a resuming node draws idle power and takes no job until ``policy.resume_s`` later
+(then ``policy.power_resumed(node, now)`` is called). Host (CPU, fan) power is not modelled
+for any node, so suspended or not only the GPUs' draw changes.
 """
 
 from __future__ import annotations
@@ -40,7 +48,8 @@ from libs.sim.state import (
 )
 from proto.nodes import NodeSpec
 
-ARRIVE, FINISH, OOM, RESUBMIT = 0, 1, 2, 3
+ARRIVE, FINISH, OOM, RESUBMIT, RESUMED, POWER = 0, 1, 2, 3, 4, 5
+STANDBY_W_PER_GPU = 0.0  # a powered-down node's GPUs draw nothing (host power not modelled)
 
 
 class StuckSimulation(RuntimeError):
@@ -127,6 +136,15 @@ class Engine:
         self._heap: list[tuple[float, int, int, int, int]] = []
         self._seq = 0
         self.finished = 0  # jobs in a terminal state
+        self._power = getattr(policy, "power_step", None)
+        self._node_idx = {n.id: i for i, n in enumerate(nodes)}
+        self._node_idle_w = np.array([self._idle_w[n.gpu_model] * n.gpu_count for n in nodes])
+        self._node_standby_w = np.array([STANDBY_W_PER_GPU * n.gpu_count for n in nodes])
+        self._down_since = np.full(len(nodes), np.nan)  # suspended since (NaN = not suspended)
+        self._up_at = np.full(len(nodes), np.nan)  # resuming: up at this time
+        self.idle_saved_j = 0.0
+        self.node_suspend_s = 0.0
+        self._next_power = float("inf")
         policy.attach(SimContext(self.cluster, models, profiles, self.jobs))
 
     # ----- events --------------------------------------------------------------------------
@@ -175,6 +193,14 @@ class Engine:
             )
         self._dequeue(job)
         fits = True
+        if self._power is not None:
+            for a in allocs:
+                n = self._node_idx[a.node]
+                if self._down_since[n] == self._down_since[n] or self._up_at[n] == self._up_at[n]:
+                    raise AssertionError(
+                        f"{self.policy.name} placed {job.spec.id} on a node "
+                        f"that is not up ({a.node})"
+                    )
         for a in allocs:
             fits &= self.cluster.allocate(a)
         job.attempts += 1
@@ -213,6 +239,12 @@ class Engine:
 
     def _handle(self, t: float, kind: int, idx: int, token: int) -> bool:
         """Apply one event; True when it may let a policy place something."""
+        if kind == RESUMED:
+            self._up_at[idx] = np.nan
+            self.policy.power_resumed(self.cluster.nodes[idx].id, t)  # type: ignore[attr-defined]
+            return True
+        if kind == POWER:
+            return False
         job = self.jobs[idx]
         if kind == ARRIVE:
             if not self.cluster.could_ever_fit(job.spec, check_memory=True):
@@ -285,6 +317,9 @@ class Engine:
         done_report = 0
         heap = self._heap
         while heap:
+            if heap[0][2] >= RESUMED and self.finished >= len(self.jobs):
+                heapq.heappop(heap)  # every job is done: a power check must not extend the run
+                continue
             t = heap[0][0]
             dt = t - t_prev
             if dt > 0:
@@ -307,6 +342,8 @@ class Engine:
                 )
                 for job, allocs in chosen:
                     self._start(job, allocs, t)
+            if self._power is not None and self.finished < len(self.jobs):
+                self._power_step(t)
             if not heap and self.queue:
                 raise StuckSimulation(
                     f"policy {self.policy.name}: {len(self.queue)} jobs pending, none running, "
@@ -321,6 +358,12 @@ class Engine:
                 if self._progress is not None and self.finished - done_report > n_jobs // 100:
                     done_report = self.finished
                     self._progress(min(0.999, self.finished / n_jobs))
+        end_idle_w = None
+        if self._power is not None:
+            down = ~np.isnan(self._down_since)
+            for n in np.flatnonzero(down).tolist():
+                self._account_down(n, t_prev)
+            end_idle_w = float(self._node_idle_w[~down].sum() + self._node_standby_w[down].sum())
         for j in self.jobs:
             if j.terminal_count != 1 or j.state not in (COMPLETED, FAILED):
                 raise AssertionError(f"job {j.spec.id} ended in state {j.state}")
@@ -344,7 +387,38 @@ class Engine:
             passes=passes,
             wall_s=time.perf_counter() - wall0,
             node_models=dict(self._node_model),
+            idle_saved_j=self.idle_saved_j,
+            node_suspend_s=self.node_suspend_s,
+            end_idle_power_w=end_idle_w,
         )
+
+    # ----- power saving (policies with power_step) -----------------------------------------
+    def _power_step(self, t: float) -> None:
+        suspend, resume, next_s = self._power(t)  # type: ignore[misc]
+        c = self.cluster
+        for nid in suspend:
+            n = self._node_idx[nid]
+            if c._whole_free[n] < c.gpu_count[n] or self._down_since[n] == self._down_since[n]:
+                raise AssertionError(f"{self.policy.name} suspended {nid}: busy or already down")
+            self._down_since[n] = t
+        for nid in resume:
+            n = self._node_idx[nid]
+            if self._down_since[n] != self._down_since[n]:
+                raise AssertionError(f"{self.policy.name} resumed {nid}, which is not suspended")
+            self._account_down(n, t)
+            self._up_at[n] = t + float(self.policy.resume_s)  # type: ignore[attr-defined]
+            self._push(self._up_at[n], RESUMED, n)
+        if next_s is not None and next_s > t and next_s < self._next_power - 1e-9:
+            self._next_power = next_s
+            self._push(next_s, POWER, 0)
+        elif self._next_power <= t:
+            self._next_power = float("inf")
+
+    def _account_down(self, n: int, t: float) -> None:
+        dur = t - float(self._down_since[n])
+        self.idle_saved_j += (self._node_idle_w[n] - self._node_standby_w[n]) * dur
+        self.node_suspend_s += dur
+        self._down_since[n] = np.nan
 
     def _fragmentation(self) -> float:
         """Share of free GPU capacity that no pending job could use (memory-aware), or NaN."""

@@ -45,7 +45,8 @@ def compute(r: SimResult, tariff_usd_per_kwh: float = DEFAULT_TARIFF_USD_PER_KWH
     attempts = sum(j.attempts for j in jobs)
     failed_attempts = sum(j.failed_attempts for j in jobs)
     failed_jobs = [j for j in jobs if j.state == FAILED]
-    energy_j = r.idle_power_w * window_s + sum(j.energy_active_j for j in jobs)
+    idle_j = r.idle_power_w * window_s - r.idle_saved_j  # suspended nodes draw standby power
+    energy_j = idle_j + sum(j.energy_active_j for j in jobs)
     energy_kwh = energy_j / J_PER_KWH
     high = prio >= HIGH_PRIORITY
     low_class = int(prio.min()) if prio.size else 0
@@ -77,9 +78,13 @@ def compute(r: SimResult, tariff_usd_per_kwh: float = DEFAULT_TARIFF_USD_PER_KWH
         "deadline_attainment": met / len(with_deadline) if with_deadline else float("nan"),
         "deadline_jobs": len(with_deadline),
         "energy_kwh": energy_kwh,
-        "energy_idle_kwh": r.idle_power_w * window_s / J_PER_KWH,
-        "energy_active_kwh": (energy_j - r.idle_power_w * window_s) / J_PER_KWH,
+        "energy_idle_kwh": idle_j / J_PER_KWH,
+        "energy_active_kwh": (energy_j - idle_j) / J_PER_KWH,
         "idle_power_kw": r.idle_power_w / 1000.0,
+        "end_idle_power_kw": (r.idle_power_w if r.end_idle_power_w is None else r.end_idle_power_w)
+        / 1000.0,
+        "idle_saved_kwh": r.idle_saved_j / J_PER_KWH,
+        "node_suspend_hours": r.node_suspend_s / 3600.0,
         "energy_cost_usd": energy_kwh * tariff_usd_per_kwh,
         "tariff_usd_per_kwh": tariff_usd_per_kwh,
         "failure_rate": failed_attempts / attempts if attempts else 0.0,
@@ -108,11 +113,15 @@ def rewindow(m: dict, window_s: float) -> dict:
 
     Why: the same cluster draws idle power until the last policy's last job ends; charging each
     policy only up to its own last finish would reward a policy for the length of its tail. The
-    own-window figure stays in ``energy_own_window_kwh``.
+    own-window figure stays in ``energy_own_window_kwh``. The time past a run's own end is
+    charged at the idle draw the cluster had at that end (``end_idle_power_kw``: all GPUs idle,
+    except nodes a power-saving policy had suspended then, which stay suspended).
     """
     out = dict(m)
     out["energy_own_window_kwh"] = m["energy_kwh"]
-    idle = m["idle_power_kw"] * window_s / 3600.0
+    own = m.get("energy_idle_kwh", m["idle_power_kw"] * m["makespan_s"] / 3600.0)
+    tail_kw = m.get("end_idle_power_kw", m["idle_power_kw"])
+    idle = own + tail_kw * max(0.0, window_s - m["makespan_s"]) / 3600.0
     out["energy_idle_kwh"] = idle
     out["energy_kwh"] = m["energy_active_kwh"] + idle
     out["energy_cost_usd"] = out["energy_kwh"] * m["tariff_usd_per_kwh"]

@@ -108,6 +108,7 @@ def run_simulation(
     throughputs: Path | None = None,
     progress: Callable[[str, float], None] | None = None,
     *,
+    load_basis: str = "fastest",
     traces_dir: Path | None = None,
     tariff_usd_per_kwh: float = M.DEFAULT_TARIFF_USD_PER_KWH,
     failures: FailureModel | None = None,
@@ -117,14 +118,20 @@ def run_simulation(
     """Replay ``trace`` on ``cluster`` under each policy; the ``results.json`` dict.
 
     ``load``: scale arrivals so that offered demand (GPUs x fastest-GPU runtime, summed) over
-    the arrival span is this share of the cluster's capacity. ``progress(policy, fraction)`` is
-    called as each run advances. ``keep_runs``, when given, receives each policy's raw run.
+    the arrival span is this share of the cluster's capacity. ``load_basis`` says which
+    capacity: "fastest" (every GPU counts as one reference GPU: on a mixed cluster the real
+    occupancy is higher than ``load``) or "effective" (each GPU counts at its speed relative to
+    the job's fastest model, averaged over the trace's work mix; see ``effective_capacity``).
+    ``progress(policy, fraction)`` is called as each run advances. ``keep_runs``, when given,
+    receives each policy's raw run.
     """
     from libs.sim.loaders import load_trace
 
     names = parse_policies(policies)
     if load is not None and not (math.isfinite(load) and load > 0):
         raise ValueError(f"load must be a positive number, got {load}")
+    if load_basis not in LOAD_BASES:
+        raise ValueError(f"load_basis must be one of {LOAD_BASES}, got {load_basis!r}")
     tr = load_trace(
         trace, traces_dir=traces_dir, seed=seed, max_jobs=max_jobs, throughputs=throughputs
     )
@@ -143,8 +150,11 @@ def run_simulation(
     capacity = float(sum(n.gpu_count for n in nodes))
     submit = np.array([j.submit_s for j in jobs])
     span = float(submit.max() - submit.min())
-    demand = float((np.array([j.spec.gpus for j in jobs]) * rt.min(axis=1)).sum())
-    natural = demand / (capacity * span) if span > 0 else math.inf
+    req = np.array([j.spec.gpus for j in jobs])
+    demand = float((req * rt.min(axis=1)).sum())
+    eff_capacity = effective_capacity(req, rt, models, nodes)
+    basis_capacity = capacity if load_basis == "fastest" else eff_capacity
+    natural = demand / (basis_capacity * span) if span > 0 else math.inf
     scale = 1.0
     if load is not None and span > 0:
         scale = load / natural
@@ -170,7 +180,13 @@ def run_simulation(
             "natural_demand_over_capacity": natural,
             "arrival_scale": scale,
             "offered_demand_over_capacity": natural * scale,
-            "definition": "sum(GPUs x fastest-GPU runtime) / (GPUs x arrival span)",
+            "basis": load_basis,
+            "definition": LOAD_DEFINITIONS[load_basis],
+            "effective_capacity_gpus": eff_capacity,
+            "offered_demand_over_gpus": demand / (capacity * span) * scale if span > 0 else None,
+            "offered_demand_over_effective_capacity": (
+                demand / (eff_capacity * span) * scale if span > 0 else None
+            ),
         },
         "tariff_usd_per_kwh": tariff_usd_per_kwh,
         "failure_model": vars(failures or FailureModel()),
@@ -210,6 +226,32 @@ def run_simulation(
     return results
 
 
+LOAD_BASES = ("fastest", "effective")
+LOAD_DEFINITIONS = {
+    "fastest": "sum(GPUs x fastest-GPU runtime) / (GPUs x arrival span)",
+    "effective": "sum(GPUs x fastest-GPU runtime) / (effective capacity x arrival span)",
+}
+
+
+def effective_capacity(
+    req_gpus: np.ndarray, rt: np.ndarray, models: list[str], nodes: Sequence[NodeSpec]
+) -> float:
+    """The cluster's capacity in fastest-GPU equivalents for this trace's work mix.
+
+    Why: demand is counted at each job's FASTEST runtime, so a T4 (about half a V100 on most
+    classes) must count as half a GPU, or a "load 0.75" over-subscribes a mixed cluster. Each
+    model's GPU counts at its speed relative to the job's fastest model (fastest runtime / its
+    runtime there), averaged over the jobs weighted by their work (GPUs x fastest runtime).
+    """
+    fastest = rt.min(axis=1)
+    w = req_gpus * fastest
+    if w.sum() <= 0:
+        return float(sum(n.gpu_count for n in nodes))
+    rel = (w[:, None] * (fastest[:, None] / rt)).sum(axis=0) / w.sum()  # per model
+    pos = {m: i for i, m in enumerate(models)}
+    return float(sum(n.gpu_count * rel[pos[n.gpu_model]] for n in nodes))
+
+
 def _scaled_deadline(spec, submit_s: float, scale: float):
     """Deadlines keep their slack after submit when arrivals are compressed."""
     if spec.deadline is None or scale == 1.0:
@@ -239,6 +281,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         type=float,
         default=None,
         help="scale arrivals to this offered demand / capacity (e.g. 0.9)",
+    )
+    ap.add_argument(
+        "--load-basis",
+        choices=LOAD_BASES,
+        default="fastest",
+        help="capacity --load is measured against: every GPU as one fastest GPU, or each GPU "
+        "at its speed relative to the fastest (effective)",
     )
     ap.add_argument(
         "--throughputs",
@@ -279,6 +328,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 seed=args.seed,
                 max_jobs=args.max_jobs,
                 load=args.load,
+                load_basis=args.load_basis,
                 throughputs=args.throughputs,
                 progress=progress,
                 traces_dir=args.traces_dir,

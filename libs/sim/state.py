@@ -117,3 +117,9 @@ class SimResult:
     passes: int
     wall_s: float
     node_models: dict[str, str] = field(default_factory=dict)
+    # power saving (engine.Engine, for policies with ``power_step``): idle energy not drawn
+    # because nodes were suspended, suspended node-seconds, and the cluster's idle draw at
+    # the end of the run (what the rest of a common window costs)
+    idle_saved_j: float = 0.0
+    node_suspend_s: float = 0.0
+    end_idle_power_w: float | None = None

@@ -7,6 +7,10 @@ pending queue is an incrementally maintained ``PendingQueue``, and tenant usage 
 term of the priority) is kept per tenant in ``RESOURCES`` order. A retried job keeps its
 original submit time as ``enqueued_at``, so aging is not reset by a failure.
 
+Power saving: ``power_step`` asks ``libs.policy.power.plan`` (the policy's pure decision) which
+empty nodes to suspend and which to resume; a node that is down or booting is cordoned in the
+policy's view, so ``schedule`` never places on it. The engine does the energy accounting.
+
 Expected ends handed to the scheduler (for backfill reservations) are what the live placer
 would know: start + the profile's runtime estimate on that GPU model, not the simulator's truth.
 """
@@ -19,7 +23,7 @@ import numpy as np
 
 from libs.policy import backfill as B
 from libs.policy import filters as F
-from libs.policy import scheduler
+from libs.policy import power, scheduler
 from libs.policy.cluster import ClusterView
 from libs.policy.config import PolicyConfig
 from libs.policy.placement import to_allocation
@@ -54,6 +58,13 @@ class Mosaic(BasePolicy):
         self.running = B.RunningSet()  # kept across passes, as the scheduler asks
         self.usage: dict[str, np.ndarray] = {}
         self._applied: set[tuple] = set()
+        n = len(self.view.node_ids)
+        self.resume_s = self.cfg.resume_s
+        self._idle_since = np.zeros(n)  # NaN while the node holds a job
+        self._suspended = np.zeros(n, dtype=bool)
+        self._resuming = np.zeros(n, dtype=bool)
+        self._blocked: list = []  # specs the last pass could not start, rank order
+        self._reserved: tuple[int, ...] = ()
 
     def can_ever_place(self, job: SimJob) -> bool:
         return F.never_fits(job.spec, self.view.nodes) is None
@@ -68,6 +79,8 @@ class Mosaic(BasePolicy):
             self.view.allocate(alloc)
         else:
             self.view.release(alloc)
+        if kind == "allocate":
+            self._idle_since[self.view.index[alloc.node]] = np.nan
 
     def enqueued(self, job: SimJob, now: float) -> None:
         self.by_id[job.spec.id] = job
@@ -84,6 +97,10 @@ class Mosaic(BasePolicy):
         )
 
     def ended(self, job: SimJob, now: float) -> None:
+        for a in job.allocs:  # the engine released them just before
+            i = self.view.index[a.node]
+            if self.view.whole_free[i] >= self.view.gpu_total[i]:
+                self._idle_since[i] = now
         t = job.spec.tenant
         self.usage[t] = np.maximum(self.usage[t] - usage_vector(job), 0.0)
         self.running.remove(job.spec.id)
@@ -103,8 +120,55 @@ class Mosaic(BasePolicy):
             reasons=False,
         )
         out: list[Assignment] = []
+        if self.cfg.power_saving:
+            placed = {pj.spec.id for pj, _ in res.assignments}
+            rows = res.rank.order.tolist() if res.rank is not None else []
+            jobs = self.queue._jobs
+            cap = self.cfg.power_demand_cap
+            self._blocked = [
+                jobs[i].spec for i in rows[: cap + len(placed)] if jobs[i].spec.id not in placed
+            ][:cap]
+            self._reserved = () if res.reservation is None else (res.reservation.node_index,)
         for pj, placement in res.assignments:
             alloc = to_allocation(pj.spec, placement, now, pj.attempt)
             self._applied.add((alloc.job_id, alloc.node, alloc.gpu_indices))
             out.append((self.by_id[pj.spec.id], [alloc]))
         return out
+
+    # ----- power saving (the engine calls these; see libs.policy.power) --------------------
+    def power_step(self, now: float) -> tuple[list[str], list[str], float | None]:
+        """(node ids to suspend, node ids to resume, when to ask again or None)."""
+        if not self.cfg.power_saving:
+            return [], [], None
+        blocked = [s for s in self._blocked if s.id in self.queue]
+        idle = now - self._idle_since
+        p = power.plan(
+            self.view,
+            idle_s=idle,
+            suspended=self._suspended,
+            resuming=self._resuming,
+            blocked=blocked,
+            reserved=self._reserved,
+            cfg=self.cfg,
+        )
+        ids = self.view.node_ids
+        for i in p.suspend:
+            self._suspended[i] = True
+            self.view.set_cordoned(ids[i], True)
+        for i in p.resume:
+            self._suspended[i] = False
+            self._resuming[i] = True
+        # next look: when the next awake empty node reaches suspend_after_s
+        awake_idle = ~self._suspended & ~self._resuming & ~np.isnan(self._idle_since)
+        nxt = None
+        if awake_idle.any():
+            due = self._idle_since[awake_idle] + self.cfg.suspend_after_s
+            later = due[due > now]
+            nxt = float(later.min()) if len(later) else None
+        return [ids[i] for i in p.suspend], [ids[i] for i in p.resume], nxt
+
+    def power_resumed(self, node_id: str, now: float) -> None:
+        i = self.view.index[node_id]
+        self._resuming[i] = False
+        self._idle_since[i] = now
+        self.view.set_cordoned(node_id, False)

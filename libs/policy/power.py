@@ -1,0 +1,115 @@
+"""Power saving of idle nodes: which to suspend, which to resume (pure, no I/O).
+
+Why: a GPU draws its idle power whenever its node is up, busy or not; on a cluster sized for
+the peak that idle floor is most of the energy bill. Slurm's power saving (``SuspendTime``,
+``ResumeTimeout``) powers down nodes idle for a while and boots them when work needs them; this
+module is that decision, as a function of the cluster view, the blocked jobs and how long each
+node has been idle, so the simulator and (later) the live services decide the same way.
+
+Rules (each a ``PolicyConfig`` field):
+
+* suspend an awake node only when it holds no job, has been idle ``suspend_after_s``, is not
+  reserved for a blocked job, could not host any blocked job (by shape), and its GPU model keeps
+  at least ``warm_reserve_frac`` of its GPUs free and awake afterwards (new arrivals start at
+  once instead of waiting ``resume_s``); longest idle first;
+* resume suspended nodes for blocked jobs (rank order, the first ``power_demand_cap``) that no
+  awake node can take now: one node per job, unless the unclaimed GPUs of a node already
+  resuming cover it.
+
+Only the simulator calls ``plan`` for now (the engine powers nodes down and up); the live
+placer calls ``scheduler.schedule`` only and never suspends anything. Wiring suspend intents
+into the live services is a later change.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Collection, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from libs.policy import filters as F
+from libs.policy.cluster import EPS, ClusterView
+from libs.policy.config import PolicyConfig
+from proto.jobs import JobSpec
+
+
+@dataclass(frozen=True, slots=True)
+class PowerPlan:
+    """Node indices (of the view) to suspend now and to resume now."""
+
+    suspend: tuple[int, ...]
+    resume: tuple[int, ...]
+
+
+def empty_nodes(view: ClusterView) -> np.ndarray:
+    """bool[N]: nodes with nothing allocated (every GPU whole, host memory and CPUs all free)."""
+    return view.whole_free >= view.gpu_total
+
+
+def plan(
+    view: ClusterView,
+    *,
+    idle_s: np.ndarray,
+    suspended: np.ndarray,
+    resuming: np.ndarray,
+    blocked: Sequence[JobSpec],
+    reserved: Collection[int],
+    cfg: PolicyConfig,
+) -> PowerPlan:
+    """What to power down and up now.
+
+    ``idle_s``: seconds each node has held no job (NaN or < 0 for a busy node).
+    ``suspended`` / ``resuming``: bool[N], the nodes' power state (neither = awake).
+    ``blocked``: pending jobs that could not start in the last pass, best ranked first.
+    ``reserved``: node indices a reservation holds for a blocked job (never suspended).
+    """
+    n = len(view.node_ids)
+    if not cfg.power_saving or n == 0:
+        return PowerPlan((), ())
+    awake = ~suspended & ~resuming
+    demand = list(blocked[: cfg.power_demand_cap])
+    # --- resume: blocked jobs that some suspended node could hold --------------------------
+    resume: list[int] = []
+    claim = np.where(resuming, view.gpu_total, 0).astype(float)  # unclaimed GPUs booting
+    down = suspended.copy()
+    needed = np.zeros(n, dtype=bool)  # nodes whose shape could hold some blocked job
+    for spec in demand:
+        static = F.static_mask(spec, view)
+        needed |= static
+        need = float(spec.gpus)
+        up = np.flatnonzero(static & (claim >= need - EPS))
+        if len(up):
+            claim[up[0]] -= need
+            continue
+        cand = np.flatnonzero(static & down)
+        if len(cand) == 0:
+            continue
+        k = int(cand[0])
+        down[k] = False
+        claim[k] = float(view.gpu_total[k]) - need
+        resume.append(k)
+    # --- suspend: idle awake nodes beyond the warm reserve ----------------------------------
+    idle = np.nan_to_num(np.asarray(idle_s, dtype=float), nan=-1.0)
+    cand = awake & empty_nodes(view) & (idle >= cfg.suspend_after_s) & ~needed
+    if reserved:
+        cand[list(reserved)] = False
+    if not cand.any():
+        return PowerPlan((), tuple(resume))
+    free_awake: dict[str, float] = {}
+    total: dict[str, float] = {}
+    for i in range(n):
+        m = view.models[view.model_idx[i]]
+        total[m] = total.get(m, 0.0) + float(view.gpu_total[i])
+        if awake[i]:
+            free_awake[m] = free_awake.get(m, 0.0) + float(view.whole_free[i])
+    suspend: list[int] = []
+    for i in sorted(np.flatnonzero(cand).tolist(), key=lambda k: (-idle[k], k)):
+        m = view.models[view.model_idx[i]]
+        keep = math.ceil(cfg.warm_reserve_frac * total[m])
+        g = float(view.gpu_total[i])
+        if free_awake[m] - g >= keep:
+            free_awake[m] -= g
+            suspend.append(i)
+    return PowerPlan(tuple(suspend), tuple(resume))
