@@ -74,6 +74,14 @@ class PolicyConfig:
     # week-long job is not put on a GPU half as fast (measured on Philly: a 45-day job on a T4
     # set the makespan) while short jobs still go where energy and packing say
     speed_runtime_scale_s: float = 4 * 3600.0
+    # Slow-GPU guard (scheduler): a job expected to run at least ``slow_guard_runtime_s`` does
+    # not start on a GPU model slower than ``slow_guard_min_speed`` x the fastest model that
+    # could hold it, unless it has already waited as long as it would lose there (runtime there
+    # minus runtime on the fastest): waiting for a fast node is then never worse than the loss,
+    # so the extra wait is bounded. Measured on Philly: 8-GPU jobs of 10-45 days started at once
+    # on a free T4 node (2.3x slower) and set the makespan.
+    slow_guard_runtime_s: float = 24 * 3600.0
+    slow_guard_min_speed: float = 0.7
     w_energy: float = 1.0  # multiplied by the job's energy_sensitivity
     w_pack: float = 0.6  # fragmentation / best-fit packing
     w_thermal: float = 0.2

@@ -69,32 +69,46 @@ def plan(
     if not cfg.power_saving or n == 0:
         return PowerPlan((), ())
     awake = ~suspended & ~resuming
-    demand = list(blocked[: cfg.power_demand_cap])
-    # --- resume: blocked jobs that some suspended node could hold --------------------------
-    resume: list[int] = []
-    claim = np.where(resuming, view.gpu_total, 0).astype(float)  # unclaimed GPUs booting
-    down = suspended.copy()
-    needed = np.zeros(n, dtype=bool)  # nodes whose shape could hold some blocked job
-    for spec in demand:
-        static = F.static_mask(spec, view)
-        needed |= static
-        need = float(spec.gpus)
-        up = np.flatnonzero(static & (claim >= need - EPS))
-        if len(up):
-            claim[up[0]] -= need
-            continue
-        cand = np.flatnonzero(static & down)
-        if len(cand) == 0:
-            continue
-        k = int(cand[0])
-        down[k] = False
-        claim[k] = float(view.gpu_total[k]) - need
-        resume.append(k)
-    # --- suspend: idle awake nodes beyond the warm reserve ----------------------------------
     idle = np.nan_to_num(np.asarray(idle_s, dtype=float), nan=-1.0)
-    cand = awake & empty_nodes(view) & (idle >= cfg.suspend_after_s) & ~needed
+    cand = awake & (idle >= cfg.suspend_after_s) & empty_nodes(view)
     if reserved:
         cand[list(reserved)] = False
+    if not suspended.any() and not cand.any():
+        return PowerPlan((), ())  # the common case on a busy cluster: nothing to decide
+    # blocked jobs grouped by request shape (static fit depends on the shape only), in order
+    shapes: dict[tuple, list] = {}
+    for spec in blocked[: cfg.power_demand_cap]:
+        key = (spec.gpus, spec.gpu_mem_gb, spec.host_mem_gb, spec.cpus, spec.constraints)
+        hit = shapes.get(key)
+        if hit is None:
+            shapes[key] = [spec, 1]
+        else:
+            hit[1] += 1
+    # --- resume: blocked jobs that some suspended node could hold --------------------------
+    resume: list[int] = []
+    needed = np.zeros(n, dtype=bool)  # nodes whose shape could hold some blocked job
+    claim = np.where(resuming, view.gpu_total, 0).astype(float)  # unclaimed GPUs booting
+    down = suspended.copy()
+    for spec, count in shapes.values():
+        static = F.static_mask(spec, view)
+        needed |= static
+        if not down.any() and not (claim > 0).any():
+            continue
+        need = float(spec.gpus)
+        for _ in range(count):
+            up = np.flatnonzero(static & (claim >= need - EPS))
+            if len(up):
+                claim[up[0]] -= need
+                continue
+            dn = np.flatnonzero(static & down)
+            if len(dn) == 0:
+                break
+            k = int(dn[0])
+            down[k] = False
+            claim[k] = float(view.gpu_total[k]) - need
+            resume.append(k)
+    # --- suspend: idle awake nodes beyond the warm reserve ----------------------------------
+    cand &= ~needed
     if not cand.any():
         return PowerPlan((), tuple(resume))
     free_awake: dict[str, float] = {}

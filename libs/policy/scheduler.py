@@ -41,7 +41,7 @@ from libs.policy.placement import PlaceContext, place, to_allocation
 from libs.policy.priority import order_of, regime, score_arrays
 from libs.policy.profiles import ProfileTable
 from libs.policy.queue import PendingQueue, QueueArrays
-from libs.policy.scores import SizeMix
+from libs.policy.scores import CLASS_INDEX, SizeMix
 from libs.policy.types import (
     CycleResult,
     PendingJob,
@@ -113,6 +113,7 @@ def schedule(
     stop_at = len(order)
     ever_cache = view.static_cache
     seen: list[int] = []
+    resv_fail: set[tuple] = set()  # shapes refused "Reserved" in this pass
     jobs = pending._jobs if is_queue else pending  # plain list access in the hot loop
     for pos, i in enumerate(walked):
         if max_share < EPS or len(assignments) >= cfg.max_places_per_pass:
@@ -160,7 +161,31 @@ def schedule(
         if reservation is not None:
             mask = np.ones(len(view.node_ids), dtype=bool)
             mask[reservation.node_index] = False
+        slow = None
+        if spec.est_runtime_s >= cfg.slow_guard_runtime_s:
+            slow = _slow_nodes(job, view, ctx, cfg, now)
+            if slow is not None:
+                mask = ~slow if mask is None else mask & ~slow
+        if reservation is not None and key in resv_fail:
+            # this shape fits nowhere but the reserved node, where it would delay the head
+            # (placements in a pass only take resources): only a job ending before the
+            # reserved start could still go there
+            n_r = reservation.node_index
+            end = now + profiles.runtime_s(spec, view.models[view.model_idx[n_r]]) * (
+                1.0 - job.progress
+            )
+            if end > reservation.start + EPS:
+                waiting[spec.id] = "Reserved"
+                continue
         res = place(spec, view, profiles, cfg, ctx=ctx, mask=mask)
+        if (
+            slow is not None
+            and isinstance(res, Refusal)
+            and res.reason in ("Resources", "Reserved")
+        ):
+            # only slow GPUs free (or reserved): wait for a fast one, never memoised by shape
+            waiting[spec.id] = "SlowGPU"
+            continue
         if isinstance(res, Refusal) and reservation is not None and res.reason == "Reserved":
             rel, rel_owned = _running_set(rel, rel_owned, running, started)
             res = _try_reserved_node(job, head, reservation, view, profiles, cfg, ctx, rel, now)
@@ -181,6 +206,8 @@ def schedule(
         waiting[spec.id] = res.reason
         if res.reason != "Reserved":
             failed[key] = res.reason
+        elif slow is None:
+            resv_fail.add(key)
         if head is None and res.reason == "Resources":
             head = job
     if head is not None and reservation is None and want_reservation:
@@ -272,6 +299,27 @@ def _walk_book(book, pos, complete, col, enq, seq) -> Iterator[int]:
         yield pos(k[3])
     if not complete:
         yield from order_of(col, enq, None, seq)[len(book) :].tolist()
+
+
+def _slow_nodes(
+    job: PendingJob, view: ClusterView, ctx: PlaceContext, cfg: PolicyConfig, now: float
+) -> np.ndarray | None:
+    """bool[N]: nodes too slow for this long job right now (see ``slow_guard_runtime_s``), or
+    None when no node is (the job waited past its loss everywhere, or all are fast)."""
+    spec = job.spec
+    cls_i = CLASS_INDEX.get(spec.workload_class, CLASS_INDEX["other"])
+    speed = ctx.tables.speed[:, cls_i]  # per model of the view
+    static = F.static_mask(spec, view)
+    if not static.any():
+        return None
+    best = float(speed[view.model_idx[static]].max())
+    rem = spec.est_runtime_s * max(0.0, 1.0 - job.progress)
+    loss = rem / speed - rem / best  # per model: time lost running there
+    waited = now - job.enqueued_at
+    too_slow = (speed < cfg.slow_guard_min_speed * best) & (loss > waited)
+    if not too_slow.any():
+        return None
+    return too_slow[view.model_idx]
 
 
 def _failed_memo(view: ClusterView, cfg: PolicyConfig) -> dict[tuple, str]:
