@@ -114,6 +114,8 @@ def schedule(
     ever_cache = view.static_cache
     seen: list[int] = []
     resv_fail: set[tuple] = set()  # shapes refused "Reserved" in this pass
+    slow_fail: set[tuple] = set()  # (shape, slow models) refused "SlowGPU" in this pass
+    slow_cache: dict = {}  # pass-local memo of _slow_models
     jobs = pending._jobs if is_queue else pending  # plain list access in the hot loop
     for pos, i in enumerate(walked):
         if max_share < EPS or len(assignments) >= cfg.max_places_per_pass:
@@ -163,8 +165,14 @@ def schedule(
             mask[reservation.node_index] = False
         slow = None
         if spec.est_runtime_s >= cfg.slow_guard_runtime_s:
-            slow = _slow_nodes(job, view, ctx, cfg, now)
-            if slow is not None:
+            too = _slow_models(job, view, ctx, cfg, now, slow_cache)
+            if too is not None:
+                if (key, too) in slow_fail:  # same shape, same slow models: refused this pass
+                    waiting[spec.id] = "SlowGPU"
+                    continue
+                slow = slow_cache.get(too)
+                if slow is None:
+                    slow = slow_cache[too] = np.array(too)[view.model_idx]
                 mask = ~slow if mask is None else mask & ~slow
         if reservation is not None and key in resv_fail:
             # this shape fits nowhere but the reserved node, where it would delay the head
@@ -183,8 +191,10 @@ def schedule(
             and isinstance(res, Refusal)
             and res.reason in ("Resources", "Reserved")
         ):
-            # only slow GPUs free (or reserved): wait for a fast one, never memoised by shape
+            # only slow GPUs free (or reserved): wait for a fast one; memoised for this pass
+            # only (placements in a pass only take resources; the slow set depends on the wait)
             waiting[spec.id] = "SlowGPU"
+            slow_fail.add((key, too))
             continue
         if isinstance(res, Refusal) and reservation is not None and res.reason == "Reserved":
             rel, rel_owned = _running_set(rel, rel_owned, running, started)
@@ -301,25 +311,35 @@ def _walk_book(book, pos, complete, col, enq, seq) -> Iterator[int]:
         yield from order_of(col, enq, None, seq)[len(book) :].tolist()
 
 
-def _slow_nodes(
-    job: PendingJob, view: ClusterView, ctx: PlaceContext, cfg: PolicyConfig, now: float
-) -> np.ndarray | None:
-    """bool[N]: nodes too slow for this long job right now (see ``slow_guard_runtime_s``), or
-    None when no node is (the job waited past its loss everywhere, or all are fast)."""
+def _slow_models(
+    job: PendingJob,
+    view: ClusterView,
+    ctx: PlaceContext,
+    cfg: PolicyConfig,
+    now: float,
+    cache: dict,
+) -> tuple[bool, ...] | None:
+    """Per GPU model of the view: too slow for this long job right now (see
+    ``slow_guard_runtime_s``), or None when none is (the job waited past its loss on every
+    slow model, or every model that can hold it is fast). Plain Python over the few models;
+    ``cache`` (one pass) keeps the speeds per (shape, class)."""
     spec = job.spec
-    cls_i = CLASS_INDEX.get(spec.workload_class, CLASS_INDEX["other"])
-    speed = ctx.tables.speed[:, cls_i]  # per model of the view
-    static = F.static_mask(spec, view)
-    if not static.any():
+    ck = (_shape(spec), spec.workload_class)
+    hit = cache.get(ck)
+    if hit is None:
+        cls_i = CLASS_INDEX.get(spec.workload_class, CLASS_INDEX["other"])
+        speed = ctx.tables.speed[:, cls_i].tolist()
+        present = set(view.model_idx[F.static_mask(spec, view)].tolist())
+        best = max((speed[m] for m in present), default=None)
+        hit = cache[ck] = (speed, best)
+    speed, best = hit
+    if best is None:
         return None
-    best = float(speed[view.model_idx[static]].max())
     rem = spec.est_runtime_s * max(0.0, 1.0 - job.progress)
-    loss = rem / speed - rem / best  # per model: time lost running there
     waited = now - job.enqueued_at
-    too_slow = (speed < cfg.slow_guard_min_speed * best) & (loss > waited)
-    if not too_slow.any():
-        return None
-    return too_slow[view.model_idx]
+    floor = cfg.slow_guard_min_speed * best
+    too = tuple(sp < floor and rem / sp - rem / best > waited for sp in speed)
+    return too if any(too) else None
 
 
 def _failed_memo(view: ClusterView, cfg: PolicyConfig) -> dict[tuple, str]:
