@@ -224,13 +224,16 @@ def reserve(
     *,
     now: float,
     cfg: PolicyConfig,
+    exclude: np.ndarray | None = None,
 ) -> Reservation | None:
     """The earliest (node, start) for the blocked ``spec``; None when no eligible node ever frees
-    enough (e.g. every eligible node is cordoned)."""
+    enough (e.g. every eligible node is cordoned). ``exclude`` (bool[N]): nodes another
+    reservation already holds."""
     rel = running if isinstance(running, RunningSet) else RunningSet(running)
-    eligible = np.flatnonzero(
-        F.static_mask(spec, view) & F.f_cordon(spec, view) & F.f_thermal(spec, view, cfg)
-    )
+    ok = F.static_mask(spec, view) & F.f_cordon(spec, view) & F.f_thermal(spec, view, cfg)
+    if exclude is not None:
+        ok = ok & ~exclude
+    eligible = np.flatnonzero(ok)
     # a node that cannot take the job now needs at least its first release: visit nodes by
     # that lower bound and stop once it is no better than the best exact start found
     best: tuple[float, int] | None = None

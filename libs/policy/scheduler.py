@@ -114,6 +114,12 @@ def schedule(
     ever_cache = view.static_cache
     seen: list[int] = []
     resv_fail: set[tuple] = set()  # shapes refused "Reserved" in this pass
+    # further blocked jobs protected by their own reservation (Slurm-like, after the head's):
+    # the first cfg.reservations - 1 blocked jobs below the head, in rank order
+    extra_heads: list[PendingJob] = []
+    extras: list[tuple[PendingJob, Reservation]] = []
+    n_extra_done = 0
+    max_extra = max(0, cfg.reservations - 1)
     slow_fail: set[tuple] = set()  # (shape, slow models) refused "SlowGPU" in this pass
     slow_cache: dict = {}  # pass-local memo of _slow_models
     jobs = pending._jobs if is_queue else pending  # plain list access in the hot loop
@@ -144,8 +150,11 @@ def schedule(
                 why = "Resources"  # else let place() report the precise never-fits reason
         if why is not None:
             waiting[spec.id] = why
-            if head is None and why == "Resources":
-                head = job
+            if why == "Resources":
+                if head is None:
+                    head = job
+                elif len(extra_heads) < max_extra:
+                    extra_heads.append(job)
             continue
         if ctx is None:
             fallback = SizeMix.of(cfg.size_mix)
@@ -159,10 +168,23 @@ def schedule(
             reservation, rel, rel_owned = _reserve(
                 head, view, rel, rel_owned, running, started, now, cfg
             )
+        if n_extra_done < len(extra_heads):  # reserve for blocked jobs met since
+            rel, rel_owned = _running_set(rel, rel_owned, running, started)
+            for h in extra_heads[n_extra_done:]:
+                taken = [r.node_index for _, r in extras]
+                if reservation is not None:
+                    taken.append(reservation.node_index)
+                r = _reserve_extra(h, view, rel, taken, len(running) + len(started), now, cfg)
+                if r is not None:
+                    extras.append((h, r))
+            n_extra_done = len(extra_heads)
         mask = None
-        if reservation is not None:
+        if reservation is not None or extras:
             mask = np.ones(len(view.node_ids), dtype=bool)
-            mask[reservation.node_index] = False
+            if reservation is not None:
+                mask[reservation.node_index] = False
+            for _, r in extras:
+                mask[r.node_index] = False
         slow = None
         if spec.est_runtime_s >= cfg.slow_guard_runtime_s:
             too = _slow_models(job, view, ctx, cfg, now, slow_cache)
@@ -174,15 +196,17 @@ def schedule(
                 if slow is None:
                     slow = slow_cache[too] = np.array(too)[view.model_idx]
                 mask = ~slow if mask is None else mask & ~slow
-        if reservation is not None and key in resv_fail:
-            # this shape fits nowhere but the reserved node, where it would delay the head
-            # (placements in a pass only take resources): only a job ending before the
+        if mask is not None and key in resv_fail:
+            # this shape fits nowhere but reserved nodes, where it would delay their jobs
+            # (placements in a pass only take resources): only a job ending before some
             # reserved start could still go there
-            n_r = reservation.node_index
-            end = now + profiles.runtime_s(spec, view.models[view.model_idx[n_r]]) * (
-                1.0 - job.progress
+            protected = _protected(head, reservation, extras)
+            latest = max(r.start for _, r in protected)
+            fastest = min(
+                profiles.runtime_s(spec, view.models[view.model_idx[r.node_index]])
+                for _, r in protected
             )
-            if end > reservation.start + EPS:
+            if now + fastest * (1.0 - job.progress) > latest + EPS:
                 waiting[spec.id] = "Reserved"
                 continue
         res = place(spec, view, profiles, cfg, ctx=ctx, mask=mask)
@@ -196,9 +220,12 @@ def schedule(
             waiting[spec.id] = "SlowGPU"
             slow_fail.add((key, too))
             continue
-        if isinstance(res, Refusal) and reservation is not None and res.reason == "Reserved":
+        if isinstance(res, Refusal) and mask is not None and res.reason == "Reserved":
             rel, rel_owned = _running_set(rel, rel_owned, running, started)
-            res = _try_reserved_node(job, head, reservation, view, profiles, cfg, ctx, rel, now)
+            for h, r in _protected(head, reservation, extras):
+                res = _try_reserved_node(job, h, r, view, profiles, cfg, ctx, rel, now)
+                if isinstance(res, Placement):
+                    break
         if isinstance(res, Placement):
             alloc = to_allocation(spec, res, now, job.attempt)
             view.allocate(alloc)
@@ -218,8 +245,11 @@ def schedule(
             failed[key] = res.reason
         elif slow is None:
             resv_fail.add(key)
-        if head is None and res.reason == "Resources":
-            head = job
+        if res.reason == "Resources":
+            if head is None:
+                head = job
+            elif len(extra_heads) < max_extra:
+                extra_heads.append(job)
     if head is not None and reservation is None and want_reservation:
         reservation, rel, rel_owned = _reserve(
             head, view, rel, rel_owned, running, started, now, cfg
@@ -231,7 +261,9 @@ def schedule(
                 waiting[sid] = "Priority" if head is not None else "Resources"
     if not reasons:  # the order as far as the pass walked it
         rr = RankResult(np.array(seen, dtype=np.int64), rr.scores, rr.terms, rr.regime)
-    return CycleResult(assignments, reservation, waiting, rr.regime, rr)
+    return CycleResult(
+        assignments, reservation, waiting, rr.regime, rr, tuple(r for _, r in extras)
+    )
 
 
 _ORDER_PREFIX = 256
@@ -377,6 +409,42 @@ def _reserve(
     res = B.reserve(head.spec.id, head.spec, view, rel, now=now, cfg=cfg)
     view.dyn_cache["reservation"] = (key, res)
     return res, rel, rel_owned
+
+
+def _protected(
+    head: PendingJob | None,
+    reservation: Reservation | None,
+    extras: list[tuple[PendingJob, Reservation]],
+) -> list[tuple[PendingJob, Reservation]]:
+    """Every (blocked job, reservation) of the pass, the head's first."""
+    out = [(head, reservation)] if head is not None and reservation is not None else []
+    return out + extras
+
+
+def _reserve_extra(
+    job: PendingJob,
+    view: ClusterView,
+    rel: B.RunningSet,
+    taken: list[int],
+    n_run: int,
+    now: float,
+    cfg: PolicyConfig,
+) -> Reservation | None:
+    """``backfill.reserve`` for a blocked job below the head, on a node no earlier
+    reservation holds; memoised on the view like the head's (same job, shape, view state,
+    running count and taken nodes)."""
+    memo = view.dyn_cache.setdefault("reservation_extra", {})
+    key = (_shape(job.spec), view.gen, n_run, tuple(taken), cfg)
+    hit = memo.get(job.spec.id)
+    if hit is not None and hit[0] == key and (hit[1] is None or hit[1].start >= now):
+        return hit[1]
+    if len(memo) > 4 * max(1, cfg.reservations):
+        memo.clear()  # only the current few blocked jobs matter
+    exclude = np.zeros(len(view.node_ids), dtype=bool)
+    exclude[taken] = True
+    res = B.reserve(job.spec.id, job.spec, view, rel, now=now, cfg=cfg, exclude=exclude)
+    memo[job.spec.id] = (key, res)
+    return res
 
 
 def _running_set(

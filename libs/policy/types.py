@@ -105,3 +105,5 @@ class CycleResult:
     waiting: dict[str, str]
     regime: str
     rank: RankResult | None = None
+    # reservations of further blocked jobs below the head (PolicyConfig.reservations)
+    extra_reservations: tuple[Reservation, ...] = ()

@@ -10,7 +10,7 @@ import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from libs.policy.backfill import reserve
+from libs.policy.backfill import RunningSet, _earliest_start_jobs, reserve
 from libs.policy.cluster import ClusterView
 from libs.policy.config import PolicyConfig
 from libs.policy.perf import bench_schedule
@@ -194,3 +194,34 @@ def test_deterministic_and_queue_equals_list(case):
 
 def test_bench_runs():
     assert bench_schedule(10, 20, 2) > 0
+
+
+@settings(max_examples=50, deadline=None)
+@given(busy_cluster(), st.integers(1, 5))
+def test_backfill_never_delays_any_of_several_reservations(case, k):
+    """With ``reservations`` = k, every reserved job's earliest start on its node, after the
+    pass, is no later than its reservation said; reserved nodes are distinct."""
+    v, running, pending = case
+    cfg = dataclasses.replace(CFG, reservations=k)
+    res = _sched(pending, v, running, cfg=cfg, want_reservation=True)
+    assert (v.gpu_free >= -1e-9).all() and (v.cpus_free >= -1e-9).all()
+    resv = [r for r in (res.reservation, *res.extra_reservations) if r is not None]
+    assert len(resv) <= k
+    assert len({r.node_index for r in resv}) == len(resv)
+    by_id = {j.spec.id: j for j in pending}
+    started = [
+        RunningJob(
+            j.spec,
+            p.node_index,
+            p.gpu_indices,
+            p.gpu_share,
+            P.runtime_s(j.spec, v.models[v.model_idx[p.node_index]]),
+        )
+        for j, p in res.assignments
+    ]
+    rel = RunningSet([*running, *started])
+    for r in resv:
+        spec = by_id[r.job_id].spec
+        assert r.job_id not in {j.spec.id for j, _ in res.assignments}
+        t = _earliest_start_jobs(spec, v, r.node_index, rel.on_node(r.node_index), 0.0)
+        assert t <= r.start + 1e-9, (r, t)

@@ -128,7 +128,8 @@ class Mosaic(BasePolicy):
             self._blocked = [
                 jobs[i].spec for i in rows[: cap + len(placed)] if jobs[i].spec.id not in placed
             ][:cap]
-            self._reserved = () if res.reservation is None else (res.reservation.node_index,)
+            resv = [res.reservation, *res.extra_reservations]
+            self._reserved = tuple(r.node_index for r in resv if r is not None)
         for pj, placement in res.assignments:
             alloc = to_allocation(pj.spec, placement, now, pj.attempt)
             self._applied.add((alloc.job_id, alloc.node, alloc.gpu_indices))
