@@ -57,6 +57,7 @@ def plan(
     blocked: Sequence[JobSpec],
     reserved: Collection[int],
     cfg: PolicyConfig,
+    prefer: np.ndarray | None = None,
 ) -> PowerPlan:
     """What to power down and up now.
 
@@ -64,6 +65,9 @@ def plan(
     ``suspended`` / ``resuming``: bool[N], the nodes' power state (neither = awake).
     ``blocked``: pending jobs that could not start in the last pass, best ranked first.
     ``reserved``: node indices a reservation holds for a blocked job (never suspended).
+    ``prefer``: node indices, the ones to wake first first (default: view order); the caller
+    passes fastest first, so a long job waiting for a fast GPU (the scheduler's slow-GPU
+    guard) wakes a fast node.
     """
     n = len(view.node_ids)
     if not cfg.power_saving or n == 0:
@@ -89,6 +93,7 @@ def plan(
     needed = np.zeros(n, dtype=bool)  # nodes whose shape could hold some blocked job
     claim = np.where(resuming, view.gpu_total, 0).astype(float)  # unclaimed GPUs booting
     down = suspended.copy()
+    rank = np.arange(n) if prefer is None else np.asarray(prefer, dtype=np.int64)
     for spec, count in shapes.values():
         static = F.static_mask(spec, view)
         needed |= static
@@ -100,10 +105,10 @@ def plan(
             if len(up):
                 claim[up[0]] -= need
                 continue
-            dn = np.flatnonzero(static & down)
+            dn = np.flatnonzero((static & down)[rank])
             if len(dn) == 0:
                 break
-            k = int(dn[0])
+            k = int(rank[dn[0]])
             down[k] = False
             claim[k] = float(view.gpu_total[k]) - need
             resume.append(k)

@@ -32,6 +32,7 @@ from libs.policy.types import PendingJob, RunningJob
 from libs.sim.baselines.base import BasePolicy
 from libs.sim.cluster import SimCluster
 from libs.sim.state import Assignment, SimContext, SimJob
+from proto.jobs import WORKLOAD_CLASSES
 from proto.ledger import Allocation
 
 
@@ -65,6 +66,9 @@ class Mosaic(BasePolicy):
         self._resuming = np.zeros(n, dtype=bool)
         self._blocked: list = []  # specs the last pass could not start, rank order
         self._reserved: tuple[int, ...] = ()
+        # nodes to wake first: fastest GPU model first (mean speed over workload classes)
+        sp = self.profiles.speed_matrix(tuple(self.view.models), WORKLOAD_CLASSES).mean(axis=1)
+        self._wake_order = np.lexsort((np.arange(n), -sp[self.view.model_idx]))
 
     def can_ever_place(self, job: SimJob) -> bool:
         return F.never_fits(job.spec, self.view.nodes) is None
@@ -125,6 +129,8 @@ class Mosaic(BasePolicy):
             rows = res.rank.order.tolist() if res.rank is not None else []
             jobs = self.queue._jobs
             cap = self.cfg.power_demand_cap
+            # every walked job that did not start: waiting for capacity, for a reserved node or
+            # for a fast GPU (SlowGPU: fast nodes wake first, see _wake_order)
             self._blocked = [
                 jobs[i].spec for i in rows[: cap + len(placed)] if jobs[i].spec.id not in placed
             ][:cap]
@@ -151,6 +157,7 @@ class Mosaic(BasePolicy):
             blocked=blocked,
             reserved=self._reserved,
             cfg=self.cfg,
+            prefer=self._wake_order,
         )
         ids = self.view.node_ids
         for i in p.suspend:
