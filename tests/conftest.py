@@ -2,12 +2,21 @@
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from hypothesis import settings
 
 from libs.bus.server import NatsServer, start_nats_server
+
+# CI runs each property test on a fixed, reproducible set of examples: a failure there must be
+# reproducible from the log, and a rare example found locally is recorded in .hypothesis/ and
+# replayed on the machine that found it. Locally, examples stay random to keep exploring.
+settings.register_profile("ci", derandomize=True, print_blob=True)
+if os.environ.get("CI"):
+    settings.load_profile("ci")
 
 ROOT = Path(__file__).resolve().parent.parent
 TRACES = ROOT.parent / "shared" / "traces"
