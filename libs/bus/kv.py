@@ -15,10 +15,13 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 import msgspec
+import nats.errors
 import nats.js.errors
 from nats.js.kv import KeyValue
 
 from libs.bus.errors import CasConflict, KeyExists
+
+ITEMS_TIMEOUT_S = 5.0
 
 if TYPE_CHECKING:
     from libs.bus.connection import Bus
@@ -117,16 +120,35 @@ class TypedKV(Generic[T]):
             ) from exc
 
     async def items(self) -> dict[str, Entry[T]]:
-        """Every current (decodable) value. An empty bucket gives {}."""
-        watcher = await self.raw.watchall(ignore_deletes=True)
+        """Every current (decodable) value. An empty bucket gives {}.
+
+        Why not nats-py's "initial values done" marker: it is decided from consumer info taken
+        while the first messages may already be in flight, and can come *before* them (seen on a
+        cold start: a bucket holding one key read as empty). Instead the bucket's stream says
+        whether anything is there, and the read ends at the message with nothing pending after
+        it; delete markers are read too, and drop their key.
+        """
+        info = await self.bus.js.stream_info(f"KV_{self.bucket}")
+        if info.state.messages == 0:
+            return {}
+        watcher = await self.raw.watchall()
         out: dict[str, Entry[T]] = {}
         try:
-            async for e in watcher:
-                if e is None:  # the "initial values done" marker
+            while True:
+                e = await watcher.updates(timeout=ITEMS_TIMEOUT_S)
+                if e is None:  # the marker may race ahead of the entries: rely on delta
+                    continue
+                if e.operation in ("DEL", "PURGE"):
+                    out.pop(e.key, None)
+                else:
+                    value = await self._decode(e.key, e.value, e.revision)
+                    if value is not None:
+                        out[e.key] = Entry(value, e.revision)
+                if not e.delta:
                     break
-                value = await self._decode(e.key, e.value, e.revision)
-                if value is not None:
-                    out[e.key] = Entry(value, e.revision)
+        except nats.errors.TimeoutError:
+            # the bucket was emptied or purged while we read: what we have is its state
+            pass
         finally:
             with contextlib.suppress(Exception):
                 await watcher.stop()
