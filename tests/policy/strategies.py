@@ -54,3 +54,25 @@ def jobs(draw, prefix: str = "j", max_jobs: int = 12) -> list[JobSpec]:
             )
         )
     return out
+
+
+@st.composite
+def busy_view(draw):
+    """A cluster view already running some jobs (placed by the default policy), and those jobs
+    as ``RunningJob``s with random expected ends: the starting point of scheduler properties."""
+    from libs.policy.cluster import ClusterView
+    from libs.policy.config import PolicyConfig
+    from libs.policy.placement import place, to_allocation
+    from libs.policy.profiles import ProfileTable
+    from libs.policy.types import Placement, RunningJob
+
+    profiles, cfg = ProfileTable.default(), PolicyConfig.default()
+    v = ClusterView.build(draw(nodes(max_nodes=5)))
+    running = []
+    for spec in draw(jobs(prefix="r", max_jobs=10)):
+        p = place(spec, v, profiles, cfg)
+        if isinstance(p, Placement):
+            v.allocate(to_allocation(spec, p, 0.0))
+            end = float(draw(st.integers(1, 20000)))
+            running.append(RunningJob(spec, p.node_index, p.gpu_indices, p.gpu_share, end))
+    return v, running

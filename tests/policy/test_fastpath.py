@@ -14,7 +14,7 @@ from libs.policy import scheduler
 from libs.policy.cluster import ClusterView
 from libs.policy.config import PolicyConfig
 from libs.policy.perf import bench_replay
-from libs.policy.placement import place, to_allocation
+from libs.policy.placement import to_allocation
 from libs.policy.priority import order_of
 from libs.policy.profiles import ProfileTable
 from libs.policy.queue import PendingQueue
@@ -23,7 +23,7 @@ from libs.policy.scores import SizeMix
 from libs.policy.types import PendingJob, Placement, RunningJob
 from proto.jobs import JobSpec
 from proto.nodes import NodeSpec
-from tests.policy.strategies import jobs, nodes
+from tests.policy.strategies import busy_view, jobs
 
 P = ProfileTable.default()
 CFG = PolicyConfig.default()
@@ -40,15 +40,7 @@ def _key(res):
 
 @st.composite
 def replay_case(draw):
-    ns = draw(nodes(max_nodes=5))
-    v = ClusterView.build(ns)
-    running = []
-    for spec in draw(jobs(prefix="r", max_jobs=10)):
-        p = place(spec, v, P, CFG)
-        if isinstance(p, Placement):
-            v.allocate(to_allocation(spec, p, 0.0))
-            end = float(draw(st.integers(1, 20000)))
-            running.append(RunningJob(spec, p.node_index, p.gpu_indices, p.gpu_share, end))
+    v, running = draw(busy_view())
     waves = [draw(jobs(prefix=f"w{k}_")) for k in range(3)]
     ends = draw(st.lists(st.integers(0, 50), min_size=3, max_size=3))
     return v, running, waves, ends

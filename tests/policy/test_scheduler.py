@@ -14,14 +14,14 @@ from libs.policy.backfill import RunningSet, _earliest_start_jobs, reserve
 from libs.policy.cluster import ClusterView
 from libs.policy.config import PolicyConfig
 from libs.policy.perf import bench_schedule
-from libs.policy.placement import place, to_allocation
+from libs.policy.placement import to_allocation
 from libs.policy.profiles import ProfileTable
 from libs.policy.queue import PendingQueue
 from libs.policy.scheduler import schedule
 from libs.policy.types import PendingJob, Placement, RunningJob
 from proto.jobs import JobSpec
 from proto.nodes import NodeSpec
-from tests.policy.strategies import jobs, nodes
+from tests.policy.strategies import busy_view, jobs
 
 P = ProfileTable.default()
 CFG = PolicyConfig.default()
@@ -123,15 +123,7 @@ def test_everything_fits_on_an_empty_cluster_in_rank_order():
 
 @st.composite
 def busy_cluster(draw):
-    ns = draw(nodes(max_nodes=5))
-    v = ClusterView.build(ns)
-    running = []
-    for spec in draw(jobs(prefix="r", max_jobs=10)):
-        p = place(spec, v, P, CFG)
-        if isinstance(p, Placement):
-            v.allocate(to_allocation(spec, p, 0.0))
-            end = float(draw(st.integers(1, 20000)))
-            running.append(RunningJob(spec, p.node_index, p.gpu_indices, p.gpu_share, end))
+    v, running = draw(busy_view())
     pending = [PendingJob(s, -float(i)) for i, s in enumerate(draw(jobs(prefix="q")))]
     return v, running, pending
 
