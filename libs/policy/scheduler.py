@@ -210,13 +210,12 @@ def schedule(
                 waiting[spec.id] = "Reserved"
                 continue
         res = place(spec, view, profiles, cfg, ctx=ctx, mask=mask)
-        if (
-            slow is not None
-            and isinstance(res, Refusal)
-            and res.reason in ("Resources", "Reserved")
-        ):
-            # only slow GPUs free (or reserved): wait for a fast one; memoised for this pass
-            # only (placements in a pass only take resources; the slow set depends on the wait)
+        if slow is not None and isinstance(res, Refusal) and res.reason == "Reserved":
+            # it fits somewhere, but only on slow GPUs (or reserved nodes): wait for a fast
+            # one; memoised for this pass only (placements in a pass only take resources; the
+            # slow set depends on the wait). A "Resources" refusal means it fits on no node at
+            # all, slow or fast: that is the same answer the failed-shape memo and the
+            # largest-block check give, so it is handled like any other job's below.
             waiting[spec.id] = "SlowGPU"
             slow_fail.add((key, too))
             continue
