@@ -89,17 +89,15 @@ def place(
     """Best node for ``spec`` now, or why none. ``mask`` (bool[N]) further restricts nodes
     (the scheduler uses it to keep backfill off a reserved node)."""
     ctx = ctx or PlaceContext.build(view, profiles, cfg)
-    static = F.static_mask(spec, view)
-    feasible = static & F.dynamic_mask(spec, view, cfg)
-    if mask is not None:
-        feasible &= mask
+    fit = F.static_mask(spec, view) & F.dynamic_mask(spec, view, cfg)
+    feasible = fit if mask is None else fit & mask
     nodes = np.flatnonzero(feasible)
     if len(nodes) == 0:
-        reason, never = F.refusal_reason(spec, view, cfg)
-        if mask is not None and not never and reason == "Resources":
-            unmasked = static & F.dynamic_mask(spec, view, cfg)
-            reason = "Reserved" if unmasked.any() else reason
         per_node = F.explain_nodes(spec, view, cfg) if explain else {}
+        if mask is not None and fit.any():
+            # it fits now, only not where ``mask`` allows (a reserved node, a slow GPU)
+            return Refusal("Reserved", per_node, False)
+        reason, never = F.refusal_reason(spec, view, cfg)
         return Refusal(reason, per_node, never)
     cls_i = CLASS_INDEX.get(spec.workload_class, CLASS_INDEX["other"])
     after, pick = _slots(spec, view, nodes)

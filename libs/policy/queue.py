@@ -55,6 +55,12 @@ class QueueArrays:
         )
 
 
+def shape_key(spec) -> tuple:
+    """What decides where a job fits (GPUs, GPU memory, host memory, CPUs, constraints): jobs
+    with the same key fit on the same nodes."""
+    return (spec.gpus, spec.gpu_mem_gb, spec.host_mem_gb, spec.cpus, spec.constraints)
+
+
 def take(q: QueueArrays, rows: np.ndarray) -> QueueArrays:
     """The rows ``rows`` of ``q`` (same tenant list, so tenant indices keep their meaning)."""
     return QueueArrays(
@@ -105,6 +111,12 @@ class PendingQueue(Sequence[PendingJob]):
         self._book_key: dict[str, tuple] = {}
         self._floor: tuple | None = None
         self._tenant_jobs: dict[int, int] = {}  # tenant index -> queued jobs
+        # request shape per row (an index into ``_shape_keys``): the scheduler skips the rows
+        # of shapes it already knows cannot start, in bulk (libs.policy.scheduler)
+        self._shape = np.zeros(len(self._data), dtype=np.int64)
+        self._shape_ids: dict[tuple, int] = {}
+        self._shape_keys: list[tuple] = []
+        self._shape_specs: list = []  # one spec of each shape (static fit is the shape's)
         for j in jobs:
             self.add(j)
 
@@ -138,6 +150,7 @@ class PendingQueue(Sequence[PendingJob]):
                 self._data = np.concatenate([self._data, np.zeros_like(self._data)])
                 self._score = np.concatenate([self._score, np.full(len(self._score), np.nan)])
                 self._seq = np.concatenate([self._seq, np.zeros_like(self._seq)])
+                self._shape = np.concatenate([self._shape, np.zeros_like(self._shape)])
             self._jobs.append(job)
             self._pos[jid] = i
             self._seq[i] = self._next_seq
@@ -147,6 +160,13 @@ class PendingQueue(Sequence[PendingJob]):
             self._book_discard(jid)
             self._jobs[i] = job
         self._data[i] = _row(job, self._tenants)
+        key = shape_key(job.spec)
+        sid = self._shape_ids.get(key)
+        if sid is None:
+            sid = self._shape_ids[key] = len(self._shape_keys)
+            self._shape_keys.append(key)
+            self._shape_specs.append(job.spec)
+        self._shape[i] = sid
         self._score[i] = np.nan
         self._unscored.add(jid)
         self._count(job, +1)
@@ -166,6 +186,7 @@ class PendingQueue(Sequence[PendingJob]):
             self._data[i] = self._data[last]
             self._score[i] = self._score[last]
             self._seq[i] = self._seq[last]
+            self._shape[i] = self._shape[last]
         self._jobs.pop()
         return job
 
@@ -214,6 +235,12 @@ class PendingQueue(Sequence[PendingJob]):
         rows = np.array(sorted(self._pos[j] for j in self._unscored), dtype=np.int64)
         self._unscored.clear()
         return rows
+
+    def shapes(self) -> tuple[np.ndarray, list[tuple], list]:
+        """(shape index per row, the shapes, a spec of each): ``shape_key`` of each queued
+        job's spec. Shapes are never forgotten (a trace has tens of them), so an index keeps
+        its meaning."""
+        return self._shape[: len(self._jobs)], self._shape_keys, self._shape_specs
 
     def seq(self) -> np.ndarray:
         """Insertion sequence per row (read-only view): the rank tie-break."""

@@ -29,7 +29,7 @@ For long replays keep a ``PendingQueue`` (libs.policy.queue) and a ``RunningSet`
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 
 import numpy as np
 
@@ -41,7 +41,7 @@ from libs.policy.placement import PlaceContext, place, to_allocation
 from libs.policy.priority import order_of, regime, score_arrays
 from libs.policy.profiles import ProfileTable
 from libs.policy.queue import PendingQueue, QueueArrays
-from libs.policy.scores import CLASS_INDEX, SizeMix
+from libs.policy.scores import SizeMix
 from libs.policy.types import (
     CycleResult,
     PendingJob,
@@ -68,12 +68,16 @@ def schedule(
     cfg: PolicyConfig,
     want_reservation: bool = False,
     reasons: bool = True,
+    backfill: bool = True,
 ) -> CycleResult:
     """Start what can start now. ``running`` feeds the reservation (expected ends).
 
     ``reasons=False`` skips filling ``waiting`` for jobs the pass never looked at (the simulator
-    does not need them); jobs that were tried always get their reason.
+    does not need them); jobs that were tried always get their reason. ``backfill=False``: this
+    pass stops at the first job that cannot start (between backfill times, see
+    ``PolicyConfig.backfill_interval_s`` and ``libs.policy.cadence``).
     """
+    backfill = backfill and cfg.backfill
     load = view.load()
     if not pending:
         return CycleResult([], None, {}, regime(load, cfg))
@@ -120,22 +124,56 @@ def schedule(
     extras: list[tuple[PendingJob, Reservation]] = []
     n_extra_done = 0
     max_extra = max(0, cfg.reservations - 1)
-    slow_fail: set[tuple] = set()  # (shape, slow models) refused "SlowGPU" in this pass
-    slow_cache: dict = {}  # pass-local memo of _slow_models
+    slow_fail: set[tuple] = set()  # (shape, slow-model code) refused "SlowGPU" in this pass
+    slow_masks: dict[int, np.ndarray] = {}  # slow-model code -> bool per node
+    # slow-guard code per row (bit m: GPU model m too slow for it now), on first need
+    codes: list[int] | None = None
+    codes_arr = np.zeros(0, dtype=np.int64)
+    if is_queue:
+        shape_of, shape_keys, shape_specs = pending.shapes()
+    else:
+        shape_of, shape_keys, shape_specs = _shapes_of(pending)
+    shape_ids = {k: i for i, k in enumerate(shape_keys)}
     jobs = pending._jobs if is_queue else pending  # plain list access in the hot loop
+    # Once the head (and the extra blocked jobs) are known, a row whose shape already failed
+    # in this pass changes nothing but its own reason: with reasons=False the walk drops such
+    # rows in bulk (``_Walk.skip_dead``). Not with a finite backfill_depth below the queue's
+    # length, where every row passed over counts towards the depth.
+    can_bulk = (
+        _BULK_SKIP and is_queue and not reasons and backfill and cfg.backfill_depth >= len(pending)
+    )
+    stopped = False
+
+    dead: _DeadRows | None = None  # what the bulk walk drops (from the switch on)
+
     for pos, i in enumerate(walked):
         if max_share < EPS or len(assignments) >= cfg.max_places_per_pass:
-            stop_at = pos
+            stop_at, stopped = pos, True
             break
         if head is not None:
-            if not cfg.backfill:
-                stop_at = pos
+            if not backfill:
+                stop_at, stopped = pos, True
                 break
             behind_head += 1
             if behind_head > cfg.backfill_depth:
-                stop_at = pos
+                stop_at, stopped = pos, True
                 break
-        seen.append(i)
+        if not walked.bulk:
+            seen.append(i)
+            if can_bulk and head is not None and len(extra_heads) >= max_extra:
+                if ctx is None:
+                    ctx = _context(pending, q, is_queue, view, profiles, cfg)
+                if codes is None:
+                    codes_arr = _slow_codes(
+                        pending.arrays(), shape_of, shape_specs, view, ctx, cfg, now
+                    )
+                    codes = codes_arr.tolist()
+                dead = _DeadRows(shape_of, shape_specs, codes_arr, len(view.models), view)
+                dead.failed_shapes(shape_ids[k] for k in failed if k in shape_ids)
+                for k, c in slow_fail:
+                    dead.slow_refused(shape_ids[k], c)
+                dead.block(max_share, max_whole)
+                walked.skip_dead(dead)
         job = jobs[i]
         spec = job.spec
         key = (spec.gpus, spec.gpu_mem_gb, spec.host_mem_gb, spec.cpus, spec.constraints)
@@ -157,12 +195,7 @@ def schedule(
                     extra_heads.append(job)
             continue
         if ctx is None:
-            fallback = SizeMix.of(cfg.size_mix)
-            if is_queue:
-                mix = pending.size_mix(fallback)
-            else:
-                mix = SizeMix.from_requests(q.gpus, fallback)
-            ctx = PlaceContext.build(view, profiles, cfg, mix)
+            ctx = _context(pending, q, is_queue, view, profiles, cfg)
         if head is not None and reservation is None and not reserved_tried:
             reserved_tried = True  # computed only now that a job behind the head may start
             reservation, rel, rel_owned = _reserve(
@@ -187,14 +220,19 @@ def schedule(
                 mask[r.node_index] = False
         slow = None
         if spec.est_runtime_s >= cfg.slow_guard_runtime_s:
-            too = _slow_models(job, view, ctx, cfg, now, slow_cache)
-            if too is not None:
+            if codes is None:
+                qa = pending.arrays() if is_queue else q
+                codes_arr = _slow_codes(qa, shape_of, shape_specs, view, ctx, cfg, now)
+                codes = codes_arr.tolist()
+            too = codes[i]
+            if too:
                 if (key, too) in slow_fail:  # same shape, same slow models: refused this pass
                     waiting[spec.id] = "SlowGPU"
                     continue
-                slow = slow_cache.get(too)
+                slow = slow_masks.get(too)
                 if slow is None:
-                    slow = slow_cache[too] = np.array(too)[view.model_idx]
+                    bits = [(too >> m) & 1 == 1 for m in range(len(view.models))]
+                    slow = slow_masks[too] = np.array(bits)[view.model_idx]
                 mask = ~slow if mask is None else mask & ~slow
         if mask is not None and key in resv_fail:
             # this shape fits nowhere but reserved nodes, where it would delay their jobs
@@ -218,6 +256,9 @@ def schedule(
             # largest-block check give, so it is handled like any other job's below.
             waiting[spec.id] = "SlowGPU"
             slow_fail.add((key, too))
+            if dead is not None:
+                dead.slow_refused(int(shape_of[i]), too)
+                walked.refilter()
             continue
         if isinstance(res, Refusal) and mask is not None and res.reason == "Reserved":
             rel, rel_owned = _running_set(rel, rel_owned, running, started)
@@ -238,10 +279,16 @@ def schedule(
                 rel.add(rj)
             max_whole = int(view.whole_free.max())
             max_share = float(view.gpu_free.max())
+            if dead is not None:
+                dead.block(max_share, max_whole)
+                walked.refilter()
             continue
         waiting[spec.id] = res.reason
         if res.reason != "Reserved":
             failed[key] = res.reason
+            if dead is not None:
+                dead.failed_shapes((int(shape_of[i]),))
+                walked.refilter()
         elif slow is None:
             resv_fail.add(key)
         if res.reason == "Resources":
@@ -259,21 +306,144 @@ def schedule(
             if sid not in waiting:
                 waiting[sid] = "Priority" if head is not None else "Resources"
     if not reasons:  # the order as far as the pass walked it
-        rr = RankResult(np.array(seen, dtype=np.int64), rr.scores, rr.terms, rr.regime)
+        rows = np.array(seen, dtype=np.int64)
+        if walked.bulk:
+            full = max_share < EPS or len(assignments) >= cfg.max_places_per_pass
+            cut = False if stopped else (True if full else None)
+            rows = np.concatenate([rows, *walked.walked_in_bulk(cut)])
+        rr = RankResult(rows, rr.scores, rr.terms, rr.regime)
     return CycleResult(
         assignments, reservation, waiting, rr.regime, rr, tuple(r for _, r in extras)
     )
 
 
 _ORDER_PREFIX = 256
+_BULK_SKIP = True  # tests turn it off to compare the bulk walk with the row-by-row one
 
 
-def _walk(prefix: np.ndarray, scores: np.ndarray, enq: np.ndarray, tie=None) -> Iterator[int]:
-    """Rows in rank order: the computed prefix, then (only if the pass gets that far) the rest
-    of the full order."""
-    yield from prefix.tolist()
-    if len(prefix) < len(scores):
-        yield from order_of(scores, enq, None, tie)[len(prefix) :].tolist()
+def _book_row(pending: PendingQueue):
+    """Book key -> queue row (the book files jobs by id: rows move when jobs leave)."""
+    pos = pending.position
+    return lambda k: pos(k[3])
+
+
+def _full_walk(prefix: np.ndarray, scores: np.ndarray, enq: np.ndarray, tie=None) -> _Walk:
+    """The computed prefix, then (only if the pass gets that far) the rest of the full order."""
+    n = len(prefix)
+    tail = None if n >= len(scores) else (lambda: order_of(scores, enq, None, tie)[n:])
+    return _Walk(prefix.tolist(), None, tail)
+
+
+class _Walk:
+    """Rows in rank order: a prefix known up front (rows, or book keys read through
+    ``row_of``), then, only if the pass gets that far, the rest of the full order (``tail``).
+
+    ``skip_dead(dead)`` switches to bulk mode for the rest of the pass: each remaining segment
+    is turned into a numpy array once, the rows ``dead(rows)`` marks are dropped without a
+    Python step each, and ``walked`` still reports them (they are passed over in rank order,
+    exactly as a row-by-row walk would pass over them). On a long queue behind a full cluster
+    most rows are such rows: their request shape already failed in this pass."""
+
+    __slots__ = ("_dead", "_dirty", "_k", "_prefix", "_row_of", "_segs", "_t", "_tail", "_tail_fn")
+
+    def __init__(self, prefix: Sequence, row_of=None, tail=None) -> None:
+        self._prefix = prefix
+        self._row_of = row_of
+        self._tail_fn = tail
+        self._k = 0  # next prefix index
+        self._tail: list[int] | None = None
+        self._t = 0  # next tail index
+        self._dead = None
+        # bulk mode: [rows array, live positions (list), next live index] per segment
+        self._segs: list[list] = []
+        self._dirty = False
+
+    def __iter__(self) -> _Walk:
+        return self
+
+    def __next__(self) -> int:
+        if self._dead is not None:
+            return self._next_bulk()
+        k = self._k
+        if k < len(self._prefix):
+            self._k = k + 1
+            x = self._prefix[k]
+            return x if self._row_of is None else self._row_of(x)
+        if self._tail is None:
+            self._tail = self._tail_fn().tolist() if self._tail_fn is not None else []
+        t = self._t
+        if t >= len(self._tail):
+            raise StopIteration
+        self._t = t + 1
+        return self._tail[t]
+
+    def skip_dead(self, dead) -> None:
+        """From now on drop the rows ``dead(rows) -> bool[len(rows)]`` marks."""
+        self._dead = dead
+
+    def _segment(self) -> bool:
+        """Materialise the next remaining segment (prefix rest, then tail); False at the end."""
+        if self._k < len(self._prefix):
+            rest = self._prefix[self._k :]
+            self._k = len(self._prefix)
+            if self._row_of is not None:
+                rest = list(map(self._row_of, rest))
+            rows = np.asarray(rest, dtype=np.int64)
+        else:
+            if self._tail is None:
+                tail = self._tail_fn() if self._tail_fn is not None else np.zeros(0, np.int64)
+                self._tail = []
+            else:
+                tail = np.asarray(self._tail[self._t :], dtype=np.int64)
+            self._t = len(self._tail)
+            self._tail_fn = None
+            rows = np.asarray(tail, dtype=np.int64)
+            if not len(rows):
+                return False
+        live = np.flatnonzero(~self._dead(rows)).tolist() if len(rows) else []
+        self._segs.append([rows, live, 0])
+        return True
+
+    def refilter(self) -> None:
+        """More rows may be dead now (a shape failed, a placement shrank the largest free
+        block): drop them from the rest of the current segment before the next row."""
+        self._dirty = True
+
+    def _next_bulk(self) -> int:
+        while True:
+            if self._segs:
+                seg = self._segs[-1]
+                j = seg[2]
+                if self._dirty:
+                    self._dirty = False
+                    if j < len(seg[1]):
+                        pos = np.asarray(seg[1][j:], dtype=np.int64)
+                        seg[1] = seg[1][:j] + pos[~self._dead(seg[0][pos])].tolist()
+                if j < len(seg[1]):
+                    seg[2] = j + 1
+                    return int(seg[0][seg[1][j]])
+            if not self._segment():
+                raise StopIteration
+
+    def walked_in_bulk(self, through_last: bool | None) -> list[np.ndarray]:
+        """Rows passed over in bulk mode, up to the last row handed out: before it when the
+        pass stopped there, through it when the pass stopped right after it (the cluster
+        filled up: the rows behind it were never walked), every row when the walk ran out."""
+        last = None
+        for n, (_, live, j) in enumerate(self._segs):
+            if j > 0:
+                last = (n, live[j - 1])
+        if last is None:
+            return [r for r, _, _ in self._segs] if through_last is None else []
+        out = [rows for rows, _, _ in self._segs[: last[0]]]
+        rows = self._segs[last[0]][0]
+        if through_last is None:
+            return [*out, *(r for r, _, _ in self._segs[last[0] :])]
+        return [*out, rows[: last[1] + (1 if through_last else 0)]]
+
+    @property
+    def bulk(self) -> bool:
+        return self._dead is not None
 
 
 def _rank(
@@ -286,7 +456,7 @@ def _rank(
     profiles: ProfileTable,
     cfg: PolicyConfig,
     top: int | None,
-) -> tuple[RankResult, Iterator[int]]:
+) -> tuple[RankResult, _Walk]:
     """(rank, rows in rank order). ``rank.order`` is the full order when ``top`` is None, else
     the prefix computed up front; the rows iterator goes on past it if the pass gets that far.
 
@@ -301,7 +471,7 @@ def _rank(
         scores, terms, reg = score_arrays(q, now=now, load=load, **kw)
         tie = pending.seq() if isinstance(pending, PendingQueue) else None
         order = order_of(scores, q.enq, top, tie)
-        return RankResult(order, scores, terms, reg), _walk(order, scores, q.enq, tie)
+        return RankResult(order, scores, terms, reg), _full_walk(order, scores, q.enq, tie)
     reg = regime(load, cfg)
     key = (reg, id(cfg), id(profiles), tuple(view.models), view.total_gpus())
     epoch = pending.rank_epoch
@@ -314,7 +484,7 @@ def _rank(
         pending.rank_epoch = (now, key)
         order = order_of(scores, enq, top, seq)
         pending.book_reset(order)
-        return RankResult(order, scores, terms, reg), _walk(order, col, enq, seq)
+        return RankResult(order, scores, terms, reg), _full_walk(order, col, enq, seq)
     new = pending.unscored_rows()
     if len(new):
         sub, _, _ = score_arrays(
@@ -327,50 +497,113 @@ def _rank(
     if top is None or (not complete and len(book) < top // 2):
         order = order_of(col, enq, top, seq)  # the book ran low (or every row is needed)
         pending.book_reset(order)
-        return RankResult(order, col.copy(), {}, reg), _walk(order, col, enq, seq)
+        return RankResult(order, col.copy(), {}, reg), _full_walk(order, col, enq, seq)
     # rank.order is filled by the pass with the rows it walked (schedule, reasons=False)
-    walk = _walk_book(list(book), pending.position, complete, col, enq, seq)
+    # the book is a snapshot (the pass does not change the queue) and exactly the order's prefix
+    n_book = len(book)
+    tail = None if complete else (lambda: order_of(col, enq, None, seq)[n_book:])
+    walk = _Walk(list(book), _book_row(pending), tail)
     return RankResult(np.zeros(0, dtype=np.int64), col.copy(), {}, reg), walk
 
 
-def _walk_book(book, pos, complete, col, enq, seq) -> Iterator[int]:
-    """Rows of the book (a snapshot: the pass does not change the queue), then, if the pass
-    gets past it, the rest of the full order (the book is exactly its prefix)."""
-    for k in book:
-        yield pos(k[3])
-    if not complete:
-        yield from order_of(col, enq, None, seq)[len(book) :].tolist()
+def _context(pending, q, is_queue: bool, view, profiles, cfg) -> PlaceContext:
+    """The pass's ``PlaceContext``, with the size mix of what is queued."""
+    fallback = SizeMix.of(cfg.size_mix)
+    mix = pending.size_mix(fallback) if is_queue else SizeMix.from_requests(q.gpus, fallback)
+    return PlaceContext.build(view, profiles, cfg, mix)
 
 
-def _slow_models(
-    job: PendingJob,
+class _DeadRows:
+    """Rows the bulk walk may drop, as a function of rows: their shape failed in this pass or
+    is larger than the largest free block (and fits some node when empty), or their (shape,
+    slow-model code) was refused SlowGPU in this pass. Kept up to date by the pass as it
+    learns, so a check is a few numpy operations over the rows left."""
+
+    def __init__(self, shape_of, shape_specs, codes, bits: int, view: ClusterView) -> None:
+        self.shape_of = shape_of
+        self.codes = codes
+        self.bits = bits
+        self.gpus = np.array([sp.gpus for sp in shape_specs], dtype=float)
+        self.frac = self.gpus < 1.0 - EPS
+        self.ever = np.array([F.can_ever_fit(sp, view) for sp in shape_specs], dtype=bool)
+        self.failed = np.zeros(len(shape_specs), dtype=bool)
+        self.too_big = np.zeros(len(shape_specs), dtype=bool)
+        self.pairs: list[int] = []
+
+    def failed_shapes(self, shape_ids) -> None:
+        for s in shape_ids:
+            self.failed[s] = True
+
+    def slow_refused(self, shape_id: int, code: int) -> None:
+        self.pairs.append((shape_id << self.bits) + code)
+
+    def block(self, max_share: float, max_whole: int) -> None:
+        """The largest free blocks shrank: shapes above them cannot start in this pass."""
+        big = np.where(self.frac, self.gpus > max_share + EPS, np.round(self.gpus) > max_whole)
+        self.too_big = big & self.ever
+
+    def __call__(self, rows: np.ndarray) -> np.ndarray:
+        s = self.shape_of[rows]
+        out = self.failed[s] | self.too_big[s]
+        if self.pairs:
+            p = (s << self.bits) + self.codes[rows]
+            for x in self.pairs:
+                out |= p == x
+        return out
+
+
+def _shapes_of(jobs: Sequence[PendingJob]) -> tuple[np.ndarray, list[tuple], list]:
+    """``PendingQueue.shapes()`` for a plain list of jobs."""
+    ids: dict[tuple, int] = {}
+    specs = []
+    rows = []
+    for j in jobs:
+        k = _shape(j.spec)
+        s = ids.get(k)
+        if s is None:
+            s = ids[k] = len(ids)
+            specs.append(j.spec)
+        rows.append(s)
+    return np.array(rows, dtype=np.int64), list(ids), specs
+
+
+def _slow_codes(
+    q: QueueArrays,
+    shape_of: np.ndarray,
+    shape_specs: list,
     view: ClusterView,
     ctx: PlaceContext,
     cfg: PolicyConfig,
     now: float,
-    cache: dict,
-) -> tuple[bool, ...] | None:
-    """Per GPU model of the view: too slow for this long job right now (see
-    ``slow_guard_runtime_s``), or None when none is (the job waited past its loss on every
-    slow model, or every model that can hold it is fast). Plain Python over the few models;
-    ``cache`` (one pass) keeps the speeds per (shape, class)."""
-    spec = job.spec
-    ck = (_shape(spec), spec.workload_class)
-    hit = cache.get(ck)
-    if hit is None:
-        cls_i = CLASS_INDEX.get(spec.workload_class, CLASS_INDEX["other"])
-        speed = ctx.tables.speed[:, cls_i].tolist()
-        present = set(view.model_idx[F.static_mask(spec, view)].tolist())
-        best = max((speed[m] for m in present), default=None)
-        hit = cache[ck] = (speed, best)
-    speed, best = hit
-    if best is None:
-        return None
-    rem = spec.est_runtime_s * max(0.0, 1.0 - job.progress)
-    waited = now - job.enqueued_at
-    floor = cfg.slow_guard_min_speed * best
-    too = tuple(sp < floor and rem / sp - rem / best > waited for sp in speed)
-    return too if any(too) else None
+) -> np.ndarray:
+    """Per queued row, the GPU models too slow for it right now as a bit mask (bit m: model
+    m of the view; 0: none), see ``slow_guard_runtime_s``: a model slower than
+    ``slow_guard_min_speed`` x the fastest model that could hold the job, while the job has
+    waited less than it would lose there (remaining runtime there minus on the fastest). A
+    job shorter than the guard, or that waited past its loss everywhere, gets 0. One numpy
+    pass over the queue instead of a Python call per row."""
+    n_models = len(view.models)
+    speed = ctx.tables.speed  # [M, C]
+    present = np.zeros((len(shape_specs), n_models), dtype=bool)
+    for s, spec in enumerate(shape_specs):
+        key = ("models", _shape(spec))
+        hit = view.static_cache.get(key)
+        if hit is None:
+            hit = np.zeros(n_models, dtype=bool)
+            hit[np.unique(view.model_idx[F.static_mask(spec, view)])] = True
+            view.static_cache[key] = hit
+        present[s] = hit
+    sp = speed[:, q.cls].T  # [n, M]
+    best = np.where(present[shape_of], sp, -np.inf).max(axis=1, initial=-np.inf)
+    guarded = (q.est >= cfg.slow_guard_runtime_s) & np.isfinite(best)
+    best = np.where(guarded, best, 1.0)
+    rem = q.est * np.maximum(0.0, 1.0 - q.prog)
+    waited = now - q.enq
+    too = (sp < (cfg.slow_guard_min_speed * best)[:, None]) & (
+        rem[:, None] / sp - (rem / best)[:, None] > waited[:, None]
+    )
+    too &= guarded[:, None]
+    return (too.astype(np.int64) << np.arange(n_models, dtype=np.int64)).sum(axis=1)
 
 
 def _failed_memo(view: ClusterView, cfg: PolicyConfig) -> dict[tuple, str]:

@@ -1,6 +1,7 @@
 """The discrete-event engine: arrivals, finishes, OOM failures and resubmissions on an event heap.
 
-No fixed rounds: time jumps from one event to the next. Events with the same timestamp are
+No fixed rounds: time jumps from one event to the next (a policy may ask for a pass at a
+given time, ``next_pass_s()``: mosaic's next backfill). Events with the same timestamp are
 handled together and followed by ONE scheduling pass of the policy on the current queue and the
 cluster view, which is mutated in place (``allocate``/``release``), never rebuilt. A pass is
 skipped only when no policy could place anything (every GPU taken, or the smallest pending job
@@ -48,7 +49,7 @@ from libs.sim.state import (
 )
 from proto.nodes import NodeSpec
 
-ARRIVE, FINISH, OOM, RESUBMIT, RESUMED, POWER = 0, 1, 2, 3, 4, 5
+ARRIVE, FINISH, OOM, RESUBMIT, RESUMED, POWER, TICK = 0, 1, 2, 3, 4, 5, 6
 STANDBY_W_PER_GPU = 0.0  # a powered-down node's GPUs draw nothing (host power not modelled)
 
 
@@ -145,6 +146,9 @@ class Engine:
         self.idle_saved_j = 0.0
         self.node_suspend_s = 0.0
         self._next_power = float("inf")
+        # a policy may ask for a pass at a time without an event (mosaic: the next backfill)
+        self._tick = getattr(policy, "next_pass_s", None)
+        self._next_tick = float("inf")
         policy.attach(SimContext(self.cluster, models, profiles, self.jobs))
 
     # ----- events --------------------------------------------------------------------------
@@ -245,6 +249,10 @@ class Engine:
             return True
         if kind == POWER:
             return False
+        if kind == TICK:
+            if self._next_tick <= t:
+                self._next_tick = float("inf")
+            return True
         job = self.jobs[idx]
         if kind == ARRIVE:
             if not self.cluster.could_ever_fit(job.spec, check_memory=True):
@@ -342,6 +350,11 @@ class Engine:
                 )
                 for job, allocs in chosen:
                     self._start(job, allocs, t)
+                if self._tick is not None:
+                    nxt = self._tick()
+                    if nxt is not None and t < nxt < self._next_tick - 1e-9:
+                        self._next_tick = nxt
+                        self._push(nxt, TICK, 0)
             if self._power is not None and self.finished < len(self.jobs):
                 self._power_step(t)
             if not heap and self.queue:

@@ -98,11 +98,13 @@ def plan_cycle(
     temp_c: Mapping[str, float] | None = None,
     cordoned: Iterable[str] = (),
     refuse_never_fits: bool = True,
+    backfill: bool = True,
 ) -> Plan:
     """Decide one cycle. ``pending`` must exclude jobs in ``ledger`` and ended jobs.
 
     ``refuse_never_fits``: refuse jobs no node could ever hold (off while the node set is still
-    changing, e.g. at start-up when nodes register one by one).
+    changing, e.g. at start-up when nodes register one by one). ``backfill``: whether this
+    cycle walks below a blocked head job (the service keeps a ``BackfillCadence``).
     """
     node_ids = {n.id for n in nodes}
     live = [a for a in ledger.values() if a.node in node_ids]
@@ -129,6 +131,7 @@ def plan_cycle(
         tenant_usage=tenant_usage(ledger.values()),
         profiles=profiles,
         cfg=cfg,
+        backfill=backfill,
     )
     assign: list[Assign] = []
     for job, placement in result.assignments:

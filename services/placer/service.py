@@ -27,6 +27,7 @@ from libs.bus.replay import wait_caught_up
 from libs.bus.runtime import ServiceContext
 from libs.clock import Clock
 from libs.obs.tracing import span_trace_id
+from libs.policy.cadence import BackfillCadence
 from libs.policy.config import PolicyConfig
 from libs.policy.profiles import ProfileTable
 from libs.policy.types import PendingJob
@@ -92,6 +93,9 @@ class Placer:
         self.temps: dict[str, float] = {}
         self.ended_here: set[str] = set()  # Failed/Cancelled we published, before they echo back
         self.waiting: dict[str, str] = {}  # job -> why it waits (Slurm-style reason), last cycle
+        # backfill below a blocked head at most every policy.backfill_interval_s (policy time),
+        # the same cadence the simulator keeps; cycles run every tick_s, so it comes round
+        self._cadence = BackfillCadence(self.policy.backfill_interval_s)
         self._told_waiting: dict[str, str] = {}  # the reason last published as a wait Decision
         self._nodes_changed = time.monotonic()
         self._kick = asyncio.Event()
@@ -267,15 +271,17 @@ class Placer:
                 self._told_waiting.clear()
                 return 0
             settled = time.monotonic() - self._nodes_changed >= self.settings.settle_s
+            now = self.clock.now()
             plan = plan_cycle(
                 pending,
                 list(self.nodes.values()),
                 self.ledger,
-                now=self.clock.now(),
+                now=now,
                 profiles=self.profiles,
                 cfg=self.policy,
                 temp_c=self.temps,
                 refuse_never_fits=settled,
+                backfill=self._cadence.take(now),
             )
             self.waiting = plan.waiting
             await self._explain_waiting()

@@ -187,6 +187,46 @@ def test_book_inside_rank_epochs_matches_the_full_order(case, steps):
         scheduler._ORDER_PREFIX = old_prefix
 
 
+@settings(max_examples=60, deadline=None)
+@given(replay_case(), st.lists(st.sampled_from([0.0, 20.0, 400.0]), min_size=3, max_size=3))
+def test_bulk_skip_of_failed_shapes_walks_like_the_row_by_row_walk(case, steps):
+    """A pass that drops rows of already-failed shapes in bulk starts the same jobs, makes the
+    same reservation and reports the same walked rows as one that visits every row; and both
+    start what a fully ranked pass (reasons=True) starts."""
+    view, running, waves, _ = case
+    cfg = dataclasses.replace(CFG, rerank_interval_s=60.0)
+    old_prefix, scheduler._ORDER_PREFIX = scheduler._ORDER_PREFIX, 4
+    try:
+        qs = [PendingQueue(), PendingQueue(), PendingQueue()]
+        views = [view.copy() for _ in qs]
+        runs = [list(running) for _ in qs]
+        now = 0.0
+        for wave, step in zip(waves, steps, strict=True):
+            now += step
+            for s in wave:
+                for q in qs:
+                    q.add(PendingJob(s, now))
+            kw = {"now": now, "tenant_usage": {"a": 1.0}, "profiles": P, "cfg": cfg}
+            bulk = schedule(qs[0], views[0], runs[0], reasons=False, **kw)
+            scheduler._BULK_SKIP = False
+            try:
+                rows = schedule(qs[1], views[1], runs[1], reasons=False, **kw)
+            finally:
+                scheduler._BULK_SKIP = True
+            full = schedule(qs[2], views[2], runs[2], reasons=True, **kw)
+            assert _key(bulk) == _key(rows) == _key(full)
+            assert (bulk.rank is None) == (rows.rank is None)
+            if bulk.rank is not None:
+                assert bulk.rank.order.tolist() == rows.rank.order.tolist()
+            assert np.array_equal(views[0].gpu_free, views[1].gpu_free)
+            for res, q, rl in zip((bulk, rows, full), qs, runs, strict=True):
+                for j, p in res.assignments:
+                    q.remove(j.spec.id)
+                    rl.append(RunningJob(j.spec, p.node_index, p.gpu_indices, p.gpu_share, now))
+    finally:
+        scheduler._ORDER_PREFIX = old_prefix
+
+
 def _book_case(view, running, waves, steps, cfg):
     qa, qb = PendingQueue(), PendingQueue()
     va, vb = view.copy(), view.copy()

@@ -11,6 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from libs.policy.backfill import RunningSet, _earliest_start_jobs, reserve
+from libs.policy.cadence import BackfillCadence
 from libs.policy.cluster import ClusterView
 from libs.policy.config import PolicyConfig
 from libs.policy.perf import bench_schedule
@@ -103,6 +104,30 @@ def test_without_backfill_the_queue_is_strict():
     cfg = dataclasses.replace(CFG, backfill=False)
     res = _sched([_job("head", 3, 3600, 9), _job("short", 1, 500, 1)], v, running, cfg=cfg)
     assert res.assignments == [] and res.waiting["short"] == "Priority"
+
+
+def test_a_pass_between_backfill_times_stops_at_the_blocked_head():
+    v, running = _hand_case()
+    pending = [_job("head", 3, 3600, 9), _job("short", 1, 500, 1)]
+    between = _sched(pending, v.copy(), running, backfill=False)
+    assert between.assignments == [] and between.waiting["short"] == "Priority"
+    due = _sched(pending, v.copy(), running, backfill=True)
+    assert [j.spec.id for j, _ in due.assignments] == ["short"]
+
+
+def test_backfill_cadence_lets_one_pass_per_interval_backfill():
+    c = BackfillCadence(30.0)
+    assert [c.take(t) for t in (0.0, 10.0, 29.9, 30.0, 45.0, 61.0)] == [
+        True,
+        False,
+        False,
+        True,
+        False,
+        True,
+    ]
+    assert c.next_s == 91.0
+    always = BackfillCadence(0.0)
+    assert all(always.take(t) for t in (0.0, 0.0, 1.0))
 
 
 def test_a_job_that_never_fits_does_not_block_the_queue():

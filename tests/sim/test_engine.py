@@ -3,9 +3,12 @@ conservation, bounds, and the OOM behaviour that separates count-only FIFO from 
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 import pytest
 
+from libs.policy.config import PolicyConfig
 from libs.policy.inventory import seed_cluster
 from libs.policy.profiles import ProfileTable
 from libs.sim import bounds as B
@@ -100,6 +103,23 @@ def test_fifo_ooms_on_t4_and_mosaic_does_not():
     mosaic = M.compute(simulate(jobs, nodes, make_policy("mosaic"), PROFILES))
     assert fifo["failed_attempts"] > 0
     assert mosaic["failed_attempts"] == 0 and mosaic["jobs_completed"] == len(jobs)
+
+
+@pytest.mark.parametrize("interval", [0.0, 30.0])
+def test_mosaic_backfills_behind_a_blocked_head_by_the_next_backfill_time(interval):
+    """The pass at t=0 backfills, the next may only at t=interval: a small job arriving at
+    t=20 behind a blocked 4-GPU head starts at once with interval 0, and at t=30 (a pass the
+    engine runs without an event) with interval 30, not when the long job ends."""
+    cfg = dataclasses.replace(PolicyConfig.default(), backfill_interval_s=interval)
+    jobs = [
+        job("long", 0.0, 10_000.0, gpus=2),
+        job("head", 10.0, 3600.0, gpus=4, priority=9),
+        job("small", 20.0, 100.0, gpus=1, priority=0),
+    ]
+    r = simulate(jobs, [node("v", "v100-32gb", 4)], make_policy("mosaic", cfg=cfg), PROFILES)
+    start = {j.spec.id: j.first_start_s for j in r.jobs}
+    assert start["small"] == pytest.approx(20.0 if interval == 0 else 30.0)
+    assert start["head"] == pytest.approx(10_000.0)
 
 
 def test_trace_runtime_by_model_wins_over_profile():

@@ -24,6 +24,7 @@ import numpy as np
 from libs.policy import backfill as B
 from libs.policy import filters as F
 from libs.policy import power, scheduler
+from libs.policy.cadence import BackfillCadence
 from libs.policy.cluster import ClusterView
 from libs.policy.config import PolicyConfig
 from libs.policy.placement import to_allocation
@@ -66,6 +67,8 @@ class Mosaic(BasePolicy):
         self._resuming = np.zeros(n, dtype=bool)
         self._blocked: list = []  # specs the last pass could not start, rank order
         self._reserved: tuple[int, ...] = ()
+        self._cadence = BackfillCadence(self.cfg.backfill_interval_s)
+        self._tick_at: float | None = None
         # nodes to wake first: fastest GPU model first (mean speed over workload classes)
         sp = self.profiles.speed_matrix(tuple(self.view.models), WORKLOAD_CLASSES).mean(axis=1)
         self._wake_order = np.lexsort((np.arange(n), -sp[self.view.model_idx]))
@@ -113,6 +116,7 @@ class Mosaic(BasePolicy):
     def schedule(
         self, queue: Collection[SimJob], view: SimCluster, running: Collection[SimJob], now: float
     ) -> list[Assignment]:
+        full = self._cadence.take(now)
         res = scheduler.schedule(
             self.queue,
             self.view,
@@ -122,18 +126,22 @@ class Mosaic(BasePolicy):
             profiles=self.profiles,
             cfg=self.cfg,
             reasons=False,
+            backfill=full,
         )
+        # a pass that did not backfill and left jobs waiting: pass again when backfill is due
+        waiting = len(self.queue) > len(res.assignments)
+        self._tick_at = self._cadence.next_s if waiting and not full else None
         out: list[Assignment] = []
-        if self.cfg.power_saving:
+        if self.cfg.power_saving and full:
+            # the blocked jobs as the last backfill pass saw them (a pass in between stops at
+            # the head and would hide the rest from the resume decision)
             placed = {pj.spec.id for pj, _ in res.assignments}
-            rows = res.rank.order.tolist() if res.rank is not None else []
-            jobs = self.queue._jobs
             cap = self.cfg.power_demand_cap
+            rows = res.rank.order[: cap + len(placed)].tolist() if res.rank is not None else []
+            jobs = self.queue._jobs
             # every walked job that did not start: waiting for capacity, for a reserved node or
             # for a fast GPU (SlowGPU: fast nodes wake first, see _wake_order)
-            self._blocked = [
-                jobs[i].spec for i in rows[: cap + len(placed)] if jobs[i].spec.id not in placed
-            ][:cap]
+            self._blocked = [jobs[i].spec for i in rows if jobs[i].spec.id not in placed][:cap]
             resv = [res.reservation, *res.extra_reservations]
             self._reserved = tuple(r.node_index for r in resv if r is not None)
         for pj, placement in res.assignments:
@@ -141,6 +149,10 @@ class Mosaic(BasePolicy):
             self._applied.add((alloc.job_id, alloc.node, alloc.gpu_indices))
             out.append((self.by_id[pj.spec.id], [alloc]))
         return out
+
+    def next_pass_s(self) -> float | None:
+        """When the engine should run a pass even without an event (the next backfill)."""
+        return self._tick_at
 
     # ----- power saving (the engine calls these; see libs.policy.power) --------------------
     def power_step(self, now: float) -> tuple[list[str], list[str], float | None]:
