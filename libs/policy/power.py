@@ -23,8 +23,9 @@ into the live services is a later change.
 
 from __future__ import annotations
 
+import itertools
 import math
-from collections.abc import Collection, Sequence
+from collections.abc import Collection, Iterable
 from dataclasses import dataclass
 
 import numpy as np
@@ -54,7 +55,7 @@ def plan(
     idle_s: np.ndarray,
     suspended: np.ndarray,
     resuming: np.ndarray,
-    blocked: Sequence[JobSpec],
+    blocked: Iterable[JobSpec],
     reserved: Collection[int],
     cfg: PolicyConfig,
     prefer: np.ndarray | None = None,
@@ -63,7 +64,8 @@ def plan(
 
     ``idle_s``: seconds each node has held no job (NaN or < 0 for a busy node).
     ``suspended`` / ``resuming``: bool[N], the nodes' power state (neither = awake).
-    ``blocked``: pending jobs that could not start in the last pass, best ranked first.
+    ``blocked``: pending jobs that could not start in the last pass, best ranked first (read
+    only when there is something to decide, at most ``power_demand_cap`` of them).
     ``reserved``: node indices a reservation holds for a blocked job (never suspended).
     ``prefer``: node indices, the ones to wake first first (default: view order); the caller
     passes fastest first, so a long job waiting for a fast GPU (the scheduler's slow-GPU
@@ -81,7 +83,7 @@ def plan(
         return PowerPlan((), ())  # the common case on a busy cluster: nothing to decide
     # blocked jobs grouped by request shape (static fit depends on the shape only), in order
     shapes: dict[tuple, list] = {}
-    for spec in blocked[: cfg.power_demand_cap]:
+    for spec in itertools.islice(blocked, cfg.power_demand_cap):
         key = (spec.gpus, spec.gpu_mem_gb, spec.host_mem_gb, spec.cpus, spec.constraints)
         hit = shapes.get(key)
         if hit is None:

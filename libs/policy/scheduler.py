@@ -40,7 +40,7 @@ from libs.policy.config import PolicyConfig
 from libs.policy.placement import PlaceContext, place, to_allocation
 from libs.policy.priority import order_of, regime, score_arrays
 from libs.policy.profiles import ProfileTable
-from libs.policy.queue import PendingQueue, QueueArrays
+from libs.policy.queue import PendingQueue, QueueArrays, take
 from libs.policy.scores import SizeMix
 from libs.policy.types import (
     CycleResult,
@@ -69,11 +69,14 @@ def schedule(
     want_reservation: bool = False,
     reasons: bool = True,
     backfill: bool = True,
+    walked_limit: int | None = None,
 ) -> CycleResult:
     """Start what can start now. ``running`` feeds the reservation (expected ends).
 
     ``reasons=False`` skips filling ``waiting`` for jobs the pass never looked at (the simulator
-    does not need them); jobs that were tried always get their reason. ``backfill=False``: this
+    does not need them); jobs that were tried always get their reason, and ``rank.order``
+    lists the rows the pass walked (with ``walked_limit``, at least the first
+    ``walked_limit`` of them). ``backfill=False``: this
     pass stops at the first job that cannot start (between backfill times, see
     ``PolicyConfig.backfill_interval_s`` and ``libs.policy.cadence``).
     """
@@ -126,9 +129,8 @@ def schedule(
     max_extra = max(0, cfg.reservations - 1)
     slow_fail: set[tuple] = set()  # (shape, slow-model code) refused "SlowGPU" in this pass
     slow_masks: dict[int, np.ndarray] = {}  # slow-model code -> bool per node
-    # slow-guard code per row (bit m: GPU model m too slow for it now), on first need
-    codes: list[int] | None = None
-    codes_arr = np.zeros(0, dtype=np.int64)
+    # slow-guard code per row (bit m: GPU model m too slow for it now), for rows asked only
+    codes: _SlowCodes | None = None
     if is_queue:
         shape_of, shape_keys, shape_specs = pending.shapes()
     else:
@@ -142,21 +144,20 @@ def schedule(
     can_bulk = (
         _BULK_SKIP and is_queue and not reasons and backfill and cfg.backfill_depth >= len(pending)
     )
-    stopped = False
 
     dead: _DeadRows | None = None  # what the bulk walk drops (from the switch on)
 
     for pos, i in enumerate(walked):
         if max_share < EPS or len(assignments) >= cfg.max_places_per_pass:
-            stop_at, stopped = pos, True
+            stop_at = pos
             break
         if head is not None:
             if not backfill:
-                stop_at, stopped = pos, True
+                stop_at = pos
                 break
             behind_head += 1
             if behind_head > cfg.backfill_depth:
-                stop_at, stopped = pos, True
+                stop_at = pos
                 break
         if not walked.bulk:
             seen.append(i)
@@ -164,16 +165,17 @@ def schedule(
                 if ctx is None:
                     ctx = _context(pending, q, is_queue, view, profiles, cfg)
                 if codes is None:
-                    codes_arr = _slow_codes(
-                        pending.arrays(), shape_of, shape_specs, view, ctx, cfg, now
-                    )
-                    codes = codes_arr.tolist()
-                dead = _DeadRows(shape_of, shape_specs, codes_arr, len(view.models), view)
+                    codes = _SlowCodes(pending, q, shape_of, shape_specs, view, ctx, cfg, now)
+                dead = _DeadRows(shape_of, shape_specs, codes, len(view.models), view)
                 dead.failed_shapes(shape_ids[k] for k in failed if k in shape_ids)
                 for k, c in slow_fail:
                     dead.slow_refused(shape_ids[k], c)
                 dead.block(max_share, max_whole)
-                walked.skip_dead(dead)
+                # late binding on purpose: the walk asks with the pass's current free share
+                walked.skip_dead(
+                    dead,
+                    lambda: max_share < EPS or len(assignments) >= cfg.max_places_per_pass,  # noqa: B023
+                )
         job = jobs[i]
         spec = job.spec
         key = (spec.gpus, spec.gpu_mem_gb, spec.host_mem_gb, spec.cpus, spec.constraints)
@@ -221,10 +223,8 @@ def schedule(
         slow = None
         if spec.est_runtime_s >= cfg.slow_guard_runtime_s:
             if codes is None:
-                qa = pending.arrays() if is_queue else q
-                codes_arr = _slow_codes(qa, shape_of, shape_specs, view, ctx, cfg, now)
-                codes = codes_arr.tolist()
-            too = codes[i]
+                codes = _SlowCodes(pending, q, shape_of, shape_specs, view, ctx, cfg, now)
+            too = codes.row(i)
             if too:
                 if (key, too) in slow_fail:  # same shape, same slow models: refused this pass
                     waiting[spec.id] = "SlowGPU"
@@ -308,9 +308,8 @@ def schedule(
     if not reasons:  # the order as far as the pass walked it
         rows = np.array(seen, dtype=np.int64)
         if walked.bulk:
-            full = max_share < EPS or len(assignments) >= cfg.max_places_per_pass
-            cut = False if stopped else (True if full else None)
-            rows = np.concatenate([rows, *walked.walked_in_bulk(cut)])
+            keep = None if walked_limit is None else max(0, walked_limit - len(rows))
+            rows = np.concatenate([rows, walked.walked_in_bulk(keep)])
         rr = RankResult(rows, rr.scores, rr.terms, rr.regime)
     return CycleResult(
         assignments, reservation, waiting, rr.regime, rr, tuple(r for _, r in extras)
@@ -330,32 +329,58 @@ def _book_row(pending: PendingQueue):
 def _full_walk(prefix: np.ndarray, scores: np.ndarray, enq: np.ndarray, tie=None) -> _Walk:
     """The computed prefix, then (only if the pass gets that far) the rest of the full order."""
     n = len(prefix)
+    tie = np.arange(len(scores)) if tie is None else tie
     tail = None if n >= len(scores) else (lambda: order_of(scores, enq, None, tie)[n:])
-    return _Walk(prefix.tolist(), None, tail)
+    return _Walk(prefix.tolist(), None, tail, (scores, enq, tie))
 
 
 class _Walk:
     """Rows in rank order: a prefix known up front (rows, or book keys read through
     ``row_of``), then, only if the pass gets that far, the rest of the full order (``tail``).
 
-    ``skip_dead(dead)`` switches to bulk mode for the rest of the pass: each remaining segment
-    is turned into a numpy array once, the rows ``dead(rows)`` marks are dropped without a
-    Python step each, and ``walked`` still reports them (they are passed over in rank order,
-    exactly as a row-by-row walk would pass over them). On a long queue behind a full cluster
-    most rows are such rows: their request shape already failed in this pass."""
+    ``skip_dead(dead, full)`` switches to bulk mode for the rest of the pass: the rows ranked
+    after the current one are selected by comparing rank keys (score, enqueue time, tie) over
+    the whole queue at once, the ones ``dead(rows)`` marks are dropped, and only the others
+    are sorted and handed out. A long queue behind a full cluster is mostly such rows (their
+    request shape already failed in this pass), so a pass neither sorts the whole queue nor
+    takes a Python step per row. ``walked_in_bulk`` still reports them: they are passed over in
+    rank order, exactly as a row-by-row walk passes over them."""
 
-    __slots__ = ("_dead", "_dirty", "_k", "_prefix", "_row_of", "_segs", "_t", "_tail", "_tail_fn")
+    __slots__ = (
+        "_after",
+        "_dead",
+        "_dirty",
+        "_full",
+        "_halted",
+        "_handed",
+        "_j",
+        "_k",
+        "_keys",
+        "_last",
+        "_live",
+        "_prefix",
+        "_row_of",
+        "_t",
+        "_tail",
+        "_tail_fn",
+    )
 
-    def __init__(self, prefix: Sequence, row_of=None, tail=None) -> None:
+    def __init__(self, prefix: Sequence, row_of, tail, keys) -> None:
         self._prefix = prefix
         self._row_of = row_of
         self._tail_fn = tail
+        self._keys = keys  # (score, enqueue time, tie) per row: the rank key
         self._k = 0  # next prefix index
         self._tail: list[int] | None = None
         self._t = 0  # next tail index
+        self._last = -1  # the row handed out last
         self._dead = None
-        # bulk mode: [rows array, live positions (list), next live index] per segment
-        self._segs: list[list] = []
+        self._full = None
+        self._halted = False
+        self._handed = False  # a row was handed out in bulk mode
+        self._after = np.zeros(0, dtype=bool)  # bulk: rows ranked after the switch row
+        self._live: list[int] = []  # bulk: rows still to hand out, in rank order
+        self._j = 0
         self._dirty = False
 
     def __iter__(self) -> _Walk:
@@ -368,82 +393,77 @@ class _Walk:
         if k < len(self._prefix):
             self._k = k + 1
             x = self._prefix[k]
-            return x if self._row_of is None else self._row_of(x)
+            self._last = x if self._row_of is None else self._row_of(x)
+            return self._last
         if self._tail is None:
             self._tail = self._tail_fn().tolist() if self._tail_fn is not None else []
         t = self._t
         if t >= len(self._tail):
             raise StopIteration
         self._t = t + 1
-        return self._tail[t]
-
-    def skip_dead(self, dead) -> None:
-        """From now on drop the rows ``dead(rows) -> bool[len(rows)]`` marks."""
-        self._dead = dead
-
-    def _segment(self) -> bool:
-        """Materialise the next remaining segment (prefix rest, then tail); False at the end."""
-        if self._k < len(self._prefix):
-            rest = self._prefix[self._k :]
-            self._k = len(self._prefix)
-            if self._row_of is not None:
-                rest = list(map(self._row_of, rest))
-            rows = np.asarray(rest, dtype=np.int64)
-        else:
-            if self._tail is None:
-                tail = self._tail_fn() if self._tail_fn is not None else np.zeros(0, np.int64)
-                self._tail = []
-            else:
-                tail = np.asarray(self._tail[self._t :], dtype=np.int64)
-            self._t = len(self._tail)
-            self._tail_fn = None
-            rows = np.asarray(tail, dtype=np.int64)
-            if not len(rows):
-                return False
-        live = np.flatnonzero(~self._dead(rows)).tolist() if len(rows) else []
-        self._segs.append([rows, live, 0])
-        return True
-
-    def refilter(self) -> None:
-        """More rows may be dead now (a shape failed, a placement shrank the largest free
-        block): drop them from the rest of the current segment before the next row."""
-        self._dirty = True
-
-    def _next_bulk(self) -> int:
-        while True:
-            if self._segs:
-                seg = self._segs[-1]
-                j = seg[2]
-                if self._dirty:
-                    self._dirty = False
-                    if j < len(seg[1]):
-                        pos = np.asarray(seg[1][j:], dtype=np.int64)
-                        seg[1] = seg[1][:j] + pos[~self._dead(seg[0][pos])].tolist()
-                if j < len(seg[1]):
-                    seg[2] = j + 1
-                    return int(seg[0][seg[1][j]])
-            if not self._segment():
-                raise StopIteration
-
-    def walked_in_bulk(self, through_last: bool | None) -> list[np.ndarray]:
-        """Rows passed over in bulk mode, up to the last row handed out: before it when the
-        pass stopped there, through it when the pass stopped right after it (the cluster
-        filled up: the rows behind it were never walked), every row when the walk ran out."""
-        last = None
-        for n, (_, live, j) in enumerate(self._segs):
-            if j > 0:
-                last = (n, live[j - 1])
-        if last is None:
-            return [r for r, _, _ in self._segs] if through_last is None else []
-        out = [rows for rows, _, _ in self._segs[: last[0]]]
-        rows = self._segs[last[0]][0]
-        if through_last is None:
-            return [*out, *(r for r, _, _ in self._segs[last[0] :])]
-        return [*out, rows[: last[1] + (1 if through_last else 0)]]
+        self._last = self._tail[t]
+        return self._last
 
     @property
     def bulk(self) -> bool:
         return self._dead is not None
+
+    def _ranked_after(self, row: int, rows: np.ndarray | None = None) -> np.ndarray:
+        """bool per row of ``rows`` (default: every row): ranked after ``row``."""
+        s, e, q = self._keys
+        if rows is not None:
+            s, e, q = s[rows], e[rows], q[rows]
+        s0, e0, q0 = self._keys[0][row], self._keys[1][row], self._keys[2][row]
+        return (s < s0) | ((s == s0) & ((e > e0) | ((e == e0) & (q > q0))))
+
+    def _sorted(self, rows: np.ndarray) -> np.ndarray:
+        s, e, q = self._keys
+        return rows[np.lexsort((q[rows], e[rows], -s[rows]))]
+
+    def skip_dead(self, dead, full) -> None:
+        """From now on drop the rows ``dead(rows) -> bool[len(rows)]`` marks, and end the walk
+        as soon as ``full()`` (nothing more can start in this pass)."""
+        self._dead = dead
+        self._full = full
+        self._after = self._ranked_after(self._last)
+        cand = np.flatnonzero(self._after)
+        self._live = self._sorted(cand[~dead(cand)]).tolist()
+
+    def refilter(self) -> None:
+        """More rows may be dead now (a shape failed, a placement shrank the largest free
+        block): drop them from the rows left before the next one is handed out."""
+        self._dirty = True
+
+    def _next_bulk(self) -> int:
+        if self._full():
+            self._halted = True
+            raise StopIteration
+        if self._dirty:
+            self._dirty = False
+            rest = np.asarray(self._live[self._j :], dtype=np.int64)
+            self._live = rest[~self._dead(rest)].tolist() if len(rest) else []
+            self._j = 0
+        if self._j >= len(self._live):
+            raise StopIteration
+        self._last = self._live[self._j]
+        self._j += 1
+        self._handed = True
+        return self._last
+
+    def walked_in_bulk(self, limit: int | None = None) -> np.ndarray:
+        """Rows passed over in bulk mode, in rank order (the first ``limit`` of them): through
+        the last row handed out when the pass filled up (``full()``: the rows behind it were
+        never reached), else every row ranked after the switch."""
+        rows = np.flatnonzero(self._after)
+        if self._halted:
+            rows = rows[~self._ranked_after(self._last, rows)] if self._handed else rows[:0]
+        if limit is not None and limit <= 0:
+            return rows[:0]
+        if limit is not None and len(rows) > limit:
+            s, e, q = self._keys
+            part = order_of(s[rows], e[rows], limit, q[rows])
+            return rows[part][:limit]
+        return self._sorted(rows)
 
 
 def _rank(
@@ -502,7 +522,7 @@ def _rank(
     # the book is a snapshot (the pass does not change the queue) and exactly the order's prefix
     n_book = len(book)
     tail = None if complete else (lambda: order_of(col, enq, None, seq)[n_book:])
-    walk = _Walk(list(book), _book_row(pending), tail)
+    walk = _Walk(list(book), _book_row(pending), tail, (col, enq, seq))
     return RankResult(np.zeros(0, dtype=np.int64), col.copy(), {}, reg), walk
 
 
@@ -519,7 +539,7 @@ class _DeadRows:
     slow-model code) was refused SlowGPU in this pass. Kept up to date by the pass as it
     learns, so a check is a few numpy operations over the rows left."""
 
-    def __init__(self, shape_of, shape_specs, codes, bits: int, view: ClusterView) -> None:
+    def __init__(self, shape_of, shape_specs, codes: _SlowCodes, bits: int, view) -> None:
         self.shape_of = shape_of
         self.codes = codes
         self.bits = bits
@@ -546,9 +566,14 @@ class _DeadRows:
         s = self.shape_of[rows]
         out = self.failed[s] | self.too_big[s]
         if self.pairs:
-            p = (s << self.bits) + self.codes[rows]
-            for x in self.pairs:
-                out |= p == x
+            alive = np.flatnonzero(~out)
+            if len(alive):
+                sub = rows[alive]
+                p = (s[alive] << self.bits) + self.codes.rows(sub)
+                hit = np.zeros(len(sub), dtype=bool)
+                for x in self.pairs:
+                    hit |= p == x
+                out[alive] = hit
         return out
 
 
@@ -567,23 +592,41 @@ def _shapes_of(jobs: Sequence[PendingJob]) -> tuple[np.ndarray, list[tuple], lis
     return np.array(rows, dtype=np.int64), list(ids), specs
 
 
-def _slow_codes(
-    q: QueueArrays,
-    shape_of: np.ndarray,
-    shape_specs: list,
-    view: ClusterView,
-    ctx: PlaceContext,
-    cfg: PolicyConfig,
-    now: float,
-) -> np.ndarray:
-    """Per queued row, the GPU models too slow for it right now as a bit mask (bit m: model
-    m of the view; 0: none), see ``slow_guard_runtime_s``: a model slower than
-    ``slow_guard_min_speed`` x the fastest model that could hold the job, while the job has
-    waited less than it would lose there (remaining runtime there minus on the fastest). A
-    job shorter than the guard, or that waited past its loss everywhere, gets 0. One numpy
-    pass over the queue instead of a Python call per row."""
+class _SlowCodes:
+    """``_slow_codes`` of the queue's rows, computed for the rows asked only (one numpy call
+    per batch: a row at a time in the row-by-row walk, all candidates at once in bulk) and kept
+    for the pass: a long queue is never scanned whole for it."""
+
+    def __init__(self, pending, q, shape_of, shape_specs, view, ctx, cfg, now) -> None:
+        self.pending, self.q, self.shape_of = pending, q, shape_of
+        self.view, self.ctx, self.cfg, self.now = view, ctx, cfg, now
+        self.cache = np.full(len(pending), -1, dtype=np.int64)
+        key = ("present_models", tuple(map(_shape, shape_specs)))
+        hit = view.static_cache.get(key)
+        if hit is None:
+            hit = view.static_cache[key] = _present_models(shape_specs, view)
+        self.present = hit
+
+    def rows(self, rows: np.ndarray) -> np.ndarray:
+        miss = rows[self.cache[rows] < 0]
+        if len(miss):
+            if isinstance(self.pending, PendingQueue):
+                qa = self.pending.rows(miss)
+            else:
+                qa = take(self.q, miss)
+            self.cache[miss] = _slow_codes(
+                qa, self.present[self.shape_of[miss]], self.view, self.ctx, self.cfg, self.now
+            )
+        return self.cache[rows]
+
+    def row(self, i: int) -> int:
+        c = int(self.cache[i])
+        return c if c >= 0 else int(self.rows(np.array([i], dtype=np.int64))[0])
+
+
+def _present_models(shape_specs: list, view: ClusterView) -> np.ndarray:
+    """bool[shape, model]: some node of that GPU model could hold the shape (static)."""
     n_models = len(view.models)
-    speed = ctx.tables.speed  # [M, C]
     present = np.zeros((len(shape_specs), n_models), dtype=bool)
     for s, spec in enumerate(shape_specs):
         key = ("models", _shape(spec))
@@ -593,8 +636,27 @@ def _slow_codes(
             hit[np.unique(view.model_idx[F.static_mask(spec, view)])] = True
             view.static_cache[key] = hit
         present[s] = hit
-    sp = speed[:, q.cls].T  # [n, M]
-    best = np.where(present[shape_of], sp, -np.inf).max(axis=1, initial=-np.inf)
+    return present
+
+
+def _slow_codes(
+    q: QueueArrays,
+    present: np.ndarray,
+    view: ClusterView,
+    ctx: PlaceContext,
+    cfg: PolicyConfig,
+    now: float,
+) -> np.ndarray:
+    """Per queued row, the GPU models too slow for it right now as a bit mask (bit m: model
+    m of the view; 0: none), see ``slow_guard_runtime_s``: a model slower than
+    ``slow_guard_min_speed`` x the fastest model that could hold the job, while the job has
+    waited less than it would lose there (remaining runtime there minus on the fastest). A
+    job shorter than the guard, or that waited past its loss everywhere, gets 0. ``present``:
+    bool[row, model], that model could hold the row's shape. One numpy pass over the rows
+    asked instead of a Python call per row."""
+    n_models = len(view.models)
+    sp = ctx.tables.speed[:, q.cls].T  # [n, M]
+    best = np.where(present, sp, -np.inf).max(axis=1, initial=-np.inf)
     guarded = (q.est >= cfg.slow_guard_runtime_s) & np.isfinite(best)
     best = np.where(guarded, best, 1.0)
     rem = q.est * np.maximum(0.0, 1.0 - q.prog)

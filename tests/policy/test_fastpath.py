@@ -197,7 +197,7 @@ def test_bulk_skip_of_failed_shapes_walks_like_the_row_by_row_walk(case, steps):
     cfg = dataclasses.replace(CFG, rerank_interval_s=60.0)
     old_prefix, scheduler._ORDER_PREFIX = scheduler._ORDER_PREFIX, 4
     try:
-        qs = [PendingQueue(), PendingQueue(), PendingQueue()]
+        qs = [PendingQueue() for _ in range(4)]
         views = [view.copy() for _ in qs]
         runs = [list(running) for _ in qs]
         now = 0.0
@@ -214,12 +214,16 @@ def test_bulk_skip_of_failed_shapes_walks_like_the_row_by_row_walk(case, steps):
             finally:
                 scheduler._BULK_SKIP = True
             full = schedule(qs[2], views[2], runs[2], reasons=True, **kw)
+            few = schedule(qs[3], views[3], runs[3], reasons=False, walked_limit=2, **kw)
+            assert _key(few) == _key(bulk)
+            if bulk.rank is not None:  # a prefix of the walk
+                assert few.rank.order.tolist()[:2] == bulk.rank.order.tolist()[:2]
             assert _key(bulk) == _key(rows) == _key(full)
             assert (bulk.rank is None) == (rows.rank is None)
             if bulk.rank is not None:
                 assert bulk.rank.order.tolist() == rows.rank.order.tolist()
             assert np.array_equal(views[0].gpu_free, views[1].gpu_free)
-            for res, q, rl in zip((bulk, rows, full), qs, runs, strict=True):
+            for res, q, rl in zip((bulk, rows, full, few), qs, runs, strict=True):
                 for j, p in res.assignments:
                     q.remove(j.spec.id)
                     rl.append(RunningJob(j.spec, p.node_index, p.gpu_indices, p.gpu_share, now))

@@ -127,6 +127,7 @@ class Mosaic(BasePolicy):
             cfg=self.cfg,
             reasons=False,
             backfill=full,
+            walked_limit=self.cfg.power_demand_cap,  # all the resume decision reads
         )
         # a pass that did not backfill and left jobs waiting: pass again when backfill is due
         waiting = len(self.queue) > len(res.assignments)
@@ -159,7 +160,7 @@ class Mosaic(BasePolicy):
         """(node ids to suspend, node ids to resume, when to ask again or None)."""
         if not self.cfg.power_saving:
             return [], [], None
-        blocked = [s for s in self._blocked if s.id in self.queue]
+        blocked = (s for s in self._blocked if s.id in self.queue)  # read only if needed
         idle = now - self._idle_since
         p = power.plan(
             self.view,
