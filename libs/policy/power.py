@@ -75,8 +75,8 @@ def plan(
     if not cfg.power_saving or n == 0:
         return PowerPlan((), ())
     awake = ~suspended & ~resuming
-    idle = np.nan_to_num(np.asarray(idle_s, dtype=float), nan=-1.0)
-    cand = awake & (idle >= cfg.suspend_after_s) & empty_nodes(view)
+    idle = np.asarray(idle_s, dtype=float)
+    cand = awake & (idle >= cfg.suspend_after_s) & empty_nodes(view)  # NaN (busy) is never >=
     if reserved:
         cand[list(reserved)] = False
     if not suspended.any() and not cand.any():

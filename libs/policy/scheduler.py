@@ -379,7 +379,7 @@ class _Walk:
         self._halted = False
         self._handed = False  # a row was handed out in bulk mode
         self._after = np.zeros(0, dtype=bool)  # bulk: rows ranked after the switch row
-        self._live: list[int] = []  # bulk: rows still to hand out, in rank order
+        self._live = np.zeros(0, dtype=np.int64)  # bulk: rows still to hand out, rank order
         self._j = 0
         self._dirty = False
 
@@ -427,7 +427,7 @@ class _Walk:
         self._full = full
         self._after = self._ranked_after(self._last)
         cand = np.flatnonzero(self._after)
-        self._live = self._sorted(cand[~dead(cand)]).tolist()
+        self._live = self._sorted(cand[~dead(cand)])
 
     def refilter(self) -> None:
         """More rows may be dead now (a shape failed, a placement shrank the largest free
@@ -440,12 +440,12 @@ class _Walk:
             raise StopIteration
         if self._dirty:
             self._dirty = False
-            rest = np.asarray(self._live[self._j :], dtype=np.int64)
-            self._live = rest[~self._dead(rest)].tolist() if len(rest) else []
+            rest = self._live[self._j :]
+            self._live = rest[~self._dead(rest)] if len(rest) else rest
             self._j = 0
         if self._j >= len(self._live):
             raise StopIteration
-        self._last = self._live[self._j]
+        self._last = int(self._live[self._j])
         self._j += 1
         self._handed = True
         return self._last
