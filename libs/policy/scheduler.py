@@ -41,7 +41,7 @@ from libs.policy.placement import PlaceContext, place, to_allocation
 from libs.policy.priority import order_of, regime, score_arrays
 from libs.policy.profiles import ProfileTable
 from libs.policy.queue import PendingQueue, QueueArrays
-from libs.policy.scores import CLASS_INDEX, SizeMix
+from libs.policy.scores import CLASS_INDEX, SizeMix, green_tolerance, is_green
 from libs.policy.types import (
     CycleResult,
     PendingJob,
@@ -350,27 +350,48 @@ def _slow_models(
     now: float,
     cache: dict,
 ) -> tuple[bool, ...] | None:
-    """Per GPU model of the view: too slow for this long job right now (see
-    ``slow_guard_runtime_s``), or None when none is (the job waited past its loss on every
-    slow model, or every model that can hold it is fast). Plain Python over the few models;
-    ``cache`` (one pass) keeps the speeds per (shape, class)."""
+    """Per GPU model of the view: not to be used by this long job right now, or None when every
+    model may be. Too slow (see ``slow_guard_runtime_s``): none once the job waited past its
+    loss on every slow model, or when every model that can hold it is fast. A green job
+    (``scores.is_green``, tolerance g) may take a slow model at once where the energy it saves
+    is worth the time for it, (1 - energy/energy of the fastest) >= (1 - g) x (1 - speed/
+    fastest speed), and does not take a power-hungry model (``green_energy_slack``) until it
+    has waited ``green_wait_s``. Plain Python over the few models; ``cache`` (one pass) keeps
+    the speeds and energies per (shape, class)."""
     spec = job.spec
     ck = (_shape(spec), spec.workload_class)
     hit = cache.get(ck)
     if hit is None:
         cls_i = CLASS_INDEX.get(spec.workload_class, CLASS_INDEX["other"])
         speed = ctx.tables.speed[:, cls_i].tolist()
-        present = set(view.model_idx[F.static_mask(spec, view)].tolist())
-        best = max((speed[m] for m in present), default=None)
-        hit = cache[ck] = (speed, best)
-    speed, best = hit
-    if best is None:
+        epw = ctx.tables.energy_per_work[:, cls_i].tolist()
+        present = sorted(set(view.model_idx[F.static_mask(spec, view)].tolist()))
+        fast = max(present, key=lambda m: speed[m], default=None)
+        greenest = min((epw[m] for m in present), default=None)
+        hit = cache[ck] = (speed, epw, fast, greenest)
+    speed, epw, fast, greenest = hit
+    if fast is None:
         return None
+    best, e_fast = speed[fast], epw[fast]
     rem = spec.est_runtime_s * max(0.0, 1.0 - job.progress)
     waited = now - job.enqueued_at
     floor = cfg.slow_guard_min_speed * best
-    too = tuple(sp < floor and rem / sp - rem / best > waited for sp in speed)
-    return too if any(too) else None
+    green = is_green(spec, cfg)
+    tol = green_tolerance(spec)
+    hungry = green and waited < cfg.green_wait_s
+    too = []
+    for sp, e in zip(speed, epw, strict=True):
+        loss = rem / sp - rem / best
+        # the energy saved is worth the time lost, for this job's tolerance
+        worth = 1.0 - e / e_fast >= (1.0 - cfg.green_worth * tol) * (1.0 - sp / best)
+        if (sp < floor or (sp < best and e > e_fast)) and not worth:
+            hold = cfg.energy_guard_factor * loss > waited
+        elif sp < floor:
+            hold = not green and loss > waited
+        else:
+            hold = False
+        too.append(hold or (hungry and e > cfg.green_energy_slack * greenest))
+    return tuple(too) if any(too) else None
 
 
 def _failed_memo(view: ClusterView, cfg: PolicyConfig) -> dict[tuple, str]:
