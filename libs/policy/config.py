@@ -111,8 +111,9 @@ class PolicyConfig:
     # tolerant job does not give up more than twice the speed it saves in energy (keeps
     # transformers, 22% greener but 4.5x slower on a T4, off the T4s the CNNs and RNNs save
     # 60-75% on). Measured (same setup, with the green job rules below): factor 3 -> 0.833x,
-    # factor 10 -> 0.818x, + green_worth 0.5 and warm_reserve_frac 0.02 -> 0.801x.
-    energy_guard_factor: float = 10.0
+    # factor 10 -> 0.818x, + green_worth 0.5 and warm_reserve_frac 0.02 -> 0.801x; factor 30
+    # with green_min_tolerance 0.2 -> 0.7935x (hi-pri wait 0.072x, busy util 88.6%).
+    energy_guard_factor: float = 30.0
     green_worth: float = 0.5
     # a job with g >= green_min_tolerance and est runtime <= green_max_runtime_s (a longer one
     # would set the makespan on a slow GPU) is "green": it takes a slow model that is worth
@@ -124,7 +125,8 @@ class PolicyConfig:
     # (0.856x -> 0.850x): the T4s are full whenever work waits, so who gets them matters more.
     # green_min_tolerance 0.3 (with suspend_after_s 300 and warm_reserve_frac 0.01):
     # 0.801x -> 0.797x, high-priority wait 0.074x fifo, busy utilization 89.3%.
-    green_min_tolerance: float = 0.3
+    # 0.2 (with energy_guard_factor 30): 0.7935x, see energy_guard_factor.
+    green_min_tolerance: float = 0.2
     green_max_runtime_s: float = 7 * 86400.0
     green_energy_slack: float = 1.5
     green_wait_s: float = 900.0
