@@ -351,13 +351,16 @@ def _slow_models(
     cache: dict,
 ) -> tuple[bool, ...] | None:
     """Per GPU model of the view: not to be used by this long job right now, or None when every
-    model may be. Too slow (see ``slow_guard_runtime_s``): none once the job waited past its
-    loss on every slow model, or when every model that can hold it is fast. A green job
-    (``scores.is_green``, tolerance g) may take a slow model at once where the energy it saves
-    is worth the time for it, (1 - energy/energy of the fastest) >= (1 - g) x (1 - speed/
-    fastest speed), and does not take a power-hungry model (``green_energy_slack``) until it
-    has waited ``green_wait_s``. Plain Python over the few models; ``cache`` (one pass) keeps
-    the speeds and energies per (shape, class)."""
+    model may be (see ``PolicyConfig``: slow-GPU guard, energy guard, green jobs). With g the
+    job's green tolerance and loss the extra runtime there vs the fastest model that can hold
+    it, a model is "worth it" when 1 - energy/energy of the fastest >= (1 - green_worth x g) x
+    (1 - speed/fastest speed) (energy per unit of work of its class). Held: a slow model
+    (< slow_guard_min_speed x fastest) or a slower-and-hungrier one that is not worth it, until
+    the job waited energy_guard_factor x loss; another slow model until it waited the loss,
+    except for a green job (``scores.is_green``), which takes it at once; and, for a green job
+    that waited less than green_wait_s, any model over green_energy_slack x the greenest
+    model's energy. Plain Python over the few models; ``cache`` (one pass) keeps the speeds
+    and energies per (shape, class)."""
     spec = job.spec
     ck = (_shape(spec), spec.workload_class)
     hit = cache.get(ck)
