@@ -24,6 +24,7 @@ from libs.policy.scores import (
     CLASS_INDEX,
     ModelTables,
     SizeMix,
+    green_tolerance,
     s_energy,
     s_memory_fit,
     s_pack,
@@ -109,9 +110,11 @@ def place(
         "thermal": s_thermal(view, nodes, cfg),
         "memory_fit": s_memory_fit(view, nodes, spec.gpu_mem_gb),
     }
+    length = max(1.0, spec.est_runtime_s / cfg.speed_runtime_scale_s)
+    green = green_tolerance(spec)
     weights = {
-        "speed": cfg.w_speed * max(1.0, spec.est_runtime_s / cfg.speed_runtime_scale_s),
-        "energy": cfg.w_energy * spec.energy_sensitivity,
+        "speed": cfg.w_speed * length * (1.0 - cfg.green_speed_relief * green),
+        "energy": cfg.w_energy * green * (length if cfg.green_energy_scales else 1.0),
         "pack": cfg.w_pack,
         "thermal": cfg.w_thermal,
         "memory_fit": cfg.w_memory_fit,

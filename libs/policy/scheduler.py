@@ -51,6 +51,7 @@ from libs.policy.types import (
     Reservation,
     RunningJob,
 )
+from proto.jobs import HIGH_PRIORITY
 
 
 def _shape(spec) -> tuple:
@@ -647,23 +648,48 @@ def _slow_codes(
     cfg: PolicyConfig,
     now: float,
 ) -> np.ndarray:
-    """Per queued row, the GPU models too slow for it right now as a bit mask (bit m: model
-    m of the view; 0: none), see ``slow_guard_runtime_s``: a model slower than
-    ``slow_guard_min_speed`` x the fastest model that could hold the job, while the job has
-    waited less than it would lose there (remaining runtime there minus on the fastest). A
-    job shorter than the guard, or that waited past its loss everywhere, gets 0. ``present``:
-    bool[row, model], that model could hold the row's shape. One numpy pass over the rows
-    asked instead of a Python call per row."""
+    """Per queued row, the GPU models it may not use right now, as a bit mask (bit m: model m
+    of the view; 0: every model may be used): the slow-GPU guard, the energy guard and the
+    green-job rules (see ``PolicyConfig``), for jobs of at least ``slow_guard_runtime_s``.
+    With g the job's green tolerance (``scores.green_tolerance``) and loss the extra runtime
+    on a model vs the fastest model that can hold it, a model is "worth it" when
+    1 - energy/energy of the fastest >= (1 - green_worth x g) x (1 - speed/fastest speed)
+    (energy per unit of work of its class). Held: a slow model (< slow_guard_min_speed x
+    fastest) or a slower-and-hungrier one that is not worth it, until the job waited
+    energy_guard_factor x loss; another slow model until it waited the loss, except for a
+    green job (``scores.is_green``), which takes it at once; and, for a green job that waited
+    less than green_wait_s, any model over green_energy_slack x the greenest model's energy.
+    ``present``: bool[row, model], that model could hold the row's shape. One numpy pass over
+    the rows asked instead of a Python call per row (tests/policy/test_slow_codes.py checks
+    it against the rule written per job)."""
     n_models = len(view.models)
     sp = ctx.tables.speed[:, q.cls].T  # [n, M]
-    best = np.where(present, sp, -np.inf).max(axis=1, initial=-np.inf)
-    guarded = (q.est >= cfg.slow_guard_runtime_s) & np.isfinite(best)
-    best = np.where(guarded, best, 1.0)
+    e = ctx.tables.energy_per_work[:, q.cls].T  # [n, M]
+    anyp = present.any(axis=1)
+    fast = np.argmax(np.where(present, sp, -np.inf), axis=1)  # first fastest (lowest index)
+    r = np.arange(len(fast))
+    best = np.where(anyp, sp[r, fast], 1.0)
+    e_fast = np.where(anyp, e[r, fast], 1.0)
+    greenest = np.where(present, e, np.inf).min(axis=1, initial=np.inf)
+    guarded = (q.est >= cfg.slow_guard_runtime_s) & anyp
     rem = q.est * np.maximum(0.0, 1.0 - q.prog)
-    waited = now - q.enq
-    too = (sp < (cfg.slow_guard_min_speed * best)[:, None]) & (
-        rem[:, None] / sp - (rem / best)[:, None] > waited[:, None]
+    waited = (now - q.enq)[:, None]
+    urgent = (q.prio >= HIGH_PRIORITY) | ~np.isnan(q.deadline)
+    tol = np.where(urgent, 0.0, np.clip(q.es, 0.0, 1.0))  # scores.green_tolerance
+    green = (tol >= cfg.green_min_tolerance) & (q.est <= cfg.green_max_runtime_s)  # is_green
+    hungry = green & (waited[:, 0] < cfg.green_wait_s)
+    loss = rem[:, None] / sp - (rem / best)[:, None]
+    worth = 1.0 - e / e_fast[:, None] >= (1.0 - cfg.green_worth * tol)[:, None] * (
+        1.0 - sp / best[:, None]
     )
+    slow = sp < (cfg.slow_guard_min_speed * best)[:, None]
+    costly = (slow | ((sp < best[:, None]) & (e > e_fast[:, None]))) & ~worth
+    hold = np.where(
+        costly,
+        cfg.energy_guard_factor * loss > waited,
+        slow & ~green[:, None] & (loss > waited),
+    )
+    too = hold | (hungry[:, None] & (e > cfg.green_energy_slack * greenest[:, None]))
     too &= guarded[:, None]
     return (too.astype(np.int64) << np.arange(n_models, dtype=np.int64)).sum(axis=1)
 

@@ -19,7 +19,7 @@ import numpy as np
 from libs.policy.cluster import EPS, ClusterView
 from libs.policy.config import PolicyConfig
 from libs.policy.profiles import ProfileTable
-from proto.jobs import WORKLOAD_CLASSES
+from proto.jobs import HIGH_PRIORITY, WORKLOAD_CLASSES, JobSpec
 
 CLASS_INDEX = {c: i for i, c in enumerate(WORKLOAD_CLASSES)}
 
@@ -145,6 +145,25 @@ def normalize_higher_better(x: np.ndarray) -> np.ndarray:
     if hi - lo < 1e-12:
         return np.ones_like(x)
     return (x - lo) / (hi - lo)
+
+
+def green_tolerance(spec: JobSpec) -> float:
+    """How far this job trades speed for energy, in [0, 1]: its ``energy_sensitivity`` (high =
+    accepts slower, greener GPUs), or 0 for an urgent job: high priority (``HIGH_PRIORITY``) or
+    a deadline. Those keep preferring fast GPUs whatever they declared, so protecting critical
+    work never depends on a field the submitter may leave at a default."""
+    if spec.priority >= HIGH_PRIORITY or spec.deadline is not None:
+        return 0.0
+    return min(1.0, max(0.0, float(spec.energy_sensitivity)))
+
+
+def is_green(spec: JobSpec, cfg: PolicyConfig) -> bool:
+    """A job the slow-GPU guard lets start on a slow, greener GPU at once and whose blocked
+    demand wakes the greenest suspended nodes first (``PolicyConfig.green_min_tolerance``)."""
+    return (
+        green_tolerance(spec) >= cfg.green_min_tolerance
+        and spec.est_runtime_s <= cfg.green_max_runtime_s
+    )
 
 
 def s_speed(view: ClusterView, nodes: np.ndarray, cls_i: int, tables: ModelTables) -> np.ndarray:

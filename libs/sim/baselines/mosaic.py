@@ -29,6 +29,7 @@ from libs.policy.cluster import ClusterView
 from libs.policy.config import PolicyConfig
 from libs.policy.placement import to_allocation
 from libs.policy.queue import PendingQueue
+from libs.policy.scores import is_green
 from libs.policy.types import PendingJob, RunningJob
 from libs.sim.baselines.base import BasePolicy
 from libs.sim.cluster import SimCluster
@@ -72,6 +73,13 @@ class Mosaic(BasePolicy):
         # nodes to wake first: fastest GPU model first (mean speed over workload classes)
         sp = self.profiles.speed_matrix(tuple(self.view.models), WORKLOAD_CLASSES).mean(axis=1)
         self._wake_order = np.lexsort((np.arange(n), -sp[self.view.model_idx]))
+        # for green jobs (scores.is_green): greenest GPU model first (mean energy per unit of
+        # work over workload classes), so their demand does not wake a fast, power-hungry node
+        epw = (
+            self.profiles.power_matrix(tuple(self.view.models), WORKLOAD_CLASSES)
+            / self.profiles.speed_matrix(tuple(self.view.models), WORKLOAD_CLASSES)
+        ).mean(axis=1)
+        self._green_wake_order = np.lexsort((np.arange(n), epw[self.view.model_idx]))
 
     def can_ever_place(self, job: SimJob) -> bool:
         return F.never_fits(job.spec, self.view.nodes) is None
@@ -160,18 +168,13 @@ class Mosaic(BasePolicy):
         """(node ids to suspend, node ids to resume, when to ask again or None)."""
         if not self.cfg.power_saving:
             return [], [], None
-        blocked = (s for s in self._blocked if s.id in self.queue)  # read only if needed
         idle = now - self._idle_since
-        p = power.plan(
-            self.view,
-            idle_s=idle,
-            suspended=self._suspended,
-            resuming=self._resuming,
-            blocked=blocked,
-            reserved=self._reserved,
-            cfg=self.cfg,
-            prefer=self._wake_order,
-        )
+        awake = ~self._suspended & ~self._resuming
+        due = awake & (idle >= self.cfg.suspend_after_s) & power.empty_nodes(self.view)
+        if self._suspended.any() or due.any():
+            p = self._power_plan(idle)
+        else:  # nothing asleep and nothing to put to sleep (power.plan would say so)
+            p = power.PowerPlan((), ())
         ids = self.view.node_ids
         for i in p.suspend:
             self._suspended[i] = True
@@ -187,6 +190,45 @@ class Mosaic(BasePolicy):
             later = due[due > now]
             nxt = float(later.min()) if len(later) else None
         return [ids[i] for i in p.suspend], [ids[i] for i in p.resume], nxt
+
+    def _power_plan(self, idle: np.ndarray) -> power.PowerPlan:
+        """``power.plan`` for the blocked jobs still queued: green jobs' demand first wakes
+        the greenest nodes, the rest the fastest."""
+        blocked = [s for s in self._blocked if s.id in self.queue]
+        green = [s for s in blocked if is_green(s, self.cfg)]
+        early: tuple[int, ...] = ()
+        suspended, resuming = self._suspended, self._resuming
+        if green and suspended.any():
+            # green jobs first wake the greenest nodes; the plan below then sees those nodes
+            # booting (green jobs listed first claim them) and decides the rest as usual
+            g = power.plan(
+                self.view,
+                idle_s=idle,
+                suspended=suspended,
+                resuming=resuming,
+                blocked=green,
+                reserved=self._reserved,
+                cfg=self.cfg,
+                prefer=self._green_wake_order,
+            )
+            early = g.resume
+            if early:
+                suspended, resuming = suspended.copy(), resuming.copy()
+                suspended[list(early)] = False
+                resuming[list(early)] = True
+            blocked = green + [s for s in blocked if not is_green(s, self.cfg)]
+        p = power.plan(
+            self.view,
+            idle_s=idle,
+            suspended=suspended,
+            resuming=resuming,
+            blocked=blocked,
+            reserved=self._reserved,
+            cfg=self.cfg,
+            prefer=self._wake_order,
+        )
+        p = power.PowerPlan(p.suspend, early + p.resume)
+        return p
 
     def power_resumed(self, node_id: str, now: float) -> None:
         i = self.view.index[node_id]
