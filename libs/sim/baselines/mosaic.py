@@ -198,35 +198,29 @@ class Mosaic(BasePolicy):
         green = [s for s in blocked if is_green(s, self.cfg)]
         early: tuple[int, ...] = ()
         suspended, resuming = self._suspended, self._resuming
-        if green and suspended.any():
-            # green jobs first wake the greenest nodes; the plan below then sees those nodes
-            # booting (green jobs listed first claim them) and decides the rest as usual
-            g = power.plan(
+
+        def plan(jobs, prefer) -> power.PowerPlan:
+            return power.plan(
                 self.view,
                 idle_s=idle,
                 suspended=suspended,
                 resuming=resuming,
-                blocked=green,
+                blocked=jobs,
                 reserved=self._reserved,
                 cfg=self.cfg,
-                prefer=self._green_wake_order,
+                prefer=prefer,
             )
-            early = g.resume
+
+        if green and suspended.any():
+            # green jobs first wake the greenest nodes; the plan below then sees those nodes
+            # booting (green jobs listed first claim them) and decides the rest as usual
+            early = plan(green, self._green_wake_order).resume
             if early:
                 suspended, resuming = suspended.copy(), resuming.copy()
                 suspended[list(early)] = False
                 resuming[list(early)] = True
             blocked = green + [s for s in blocked if not is_green(s, self.cfg)]
-        p = power.plan(
-            self.view,
-            idle_s=idle,
-            suspended=suspended,
-            resuming=resuming,
-            blocked=blocked,
-            reserved=self._reserved,
-            cfg=self.cfg,
-            prefer=self._wake_order,
-        )
+        p = plan(blocked, self._wake_order)
         p = power.PowerPlan(p.suspend, early + p.resume)
         return p
 
