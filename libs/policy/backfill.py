@@ -235,7 +235,10 @@ def reserve(
         ok = ok & ~exclude
     eligible = np.flatnonzero(ok)
     # a node that cannot take the job now needs at least its first release: visit nodes by
-    # that lower bound and stop once it is no better than the best exact start found
+    # that lower bound and stop once it is no better than the best exact start found. Ties
+    # go to the lowest node index whatever the visiting order: the visiting order moves with
+    # ``now`` (an overdue job counts as ending now), the answer must not, or a reservation
+    # memoised in an earlier pass (scheduler._reserve) would differ from a fresh one
     best: tuple[float, int] | None = None
     now_ok = np.flatnonzero(F.dynamic_mask(spec, view, cfg)[eligible])
     if len(now_ok):
@@ -245,10 +248,10 @@ def reserve(
         inf = float("inf")
         bounds = sorted((max(first.get(n, inf), now), n) for n in eligible.tolist())
         for lb, n in bounds:
-            if lb == float("inf") or (best is not None and lb >= best[0]):
+            if lb == float("inf") or (best is not None and (lb, n) > best):
                 break
             t = _earliest_start_jobs(spec, view, n, rel.on_node(n), now)
-            if t < float("inf") and (best is None or t < best[0]):
+            if t < float("inf") and (best is None or (t, n) < best):
                 best = (t, n)
     if best is None:
         return None

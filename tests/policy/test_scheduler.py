@@ -242,3 +242,19 @@ def test_backfill_never_delays_any_of_several_reservations(case, k):
         assert r.job_id not in {j.spec.id for j, _ in res.assignments}
         t = _earliest_start_jobs(spec, v, r.node_index, rel.on_node(r.node_index), 0.0)
         assert t <= r.start + 1e-9, (r, t)
+
+
+def test_reservation_ties_go_to_the_lowest_node_whatever_the_visiting_order():
+    """Both nodes can take the 2-GPU head at t=300; n1 frees a GPU first (t=120), so it is
+    visited first, but the answer is n0: the visiting order moves with ``now`` (overdue jobs
+    count as ending now) and a memoised reservation must equal a fresh one."""
+    v = ClusterView.build([_node("n0", 2), _node("n1", 2)])
+    running = [
+        _run(v, "a", "n0", (0, 1), 300.0),
+        _run(v, "b", "n1", (0,), 120.0),
+        _run(v, "c", "n1", (1,), 300.0),
+    ]
+    head = _job("head", 2, 3600, 9).spec
+    for now in (100.0, 200.0):
+        r = reserve("head", head, v, running, now=now, cfg=CFG)
+        assert r is not None and (r.node_id, r.start) == ("n0", 300.0)
