@@ -258,3 +258,29 @@ def test_reservation_ties_go_to_the_lowest_node_whatever_the_visiting_order():
     for now in (100.0, 200.0):
         r = reserve("head", head, v, running, now=now, cfg=CFG)
         assert r is not None and (r.node_id, r.start) == ("n0", 300.0)
+
+
+def test_a_long_job_that_fits_nowhere_waits_on_resources_and_gets_the_reservation():
+    """A 40 GB, 10-hour job: the A100 node is full (frees at t=1000) and only a T4 GPU (16 GB,
+    too small and too slow) is free. It fits on no node at all, so it waits on Resources and is
+    the head job the reservation protects, as the failed-shape memo would also say; SlowGPU is
+    only for a job that fits now, but only on GPUs too slow for it."""
+
+    def node(nid: str, model: str, mem: float) -> NodeSpec:
+        return NodeSpec(
+            id=nid,
+            gpu_model=model,
+            gpu_count=1,
+            gpu_mem_gb=mem,
+            host_mem_gb=64,
+            cpus=16,
+            idle_power_w=40,
+            max_power_w=300,
+        )
+
+    v = ClusterView.build([node("a", "a100-80gb", 80.0), node("t", "t4", 16.0)])
+    running = [_run(v, "busy", "a", (0,), 1000.0)]
+    spec = JobSpec(id="long", gpus=1, gpu_mem_gb=40, est_runtime_s=36000.0, priority=5)
+    res = _sched([PendingJob(spec, 0.0)], v, running, want_reservation=True)
+    assert res.waiting == {"long": "Resources"}
+    assert res.reservation is not None and res.reservation.job_id == "long"
