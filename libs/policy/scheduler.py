@@ -40,7 +40,7 @@ from libs.policy.config import PolicyConfig
 from libs.policy.placement import PlaceContext, place, to_allocation
 from libs.policy.priority import order_of, regime, score_arrays
 from libs.policy.profiles import ProfileTable
-from libs.policy.queue import PendingQueue, QueueArrays, take
+from libs.policy.queue import PendingQueue, QueueArrays, shape_key, take
 from libs.policy.scores import SizeMix
 from libs.policy.types import (
     CycleResult,
@@ -52,10 +52,6 @@ from libs.policy.types import (
     RunningJob,
 )
 from proto.jobs import HIGH_PRIORITY
-
-
-def _shape(spec) -> tuple:
-    return (spec.gpus, spec.gpu_mem_gb, spec.host_mem_gb, spec.cpus, spec.constraints)
 
 
 def schedule(
@@ -584,7 +580,7 @@ def _shapes_of(jobs: Sequence[PendingJob]) -> tuple[np.ndarray, list[tuple], lis
     specs = []
     rows = []
     for j in jobs:
-        k = _shape(j.spec)
+        k = shape_key(j.spec)
         s = ids.get(k)
         if s is None:
             s = ids[k] = len(ids)
@@ -602,7 +598,7 @@ class _SlowCodes:
         self.pending, self.q, self.shape_of = pending, q, shape_of
         self.view, self.ctx, self.cfg, self.now = view, ctx, cfg, now
         self.cache = np.full(len(pending), -1, dtype=np.int64)
-        key = ("present_models", tuple(map(_shape, shape_specs)))
+        key = ("present_models", tuple(map(shape_key, shape_specs)))
         hit = view.static_cache.get(key)
         if hit is None:
             hit = view.static_cache[key] = _present_models(shape_specs, view)
@@ -630,7 +626,7 @@ def _present_models(shape_specs: list, view: ClusterView) -> np.ndarray:
     n_models = len(view.models)
     present = np.zeros((len(shape_specs), n_models), dtype=bool)
     for s, spec in enumerate(shape_specs):
-        key = ("models", _shape(spec))
+        key = ("models", shape_key(spec))
         hit = view.static_cache.get(key)
         if hit is None:
             hit = np.zeros(n_models, dtype=bool)
@@ -721,7 +717,7 @@ def _reserve(
     as its start is not in the past (an overrun job counts as ending ``now``, and a later
     ``now`` can only move starts that were before it)."""
     n_run = len(running) + len(started)
-    key = (head.spec.id, _shape(head.spec), view.gen, n_run, cfg)
+    key = (head.spec.id, shape_key(head.spec), view.gen, n_run, cfg)
     hit = view.dyn_cache.get("reservation")
     if hit is not None and hit[0] == key and (hit[1] is None or hit[1].start >= now):
         return hit[1], rel, rel_owned
@@ -754,7 +750,7 @@ def _reserve_extra(
     reservation holds; memoised on the view like the head's (same job, shape, view state,
     running count and taken nodes)."""
     memo = view.dyn_cache.setdefault("reservation_extra", {})
-    key = (_shape(job.spec), view.gen, n_run, tuple(taken), cfg)
+    key = (shape_key(job.spec), view.gen, n_run, tuple(taken), cfg)
     hit = memo.get(job.spec.id)
     if hit is not None and hit[0] == key and (hit[1] is None or hit[1].start >= now):
         return hit[1]

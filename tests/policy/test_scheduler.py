@@ -28,12 +28,12 @@ P = ProfileTable.default()
 CFG = PolicyConfig.default()
 
 
-def _node(i: str, g: int) -> NodeSpec:
+def _node(i: str, g: int, model: str = "v100-32gb", mem: float = 32) -> NodeSpec:
     return NodeSpec(
         id=i,
-        gpu_model="v100-32gb",
+        gpu_model=model,
         gpu_count=g,
-        gpu_mem_gb=32,
+        gpu_mem_gb=mem,
         host_mem_gb=512,
         cpus=128,
         idle_power_w=40,
@@ -266,19 +266,7 @@ def test_a_long_job_that_fits_nowhere_waits_on_resources_and_gets_the_reservatio
     the head job the reservation protects, as the failed-shape memo would also say; SlowGPU is
     only for a job that fits now, but only on GPUs too slow for it."""
 
-    def node(nid: str, model: str, mem: float) -> NodeSpec:
-        return NodeSpec(
-            id=nid,
-            gpu_model=model,
-            gpu_count=1,
-            gpu_mem_gb=mem,
-            host_mem_gb=64,
-            cpus=16,
-            idle_power_w=40,
-            max_power_w=300,
-        )
-
-    v = ClusterView.build([node("a", "a100-80gb", 80.0), node("t", "t4", 16.0)])
+    v = ClusterView.build([_node("a", 1, "a100-80gb", 80.0), _node("t", 1, "t4", 16.0)])
     running = [_run(v, "busy", "a", (0,), 1000.0)]
     spec = JobSpec(id="long", gpus=1, gpu_mem_gb=40, est_runtime_s=36000.0, priority=5)
     res = _sched([PendingJob(spec, 0.0)], v, running, want_reservation=True)
