@@ -117,6 +117,8 @@ class PendingQueue(Sequence[PendingJob]):
         self._shape_ids: dict[tuple, int] = {}
         self._shape_keys: list[tuple] = []
         self._shape_specs: list = []  # one spec of each shape (static fit is the shape's)
+        # per-row caches the scheduler owns (``column``): name -> [float array, key]
+        self._cols: dict[str, list] = {}
         for j in jobs:
             self.add(j)
 
@@ -151,6 +153,8 @@ class PendingQueue(Sequence[PendingJob]):
                 self._score = np.concatenate([self._score, np.full(len(self._score), np.nan)])
                 self._seq = np.concatenate([self._seq, np.zeros_like(self._seq)])
                 self._shape = np.concatenate([self._shape, np.zeros_like(self._shape)])
+                for col in self._cols.values():
+                    col[0] = np.concatenate([col[0], np.full_like(col[0], np.nan)])
             self._jobs.append(job)
             self._pos[jid] = i
             self._seq[i] = self._next_seq
@@ -168,6 +172,8 @@ class PendingQueue(Sequence[PendingJob]):
             self._shape_specs.append(job.spec)
         self._shape[i] = sid
         self._score[i] = np.nan
+        for col in self._cols.values():
+            col[0][i] = np.nan
         self._unscored.add(jid)
         self._count(job, +1)
 
@@ -187,6 +193,8 @@ class PendingQueue(Sequence[PendingJob]):
             self._score[i] = self._score[last]
             self._seq[i] = self._seq[last]
             self._shape[i] = self._shape[last]
+            for col in self._cols.values():
+                col[0][i] = col[0][last]
         self._jobs.pop()
         return job
 
@@ -303,6 +311,22 @@ class PendingQueue(Sequence[PendingJob]):
     def cached_scores(self) -> np.ndarray:
         """The scheduler's cached score per row (a writable view; NaN = not yet scored)."""
         return self._score[: len(self._jobs)]
+
+    def column(self, name: str, width: int, key: tuple) -> np.ndarray:
+        """A per-row cache owned by the caller: float[len, width], NaN where not yet filled,
+        moved with its row, cleared for a row that is added or replaced, and cleared whole
+        when ``key`` differs from the last call's (its items compared with ``is``: the
+        objects the cached values were computed from). A writable view."""
+        col = self._cols.get(name)
+        stale = (
+            col is None
+            or col[0].shape[1] != width
+            or len(col[1]) != len(key)
+            or any(a is not b for a, b in zip(col[1], key, strict=True))
+        )
+        if stale:
+            col = self._cols[name] = [np.full((len(self._data), width), np.nan), key]
+        return col[0][: len(self._jobs)]
 
     def arrays(self) -> QueueArrays:
         d = self._data[: len(self._jobs)]

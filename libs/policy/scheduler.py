@@ -592,7 +592,9 @@ def _shapes_of(jobs: Sequence[PendingJob]) -> tuple[np.ndarray, list[tuple], lis
 class _SlowCodes:
     """``_slow_codes`` of the queue's rows, computed for the rows asked only (one numpy call
     per batch: a row at a time in the row-by-row walk, all candidates at once in bulk) and kept
-    for the pass: a long queue is never scanned whole for it."""
+    for the pass: a long queue is never scanned whole for it. The part that does not move with
+    time (``_hold_waits``: per row and model, how long the job is held) is kept ACROSS passes
+    in a ``PendingQueue`` column, so a pass only compares it with each row's wait."""
 
     def __init__(self, pending, q, shape_of, shape_specs, view, ctx, cfg, now) -> None:
         self.pending, self.q, self.shape_of = pending, q, shape_of
@@ -603,17 +605,28 @@ class _SlowCodes:
         if hit is None:
             hit = view.static_cache[key] = _present_models(shape_specs, view)
         self.present = hit
+        n_models = len(view.models)
+        self.bits = np.int64(1) << np.arange(n_models, dtype=np.int64)
+        if isinstance(pending, PendingQueue):
+            # valid while the profile tables, the config and the nodes' specs are the same
+            self.waits = pending.column("hold_waits", n_models, (ctx.tables, cfg, view.static_cache))
+            self.enq = pending.enq()
+        else:
+            self.waits = np.full((len(pending), n_models), np.nan)
+            self.enq = q.enq
 
     def rows(self, rows: np.ndarray) -> np.ndarray:
         miss = rows[self.cache[rows] < 0]
         if len(miss):
-            if isinstance(self.pending, PendingQueue):
-                qa = self.pending.rows(miss)
-            else:
-                qa = take(self.q, miss)
-            self.cache[miss] = _slow_codes(
-                qa, self.present[self.shape_of[miss]], self.view, self.ctx, self.cfg, self.now
-            )
+            waits = self.waits
+            new = miss[np.isnan(waits[miss, 0])] if waits.shape[1] else miss[:0]
+            if len(new):
+                if isinstance(self.pending, PendingQueue):
+                    qa = self.pending.rows(new)
+                else:
+                    qa = take(self.q, new)
+                waits[new] = _hold_waits(qa, self.present[self.shape_of[new]], self.ctx, self.cfg)
+            self.cache[miss] = _codes_at(waits[miss], self.now - self.enq[miss], self.bits)
         return self.cache[rows]
 
     def row(self, i: int) -> int:
@@ -658,7 +671,23 @@ def _slow_codes(
     ``present``: bool[row, model], that model could hold the row's shape. One numpy pass over
     the rows asked instead of a Python call per row (tests/policy/test_slow_codes.py checks
     it against the rule written per job)."""
-    n_models = len(view.models)
+    bits = np.int64(1) << np.arange(len(view.models), dtype=np.int64)
+    return _codes_at(_hold_waits(q, present, ctx, cfg), now - q.enq, bits)
+
+
+def _codes_at(waits: np.ndarray, waited: np.ndarray, bits: np.ndarray) -> np.ndarray:
+    """Bit mask per row of the models still held after ``waited`` seconds of waiting."""
+    return ((waits > waited[:, None]) * bits).sum(axis=1, dtype=np.int64)
+
+
+def _hold_waits(
+    q: QueueArrays, present: np.ndarray, ctx: PlaceContext, cfg: PolicyConfig
+) -> np.ndarray:
+    """float[row, model]: the job is held off that model while it has waited less than this
+    (-inf: never held). The rule of ``_slow_codes`` with the wait left out: every hold there
+    ends after a wait fixed by the job and the model, so this is computed once per queued
+    job and a pass only compares it with the job's wait (the comparison is the same
+    expression, ``threshold > waited``, so the answer is bit for bit the same)."""
     sp = ctx.tables.speed[:, q.cls].T  # [n, M]
     e = ctx.tables.energy_per_work[:, q.cls].T  # [n, M]
     anyp = present.any(axis=1)
@@ -669,25 +698,25 @@ def _slow_codes(
     greenest = np.where(present, e, np.inf).min(axis=1, initial=np.inf)
     guarded = (q.est >= cfg.slow_guard_runtime_s) & anyp
     rem = q.est * np.maximum(0.0, 1.0 - q.prog)
-    waited = (now - q.enq)[:, None]
     urgent = (q.prio >= HIGH_PRIORITY) | ~np.isnan(q.deadline)
     tol = np.where(urgent, 0.0, np.clip(q.es, 0.0, 1.0))  # scores.green_tolerance
     green = (tol >= cfg.green_min_tolerance) & (q.est <= cfg.green_max_runtime_s)  # is_green
-    hungry = green & (waited[:, 0] < cfg.green_wait_s)
     loss = rem[:, None] / sp - (rem / best)[:, None]
     worth = 1.0 - e / e_fast[:, None] >= (1.0 - cfg.green_worth * tol)[:, None] * (
         1.0 - sp / best[:, None]
     )
     slow = sp < (cfg.slow_guard_min_speed * best)[:, None]
     costly = (slow | ((sp < best[:, None]) & (e > e_fast[:, None]))) & ~worth
+    never = -np.inf
     hold = np.where(
-        costly,
-        cfg.energy_guard_factor * loss > waited,
-        slow & ~green[:, None] & (loss > waited),
+        costly, cfg.energy_guard_factor * loss, np.where(slow & ~green[:, None], loss, never)
     )
-    too = hold | (hungry[:, None] & (e > cfg.green_energy_slack * greenest[:, None]))
-    too &= guarded[:, None]
-    return (too.astype(np.int64) << np.arange(n_models, dtype=np.int64)).sum(axis=1)
+    # a green job that waited less than green_wait_s: not on a model far hungrier than the
+    # greenest that could hold it
+    hungry = green[:, None] & (e > cfg.green_energy_slack * greenest[:, None])
+    out = np.fmax(hold, np.where(hungry, cfg.green_wait_s, never))  # fmax: a NaN never holds
+    out[~guarded] = never
+    return out
 
 
 def _failed_memo(view: ClusterView, cfg: PolicyConfig) -> dict[tuple, str]:

@@ -67,6 +67,9 @@ class Mosaic(BasePolicy):
         self._suspended = np.zeros(n, dtype=bool)
         self._resuming = np.zeros(n, dtype=bool)
         self._blocked: list = []  # specs the last pass could not start, rank order
+        self._blocked_ver = 0  # bumped when the blocked jobs change (the power memo's key)
+        self._green: dict[str, bool] = {}  # scores.is_green per queued job (fixed per spec)
+        self._plan_key: tuple | None = None  # inputs of the last power plan, when it was empty
         self._reserved: tuple[int, ...] = ()
         self._cadence = BackfillCadence(self.cfg.backfill_interval_s)
         self._tick_at: float | None = None
@@ -99,10 +102,12 @@ class Mosaic(BasePolicy):
 
     def enqueued(self, job: SimJob, now: float) -> None:
         self.by_id[job.spec.id] = job
+        self._green[job.spec.id] = is_green(job.spec, self.cfg)
         self.queue.add(PendingJob(job.spec, enqueued_at=job.submit_s, attempt=job.attempts + 1))
 
     def started(self, job: SimJob, now: float) -> None:
         self.queue.remove(job.spec.id)
+        del self._green[job.spec.id]
         t = job.spec.tenant
         self.usage[t] = self.usage.get(t, np.zeros(4)) + usage_vector(job)
         est_end = now + self.profiles.runtime_s(job.spec, job.model)
@@ -150,7 +155,10 @@ class Mosaic(BasePolicy):
             jobs = self.queue._jobs
             # every walked job that did not start: waiting for capacity, for a reserved node or
             # for a fast GPU (SlowGPU: fast nodes wake first, see _wake_order)
-            self._blocked = [jobs[i].spec for i in rows if jobs[i].spec.id not in placed][:cap]
+            blocked = [jobs[i].spec for i in rows if jobs[i].spec.id not in placed][:cap]
+            if [s.id for s in blocked] != [s.id for s in self._blocked]:
+                self._blocked_ver += 1
+            self._blocked = blocked
             resv = [res.reservation, *res.extra_reservations]
             self._reserved = tuple(r.node_index for r in resv if r is not None)
         for pj, placement in res.assignments:
@@ -172,7 +180,7 @@ class Mosaic(BasePolicy):
         awake = ~self._suspended & ~self._resuming
         due = awake & (idle >= self.cfg.suspend_after_s) & power.empty_nodes(self.view)
         if self._suspended.any() or due.any():
-            p = self._power_plan(idle)
+            p = self._power_plan(idle, due)
         else:  # nothing asleep and nothing to put to sleep (power.plan would say so)
             p = power.PowerPlan((), ())
         ids = self.view.node_ids
@@ -191,11 +199,27 @@ class Mosaic(BasePolicy):
             nxt = float(later.min()) if len(later) else None
         return [ids[i] for i in p.suspend], [ids[i] for i in p.resume], nxt
 
-    def _power_plan(self, idle: np.ndarray) -> power.PowerPlan:
+    def _power_plan(self, idle: np.ndarray, due: np.ndarray) -> power.PowerPlan:
         """``power.plan`` for the blocked jobs still queued: green jobs' demand first wakes
-        the greenest nodes, the rest the fastest."""
+        the greenest nodes, the rest the fastest.
+
+        Memoised while it decides nothing: the same view (``view.gen``: allocations and
+        cordons; a blocked job leaves the queue only by starting), blocked jobs, power states,
+        reservations and nodes due to sleep give the same empty plan (an empty plan does not
+        depend on how long each due node has idled, only on which are due)."""
+        key = (
+            self.view.gen,
+            self._blocked_ver,
+            self._reserved,
+            self._suspended.tobytes(),
+            self._resuming.tobytes(),
+            due.tobytes(),
+        )
+        if key == self._plan_key:
+            return power.PowerPlan((), ())
         blocked = [s for s in self._blocked if s.id in self.queue]
-        green = [s for s in blocked if is_green(s, self.cfg)]
+        green_of = self._green
+        green = [s for s in blocked if green_of[s.id]]
         early: tuple[int, ...] = ()
         suspended, resuming = self._suspended, self._resuming
 
@@ -219,9 +243,10 @@ class Mosaic(BasePolicy):
                 suspended, resuming = suspended.copy(), resuming.copy()
                 suspended[list(early)] = False
                 resuming[list(early)] = True
-            blocked = green + [s for s in blocked if not is_green(s, self.cfg)]
+            blocked = green + [s for s in blocked if not green_of[s.id]]
         p = plan(blocked, self._wake_order)
         p = power.PowerPlan(p.suspend, early + p.resume)
+        self._plan_key = key if not p.suspend and not p.resume else None
         return p
 
     def power_resumed(self, node_id: str, now: float) -> None:
