@@ -134,6 +134,23 @@ def dynamic_mask(spec: JobSpec, view: ClusterView, cfg: PolicyConfig) -> np.ndar
     )
 
 
+def fit_now(spec: JobSpec, view: ClusterView, cfg: PolicyConfig) -> np.ndarray:
+    """Nodes that could take ``spec`` right now (static and dynamic filters), memoised per
+    request shape until the view's next change (``view.gen``): a pass tries many jobs of few
+    shapes, and a pass on an unchanged view (no event freed or took anything) asks the same
+    questions again. Read-only."""
+    hit = view.dyn_cache.get("fit_now")
+    if hit is None or hit[0] != view.gen or hit[1] != cfg.thermal_max_c:
+        hit = view.dyn_cache["fit_now"] = (view.gen, cfg.thermal_max_c, {})
+    key = (spec.gpus, spec.gpu_mem_gb, spec.host_mem_gb, spec.cpus, spec.constraints)
+    m = hit[2].get(key)
+    if m is None:
+        m = static_mask(spec, view) & dynamic_mask(spec, view, cfg)
+        m.setflags(write=False)
+        hit[2][key] = m
+    return m
+
+
 def explain_nodes(spec: JobSpec, view: ClusterView, cfg: PolicyConfig) -> dict[str, str]:
     """node id -> the first rule it fails (nodes that pass every rule are absent)."""
     k = whole_gpus(spec)

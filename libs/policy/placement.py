@@ -90,7 +90,7 @@ def place(
     """Best node for ``spec`` now, or why none. ``mask`` (bool[N]) further restricts nodes
     (the scheduler uses it to keep backfill off a reserved node)."""
     ctx = ctx or PlaceContext.build(view, profiles, cfg)
-    fit = F.static_mask(spec, view) & F.dynamic_mask(spec, view, cfg)
+    fit = F.fit_now(spec, view, cfg)
     feasible = fit if mask is None else fit & mask
     nodes = np.flatnonzero(feasible)
     if len(nodes) == 0:

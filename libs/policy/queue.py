@@ -250,6 +250,10 @@ class PendingQueue(Sequence[PendingJob]):
         its meaning."""
         return self._shape[: len(self._jobs)], self._shape_keys, self._shape_specs
 
+    def shape_ids(self) -> dict[tuple, int]:
+        """``shape_key`` -> its index in ``shapes()`` (read-only)."""
+        return self._shape_ids
+
     def seq(self) -> np.ndarray:
         """Insertion sequence per row (read-only view): the rank tie-break."""
         return self._seq[: len(self._jobs)]

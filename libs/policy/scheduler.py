@@ -126,13 +126,18 @@ def schedule(
     max_extra = max(0, cfg.reservations - 1)
     slow_fail: set[tuple] = set()  # (shape, slow-model code) refused "SlowGPU" in this pass
     slow_masks: dict[int, np.ndarray] = {}  # slow-model code -> bool per node
+    # nodes not reserved (rebuilt when the reservations change) and that mask combined with
+    # each slow-model code's (read-only by convention: shared by the rows of the pass)
+    resv_held: tuple | None = None
+    resv_mask: np.ndarray | None = None
+    combined: dict[tuple, np.ndarray] = {}
     # slow-guard code per row (bit m: GPU model m too slow for it now), for rows asked only
     codes: _SlowCodes | None = None
     if is_queue:
         shape_of, shape_keys, shape_specs = pending.shapes()
     else:
         shape_of, shape_keys, shape_specs = _shapes_of(pending)
-    shape_ids = {k: i for i, k in enumerate(shape_keys)}
+    shape_ids = pending.shape_ids() if is_queue else {k: i for i, k in enumerate(shape_keys)}
     jobs = pending._jobs if is_queue else pending  # plain list access in the hot loop
     # Once the head (and the extra blocked jobs) are known, a row whose shape already failed
     # in this pass changes nothing but its own reason: with reasons=False the walk drops such
@@ -212,11 +217,16 @@ def schedule(
             n_extra_done = len(extra_heads)
         mask = None
         if reservation is not None or extras:
-            mask = np.ones(len(view.node_ids), dtype=bool)
-            if reservation is not None:
-                mask[reservation.node_index] = False
-            for _, r in extras:
-                mask[r.node_index] = False
+            held = (None if reservation is None else reservation.node_index, len(extras))
+            if held != resv_held:  # the reserved nodes changed: rebuild the mask once
+                resv_held = held
+                resv_mask = np.ones(len(view.node_ids), dtype=bool)
+                if reservation is not None:
+                    resv_mask[reservation.node_index] = False
+                for _, r in extras:
+                    resv_mask[r.node_index] = False
+                combined.clear()
+            mask = resv_mask
         slow = None
         if spec.est_runtime_s >= cfg.slow_guard_runtime_s:
             if codes is None:
@@ -230,7 +240,10 @@ def schedule(
                 if slow is None:
                     bits = [(too >> m) & 1 == 1 for m in range(len(view.models))]
                     slow = slow_masks[too] = np.array(bits)[view.model_idx]
-                mask = ~slow if mask is None else mask & ~slow
+                both = combined.get((too, mask is None))
+                if both is None:
+                    both = combined[(too, mask is None)] = ~slow if mask is None else mask & ~slow
+                mask = both
         if mask is not None and key in resv_fail:
             # this shape fits nowhere but reserved nodes, where it would delay their jobs
             # (placements in a pass only take resources): only a job ending before some
