@@ -131,6 +131,27 @@ def schedule(
     resv_held: tuple | None = None
     resv_mask: np.ndarray | None = None
     combined: dict[tuple, np.ndarray] = {}
+
+    def unreserved() -> np.ndarray | None:
+        """bool[N], the nodes no reservation of the pass holds (None: no reservation)."""
+        nonlocal resv_held, resv_mask
+        if reservation is None and not extras:
+            return None
+        held = (None if reservation is None else reservation.node_index, len(extras))
+        if held != resv_held:  # the reserved nodes changed: rebuild the mask once
+            resv_held = held
+            resv_mask = np.ones(len(view.node_ids), dtype=bool)
+            if reservation is not None:
+                resv_mask[reservation.node_index] = False
+            for _, r in extras:
+                resv_mask[r.node_index] = False
+            combined.clear()
+        return resv_mask
+
+    def screen() -> None:
+        """Bulk walk: drop the groups of rows that cannot start now (``_DeadRows.screen``)."""
+        dead.screen(view, cfg, unreserved(), shape_specs, shape_keys, failed)
+        walked.refilter()
     # slow-guard code per row (bit m: GPU model m too slow for it now), for rows asked only
     codes: _SlowCodes | None = None
     if is_queue:
@@ -148,6 +169,7 @@ def schedule(
     )
 
     dead: _DeadRows | None = None  # what the bulk walk drops (from the switch on)
+    resv_new = False  # reservations were computed since the last screen
 
     for pos, i in enumerate(walked):
         if max_share < EPS or len(assignments) >= cfg.max_places_per_pass:
@@ -178,6 +200,10 @@ def schedule(
                     dead,
                     lambda: max_share < EPS or len(assignments) >= cfg.max_places_per_pass,  # noqa: B023
                 )
+                # screen only once the reservations are made: the first row that may start
+                # makes them (even if it then cannot start), and the pass reports them
+                if reserved_tried and n_extra_done >= len(extra_heads):
+                    screen()
         job = jobs[i]
         spec = job.spec
         key = (spec.gpus, spec.gpu_mem_gb, spec.host_mem_gb, spec.cpus, spec.constraints)
@@ -205,6 +231,7 @@ def schedule(
             reservation, rel, rel_owned = _reserve(
                 head, view, rel, rel_owned, running, started, now, cfg
             )
+            resv_new = True
         if n_extra_done < len(extra_heads):  # reserve for blocked jobs met since
             rel, rel_owned = _running_set(rel, rel_owned, running, started)
             for h in extra_heads[n_extra_done:]:
@@ -215,18 +242,12 @@ def schedule(
                 if r is not None:
                     extras.append((h, r))
             n_extra_done = len(extra_heads)
-        mask = None
-        if reservation is not None or extras:
-            held = (None if reservation is None else reservation.node_index, len(extras))
-            if held != resv_held:  # the reserved nodes changed: rebuild the mask once
-                resv_held = held
-                resv_mask = np.ones(len(view.node_ids), dtype=bool)
-                if reservation is not None:
-                    resv_mask[reservation.node_index] = False
-                for _, r in extras:
-                    resv_mask[r.node_index] = False
-                combined.clear()
-            mask = resv_mask
+            resv_new = True
+        if resv_new:
+            resv_new = False
+            if dead is not None:
+                screen()  # the reserved nodes are known now: fewer groups can start
+        mask = unreserved()
         slow = None
         if spec.est_runtime_s >= cfg.slow_guard_runtime_s:
             if codes is None:
@@ -437,6 +458,7 @@ class _Walk:
         self._full = full
         self._after = self._ranked_after(self._last)
         cand = np.flatnonzero(self._after)
+        dead.assign(cand)
         self._live = self._sorted(cand[~dead(cand)])
 
     def refilter(self) -> None:
@@ -546,8 +568,10 @@ def _context(pending, q, is_queue: bool, view, profiles, cfg) -> PlaceContext:
 class _DeadRows:
     """Rows the bulk walk may drop, as a function of rows: their shape failed in this pass or
     is larger than the largest free block (and fits some node when empty), or their (shape,
-    slow-model code) was refused SlowGPU in this pass. Kept up to date by the pass as it
-    learns, so a check is a few numpy operations over the rows left."""
+    slow-model code) was refused SlowGPU in this pass. Every one of these facts is about a
+    group of rows, (shape, code): ``assign`` puts each candidate row in its group once (the
+    codes are fixed for the pass), the pass marks groups dead as it learns, and a check is
+    one lookup per row (``dead_g[group_of_row[rows]]``)."""
 
     def __init__(self, shape_of, shape_specs, codes: _SlowCodes, bits: int, view) -> None:
         self.shape_of = shape_of
@@ -558,33 +582,81 @@ class _DeadRows:
         self.ever = np.array([F.can_ever_fit(sp, view) for sp in shape_specs], dtype=bool)
         self.failed = np.zeros(len(shape_specs), dtype=bool)
         self.too_big = np.zeros(len(shape_specs), dtype=bool)
-        self.pairs: list[int] = []
+        self.pairs: set[int] = set()
+        self.group_of_row = np.full(len(shape_of), -1, dtype=np.int64)
+        self.g_key = np.zeros(0, dtype=np.int64)  # (shape << bits) + code per group, sorted
+        self.g_shape = np.zeros(0, dtype=np.int64)
+        self.g_code = np.zeros(0, dtype=np.int64)
+        self.g_pair = np.zeros(0, dtype=bool)  # the group's (shape, code) was refused
+        self.g_nofit = np.zeros(0, dtype=bool)  # the group fits nowhere it may go (screen)
+        self.dead_g = np.zeros(0, dtype=bool)
+
+    def assign(self, rows: np.ndarray) -> None:
+        """Put ``rows`` in their (shape, code) groups (once per pass, before any check)."""
+        keys = (self.shape_of[rows] << self.bits) + self.codes.rows(rows)
+        uniq, inv = np.unique(keys, return_inverse=True)
+        self.group_of_row[rows] = inv
+        self.g_key = uniq
+        self.g_shape = uniq >> self.bits
+        self.g_code = uniq & ((1 << self.bits) - 1)
+        self.g_pair = np.isin(uniq, np.fromiter(self.pairs, dtype=np.int64, count=len(self.pairs)))
+        self.g_nofit = np.zeros(len(uniq), dtype=bool)
+        self._refresh()
+
+    def screen(self, view, cfg, allowed_nodes, shape_specs, shape_keys, failed) -> None:
+        """Mark dead every group that cannot start on the view as it is now: its shape fits
+        no node (recorded in ``failed`` as ``place`` would), or, for a group the slow-GPU
+        guard holds off some models, it fits no node that is fast enough and not reserved
+        (``allowed_nodes``: bool[N] not reserved, or None). Exactly the answer ``place``
+        would give each of its rows, for all groups at once: resources only shrink during a
+        pass, so a dead group stays dead."""
+        gi = np.flatnonzero(~self.dead_g)
+        if not len(gi):
+            return
+        shapes, inv = np.unique(self.g_shape[gi], return_inverse=True)
+        fits = np.stack([F.fit_now(shape_specs[k], view, cfg) for k in shapes.tolist()])
+        fit_any = fits.any(axis=1)
+        for k in shapes[~fit_any].tolist():
+            failed[shape_keys[k]] = F.refusal_reason(shape_specs[k], view, cfg)[0]
+            self.failed[k] = True
+        code = self.g_code[gi]
+        ok = fit_any[inv]
+        held = code != 0
+        if held.any():
+            h = np.flatnonzero(held)
+            fast = ((code[h, None] >> view.model_idx[None, :]) & 1) == 0
+            m = fits[inv[h]] & fast
+            if allowed_nodes is not None:
+                m &= allowed_nodes
+            ok[h] = m.any(axis=1)
+        self.g_nofit[gi[~ok]] = True
+        self._refresh()
+
+    def _refresh(self) -> None:
+        g = self.g_shape
+        self.dead_g = self.failed[g] | self.too_big[g] | self.g_pair | self.g_nofit
 
     def failed_shapes(self, shape_ids) -> None:
         for s in shape_ids:
             self.failed[s] = True
+        self._refresh()
 
     def slow_refused(self, shape_id: int, code: int) -> None:
-        self.pairs.append((shape_id << self.bits) + code)
+        k = (shape_id << self.bits) + code
+        self.pairs.add(k)
+        g = int(np.searchsorted(self.g_key, k))
+        if g < len(self.g_key) and self.g_key[g] == k:
+            self.g_pair[g] = True
+            self.dead_g[g] = True
 
     def block(self, max_share: float, max_whole: int) -> None:
         """The largest free blocks shrank: shapes above them cannot start in this pass."""
         big = np.where(self.frac, self.gpus > max_share + EPS, np.round(self.gpus) > max_whole)
         self.too_big = big & self.ever
+        self._refresh()
 
     def __call__(self, rows: np.ndarray) -> np.ndarray:
-        s = self.shape_of[rows]
-        out = self.failed[s] | self.too_big[s]
-        if self.pairs:
-            alive = np.flatnonzero(~out)
-            if len(alive):
-                sub = rows[alive]
-                p = (s[alive] << self.bits) + self.codes.rows(sub)
-                hit = np.zeros(len(sub), dtype=bool)
-                for x in self.pairs:
-                    hit |= p == x
-                out[alive] = hit
-        return out
+        return self.dead_g[self.group_of_row[rows]]
 
 
 def _shapes_of(jobs: Sequence[PendingJob]) -> tuple[np.ndarray, list[tuple], list]:
