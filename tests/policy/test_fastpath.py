@@ -110,6 +110,31 @@ def test_queue_size_histogram_matches_the_mix_from_scratch():
     assert q.min_request() == (float("inf"), float("inf")) and not q.tenants_present().any()
 
 
+def test_queue_column_follows_its_rows_and_forgets_replaced_jobs_and_old_keys():
+    """A per-row cache (the slow-GPU hold thresholds live in one) must move with its row when
+    a removal swaps the last row in, read NaN for a job added or replaced since, survive a
+    growth of the queue, and start empty when the objects it was computed from change."""
+    q = PendingQueue()
+    for i in range(3):
+        q.add(PendingJob(JobSpec(id=f"j{i}", gpus=1.0), 0.0))
+    key = (object(),)
+    col = q.column("c", 2, key)
+    assert col.shape == (3, 2) and np.isnan(col).all()
+    col[:] = [[0.0, 0.5], [1.0, 1.5], [2.0, 2.5]]
+    q.remove("j0")  # j2 moves into row 0
+    col = q.column("c", 2, key)
+    assert col[q.position("j2")].tolist() == [2.0, 2.5]
+    assert col[q.position("j1")].tolist() == [1.0, 1.5]
+    q.add(PendingJob(JobSpec(id="j1", gpus=2.0), 0.0))  # replaced: its cache is stale
+    for i in range(3, 40):  # grows the row storage past its first capacity
+        q.add(PendingJob(JobSpec(id=f"j{i}", gpus=1.0), 0.0))
+    col = q.column("c", 2, key)
+    assert np.isnan(col[q.position("j1")]).all()
+    assert col[q.position("j2")].tolist() == [2.0, 2.5]
+    assert np.isnan(col[q.position("j39")]).all()
+    assert np.isnan(q.column("c", 2, (object(),))).all()  # other inputs: nothing kept
+
+
 def _node(i: str, g: int) -> NodeSpec:
     return NodeSpec(
         id=i,

@@ -70,6 +70,7 @@ class Mosaic(BasePolicy):
         self._blocked_ver = 0  # bumped when the blocked jobs change (the power memo's key)
         self._green: dict[str, bool] = {}  # scores.is_green per queued job (fixed per spec)
         self._plan_key: tuple | None = None  # inputs of the last power plan, when it was empty
+        self._starts = 0  # jobs started so far (a blocked job leaves the queue only so)
         self._reserved: tuple[int, ...] = ()
         self._cadence = BackfillCadence(self.cfg.backfill_interval_s)
         self._tick_at: float | None = None
@@ -107,6 +108,7 @@ class Mosaic(BasePolicy):
 
     def started(self, job: SimJob, now: float) -> None:
         self.queue.remove(job.spec.id)
+        self._starts += 1
         del self._green[job.spec.id]
         t = job.spec.tenant
         self.usage[t] = self.usage.get(t, np.zeros(4)) + usage_vector(job)
@@ -203,12 +205,15 @@ class Mosaic(BasePolicy):
         """``power.plan`` for the blocked jobs still queued: green jobs' demand first wakes
         the greenest nodes, the rest the fastest.
 
-        Memoised while it decides nothing: the same view (``view.gen``: allocations and
-        cordons; a blocked job leaves the queue only by starting), blocked jobs, power states,
-        reservations and nodes due to sleep give the same empty plan (an empty plan does not
-        depend on how long each due node has idled, only on which are due)."""
+        Memoised while it decides nothing: the same blocked jobs still queued (a blocked
+        job leaves the queue only by starting: ``_starts``), power states, reservations and
+        nodes due to sleep give the same empty plan. Which nodes to wake reads only static
+        fits and power states; free resources (``view.gen``) matter only when some node is
+        due to sleep (the warm reserve), and how long a due node has idled only orders a
+        plan that suspends something."""
         key = (
-            self.view.gen,
+            self.view.gen if due.any() else None,
+            self._starts,
             self._blocked_ver,
             self._reserved,
             self._suspended.tobytes(),
