@@ -579,7 +579,7 @@ class _DeadRows:
         self.bits = bits
         self.gpus = np.array([sp.gpus for sp in shape_specs], dtype=float)
         self.frac = self.gpus < 1.0 - EPS
-        self.ever = np.array([F.can_ever_fit(sp, view) for sp in shape_specs], dtype=bool)
+        self.ever = _per_shape(view, "ever", shape_specs, lambda sp: F.can_ever_fit(sp, view))
         self.failed = np.zeros(len(shape_specs), dtype=bool)
         self.too_big = np.zeros(len(shape_specs), dtype=bool)
         self.pairs: set[int] = set()
@@ -685,11 +685,7 @@ class _SlowCodes:
         self.pending, self.q, self.shape_of = pending, q, shape_of
         self.view, self.ctx, self.cfg, self.now = view, ctx, cfg, now
         self.cache = np.full(len(pending), -1, dtype=np.int64)
-        key = ("present_models", tuple(map(shape_key, shape_specs)))
-        hit = view.static_cache.get(key)
-        if hit is None:
-            hit = view.static_cache[key] = _present_models(shape_specs, view)
-        self.present = hit
+        self.present = _per_shape(view, "present_models", shape_specs, None)
         n_models = len(view.models)
         self.bits = np.int64(1) << np.arange(n_models, dtype=np.int64)
         if isinstance(pending, PendingQueue):
@@ -717,6 +713,26 @@ class _SlowCodes:
     def row(self, i: int) -> int:
         c = int(self.cache[i])
         return c if c >= 0 else int(self.rows(np.array([i], dtype=np.int64))[0])
+
+
+def _per_shape(view: ClusterView, name: str, shape_specs: list, fn) -> np.ndarray:
+    """A static per-shape array for the queue's shape list, memoised on the view. A queue
+    only appends to its shape list (``PendingQueue.shapes``), so the same list object with
+    the same length holds the same shapes; anything else is keyed by the shapes themselves."""
+    key = (name, id(shape_specs), len(shape_specs))
+    hit = view.static_cache.get(key)
+    if hit is not None and hit[0] is shape_specs:
+        return hit[1]
+    full_key = (name, tuple(map(shape_key, shape_specs)))
+    arr = view.static_cache.get(full_key)
+    if arr is None:
+        if fn is None:
+            arr = _present_models(shape_specs, view)
+        else:
+            arr = np.array([fn(sp) for sp in shape_specs], dtype=bool)
+        view.static_cache[full_key] = arr
+    view.static_cache[key] = (shape_specs, arr)
+    return arr
 
 
 def _present_models(shape_specs: list, view: ClusterView) -> np.ndarray:

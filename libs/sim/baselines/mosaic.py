@@ -70,7 +70,8 @@ class Mosaic(BasePolicy):
         self._blocked_ver = 0  # bumped when the blocked jobs change (the power memo's key)
         self._green: dict[str, bool] = {}  # scores.is_green per queued job (fixed per spec)
         self._plan_key: tuple | None = None  # inputs of the last power plan, when it was empty
-        self._starts = 0  # jobs started so far (a blocked job leaves the queue only so)
+        self._blocked_ids: set[str] = set()
+        self._blocked_starts = 0  # blocked jobs started since (they leave the queue only so)
         self._reserved: tuple[int, ...] = ()
         self._cadence = BackfillCadence(self.cfg.backfill_interval_s)
         self._tick_at: float | None = None
@@ -108,7 +109,8 @@ class Mosaic(BasePolicy):
 
     def started(self, job: SimJob, now: float) -> None:
         self.queue.remove(job.spec.id)
-        self._starts += 1
+        if job.spec.id in self._blocked_ids:
+            self._blocked_starts += 1
         del self._green[job.spec.id]
         t = job.spec.tenant
         self.usage[t] = self.usage.get(t, np.zeros(4)) + usage_vector(job)
@@ -158,8 +160,10 @@ class Mosaic(BasePolicy):
             # every walked job that did not start: waiting for capacity, for a reserved node or
             # for a fast GPU (SlowGPU: fast nodes wake first, see _wake_order)
             blocked = [jobs[i].spec for i in rows if jobs[i].spec.id not in placed][:cap]
-            if [s.id for s in blocked] != [s.id for s in self._blocked]:
+            ids = [s.id for s in blocked]
+            if ids != [s.id for s in self._blocked]:
                 self._blocked_ver += 1
+                self._blocked_ids = set(ids)
             self._blocked = blocked
             resv = [res.reservation, *res.extra_reservations]
             self._reserved = tuple(r.node_index for r in resv if r is not None)
@@ -206,14 +210,15 @@ class Mosaic(BasePolicy):
         the greenest nodes, the rest the fastest.
 
         Memoised while it decides nothing: the same blocked jobs still queued (a blocked
-        job leaves the queue only by starting: ``_starts``), power states, reservations and
-        nodes due to sleep give the same empty plan. Which nodes to wake reads only static
-        fits and power states; free resources (``view.gen``) matter only when some node is
-        due to sleep (the warm reserve), and how long a due node has idled only orders a
-        plan that suspends something."""
+        job leaves the queue only by starting: ``_blocked_starts``), power states,
+        reservations and nodes due to sleep give the same empty plan. Which nodes to wake
+        reads only static fits and power states; free resources (``view.gen``) matter only
+        through the warm reserve when some node is due to sleep, and how long a due node has
+        idled only orders a plan that suspends something."""
+        reserve_reads_view = due.any() and self.cfg.warm_reserve_frac > 0
         key = (
-            self.view.gen if due.any() else None,
-            self._starts,
+            self.view.gen if reserve_reads_view else None,
+            self._blocked_starts,
             self._blocked_ver,
             self._reserved,
             self._suspended.tobytes(),
