@@ -152,6 +152,7 @@ def schedule(
         """Bulk walk: drop the groups of rows that cannot start now (``_DeadRows.screen``)."""
         dead.screen(view, cfg, unreserved(), shape_specs, shape_keys, failed)
         walked.refilter()
+
     # slow-guard code per row (bit m: GPU model m too slow for it now), for rows asked only
     codes: _SlowCodes | None = None
     if is_queue:
@@ -690,7 +691,8 @@ class _SlowCodes:
         self.bits = np.int64(1) << np.arange(n_models, dtype=np.int64)
         if isinstance(pending, PendingQueue):
             # valid while the profile tables, the config and the nodes' specs are the same
-            self.waits = pending.column("hold_waits", n_models, (ctx.tables, cfg, view.static_cache))
+            inputs = (ctx.tables, cfg, view.static_cache)
+            self.waits = pending.column("hold_waits", n_models, inputs)
             self.enq = pending.enq()
         else:
             self.waits = np.full((len(pending), n_models), np.nan)
