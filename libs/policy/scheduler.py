@@ -10,8 +10,8 @@ numpy expression per pass, refreshed only when a placement shrinks the largest b
 shape that failed is not tried again (the memo lives on the view and survives passes until
 something is freed, ``view.freed_gen``: taking resources cannot make a misfit fit), backfill
 looks at most ``cfg.backfill_depth`` jobs below the head, and the reservation is only computed
-when a backfill decision needs it (or when ``want_reservation``), memoised on the view until the
-view changes (``view.gen``). When no pending request fits the largest free block at all, the
+once the walk reaches a job below the head (or when ``want_reservation``), memoised on the view
+until the view changes (``view.gen``). When no pending request fits the largest free block at all, the
 pass returns at once without ranking (``CycleResult.rank`` is None, every job waits on
 "Resources").
 
@@ -170,7 +170,6 @@ def schedule(
     )
 
     dead: _DeadRows | None = None  # what the bulk walk drops (from the switch on)
-    resv_new = False  # reservations were computed since the last screen
 
     for pos, i in enumerate(walked):
         if max_share < EPS or len(assignments) >= cfg.max_places_per_pass:
@@ -184,6 +183,26 @@ def schedule(
             if behind_head > cfg.backfill_depth:
                 stop_at = pos
                 break
+            # the walk reached a job below the blocked job(s): reserve for them now. When is
+            # decided by the walk alone (not by what the memos already know of this job), so
+            # a warm view and a cold copy, or the bulk and the row-by-row walk, report the
+            # same reservations
+            if not reserved_tried:
+                reserved_tried = True
+                reservation, rel, rel_owned = _reserve(
+                    head, view, rel, rel_owned, running, started, now, cfg
+                )
+            if n_extra_done < len(extra_heads):  # reserve for blocked jobs met since
+                rel, rel_owned = _running_set(rel, rel_owned, running, started)
+                for h in extra_heads[n_extra_done:]:
+                    taken = [r.node_index for _, r in extras]
+                    if reservation is not None:
+                        taken.append(reservation.node_index)
+                    n_run = len(running) + len(started)
+                    r = _reserve_extra(h, view, rel, taken, n_run, now, cfg)
+                    if r is not None:
+                        extras.append((h, r))
+                n_extra_done = len(extra_heads)
         if not walked.bulk:
             seen.append(i)
             if can_bulk and head is not None and len(extra_heads) >= max_extra:
@@ -201,10 +220,7 @@ def schedule(
                     dead,
                     lambda: max_share < EPS or len(assignments) >= cfg.max_places_per_pass,  # noqa: B023
                 )
-                # screen only once the reservations are made: the first row that may start
-                # makes them (even if it then cannot start), and the pass reports them
-                if reserved_tried and n_extra_done >= len(extra_heads):
-                    screen()
+                screen()  # the reservations are made (above): drop what cannot start
         job = jobs[i]
         spec = job.spec
         key = (spec.gpus, spec.gpu_mem_gb, spec.host_mem_gb, spec.cpus, spec.constraints)
@@ -227,27 +243,6 @@ def schedule(
             continue
         if ctx is None:
             ctx = _context(pending, q, is_queue, view, profiles, cfg)
-        if head is not None and reservation is None and not reserved_tried:
-            reserved_tried = True  # computed only now that a job behind the head may start
-            reservation, rel, rel_owned = _reserve(
-                head, view, rel, rel_owned, running, started, now, cfg
-            )
-            resv_new = True
-        if n_extra_done < len(extra_heads):  # reserve for blocked jobs met since
-            rel, rel_owned = _running_set(rel, rel_owned, running, started)
-            for h in extra_heads[n_extra_done:]:
-                taken = [r.node_index for _, r in extras]
-                if reservation is not None:
-                    taken.append(reservation.node_index)
-                r = _reserve_extra(h, view, rel, taken, len(running) + len(started), now, cfg)
-                if r is not None:
-                    extras.append((h, r))
-            n_extra_done = len(extra_heads)
-            resv_new = True
-        if resv_new:
-            resv_new = False
-            if dead is not None:
-                screen()  # the reserved nodes are known now: fewer groups can start
         mask = unreserved()
         slow = None
         if spec.est_runtime_s >= cfg.slow_guard_runtime_s:
