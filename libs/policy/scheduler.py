@@ -11,8 +11,8 @@ shape that failed is not tried again (the memo lives on the view and survives pa
 something is freed, ``view.freed_gen``: taking resources cannot make a misfit fit), backfill
 looks at most ``cfg.backfill_depth`` jobs below the head, and the reservation is only computed
 once the walk reaches a job below the head (or when ``want_reservation``), memoised on the view
-until the view changes (``view.gen``). When no pending request fits the largest free block at all, the
-pass returns at once without ranking (``CycleResult.rank`` is None, every job waits on
+until the view changes (``view.gen``). When no pending request fits the largest free block at
+all, the pass returns at once without ranking (``CycleResult.rank`` is None, every job waits on
 "Resources").
 
 Ranking: with ``reasons=False`` only the prefix of the order the pass can reach is sorted
@@ -390,6 +390,7 @@ class _Walk:
         "_t",
         "_tail",
         "_tail_fn",
+        "_unsorted",
     )
 
     def __init__(self, prefix: Sequence, row_of, tail, keys) -> None:
@@ -409,6 +410,7 @@ class _Walk:
         self._live = np.zeros(0, dtype=np.int64)  # bulk: rows still to hand out, rank order
         self._j = 0
         self._dirty = False
+        self._unsorted = False
 
     def __iter__(self) -> _Walk:
         return self
@@ -455,7 +457,10 @@ class _Walk:
         self._after = self._ranked_after(self._last)
         cand = np.flatnonzero(self._after)
         dead.assign(cand)
-        self._live = self._sorted(cand[~dead(cand)])
+        # sorted when the first row is asked for: the pass may mark more rows dead before
+        # (``_DeadRows.screen``), and only the rows left are worth sorting
+        self._live = cand
+        self._unsorted = True
 
     def refilter(self) -> None:
         """More rows may be dead now (a shape failed, a placement shrank the largest free
@@ -466,6 +471,10 @@ class _Walk:
         if self._full():
             self._halted = True
             raise StopIteration
+        if self._unsorted:
+            self._unsorted = False
+            self._dirty = False
+            self._live = self._sorted(self._live[~self._dead(self._live)])
         if self._dirty:
             self._dirty = False
             rest = self._live[self._j :]
@@ -610,7 +619,7 @@ class _DeadRows:
         if not len(gi):
             return
         shapes, inv = np.unique(self.g_shape[gi], return_inverse=True)
-        fits = np.stack([F.fit_now(shape_specs[k], view, cfg) for k in shapes.tolist()])
+        fits = _fits_now(shapes, shape_specs, view, cfg)
         fit_any = fits.any(axis=1)
         for k in shapes[~fit_any].tolist():
             failed[shape_keys[k]] = F.refusal_reason(shape_specs[k], view, cfg)[0]
@@ -653,6 +662,31 @@ class _DeadRows:
 
     def __call__(self, rows: np.ndarray) -> np.ndarray:
         return self.dead_g[self.group_of_row[rows]]
+
+
+def _fits_now(ids: np.ndarray, shape_specs: list, view: ClusterView, cfg: PolicyConfig):
+    """bool[len(ids), node]: ``F.fit_now`` of the shapes ``ids`` (indices into
+    ``shape_specs``), whole-GPU requests in one broadcast (the same comparisons as
+    ``F.dynamic_mask``, so the same answers)."""
+    out = np.empty((len(ids), len(view.node_ids)), dtype=bool)
+    specs = [shape_specs[k] for k in ids.tolist()]
+    frac = np.array([F.is_fractional(sp) for sp in specs], dtype=bool)
+    if not frac.all():
+        w = np.flatnonzero(~frac)
+        static = _per_shape(view, "static_masks", shape_specs, None)[ids[w]]
+        k = np.array([F.whole_gpus(specs[i]) for i in w.tolist()])[:, None]
+        host = np.array([specs[i].host_mem_gb for i in w.tolist()])[:, None]
+        cpus = np.array([specs[i].cpus for i in w.tolist()])[:, None]
+        out[w] = (
+            static
+            & F.available(view, cfg)
+            & (view.whole_free >= k)
+            & (view.host_mem_free_gb >= host - EPS)
+            & (view.cpus_free >= cpus - EPS)
+        )
+    for i in np.flatnonzero(frac).tolist():
+        out[i] = F.fit_now(specs[i], view, cfg)
+    return out
 
 
 def _shapes_of(jobs: Sequence[PendingJob]) -> tuple[np.ndarray, list[tuple], list]:
@@ -723,7 +757,9 @@ def _per_shape(view: ClusterView, name: str, shape_specs: list, fn) -> np.ndarra
     full_key = (name, tuple(map(shape_key, shape_specs)))
     arr = view.static_cache.get(full_key)
     if arr is None:
-        if fn is None:
+        if name == "static_masks":  # bool[shape, node]
+            arr = np.stack([F.static_mask(sp, view) for sp in shape_specs])
+        elif fn is None:
             arr = _present_models(shape_specs, view)
         else:
             arr = np.array([fn(sp) for sp in shape_specs], dtype=bool)
