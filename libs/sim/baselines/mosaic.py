@@ -71,6 +71,7 @@ class Mosaic(BasePolicy):
         self._green: dict[str, bool] = {}  # scores.is_green per queued job (fixed per spec)
         self._plan_key: tuple | None = None  # inputs of the last power plan, when it was empty
         self._blocked_ids: set[str] = set()
+        self._last_step: tuple | None = None  # (inputs, next due time) of an empty power step
         self._blocked_starts = 0  # blocked jobs started since (they leave the queue only so)
         self._reserved: tuple[int, ...] = ()
         self._cadence = BackfillCadence(self.cfg.backfill_interval_s)
@@ -182,6 +183,12 @@ class Mosaic(BasePolicy):
         """(node ids to suspend, node ids to resume, when to ask again or None)."""
         if not self.cfg.power_saving:
             return [], [], None
+        # nothing changed since a step that decided nothing, and no node has become due to
+        # sleep since (that happens at the returned time at the earliest): the same answer
+        key = (self.view.gen, self._blocked_ver, self._blocked_starts, self._reserved)
+        last = self._last_step
+        if last is not None and last[0] == key and (last[1] is None or now < last[1]):
+            return [], [], last[1]
         idle = now - self._idle_since
         awake = ~self._suspended & ~self._resuming
         due = awake & (idle >= self.cfg.suspend_after_s) & power.empty_nodes(self.view)
@@ -203,6 +210,7 @@ class Mosaic(BasePolicy):
             due = self._idle_since[awake_idle] + self.cfg.suspend_after_s
             later = due[due > now]
             nxt = float(later.min()) if len(later) else None
+        self._last_step = None if p.suspend or p.resume else (key, nxt)
         return [ids[i] for i in p.suspend], [ids[i] for i in p.resume], nxt
 
     def _power_plan(self, idle: np.ndarray, due: np.ndarray) -> power.PowerPlan:
