@@ -598,13 +598,23 @@ class _DeadRows:
 
     def assign(self, rows: np.ndarray) -> None:
         """Put ``rows`` in their (shape, code) groups (once per pass, before any check)."""
-        keys = (self.shape_of[rows] << self.bits) + self.codes.rows(rows)
+        shape = self.shape_of[rows]
+        keys = shape << self.bits
+        # a row whose shape is already dead stays dead for the pass (failed and too-big
+        # shapes only grow as resources are taken): its slow-model code does not matter
+        live = np.flatnonzero(~(self.failed[shape] | self.too_big[shape]))
+        if len(live):
+            keys[live] += self.codes.rows(rows[live])
         uniq, inv = np.unique(keys, return_inverse=True)
         self.group_of_row[rows] = inv
         self.g_key = uniq
         self.g_shape = uniq >> self.bits
         self.g_code = uniq & ((1 << self.bits) - 1)
-        self.g_pair = np.isin(uniq, np.fromiter(self.pairs, dtype=np.int64, count=len(self.pairs)))
+        self.g_pair = (
+            np.isin(uniq, np.fromiter(self.pairs, dtype=np.int64, count=len(self.pairs)))
+            if self.pairs
+            else np.zeros(len(uniq), dtype=bool)
+        )
         self.g_nofit = np.zeros(len(uniq), dtype=bool)
         self._refresh()
 
