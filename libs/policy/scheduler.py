@@ -584,7 +584,12 @@ class _DeadRows:
         self.bits = bits
         self.gpus = np.array([sp.gpus for sp in shape_specs], dtype=float)
         self.frac = self.gpus < 1.0 - EPS
-        self.ever = _per_shape(view, "ever", shape_specs, lambda sp: F.can_ever_fit(sp, view))
+        self.ever = _per_shape(
+            view,
+            "ever",
+            shape_specs,
+            lambda specs: np.array([F.can_ever_fit(sp, view) for sp in specs], dtype=bool),
+        )
         self.failed = np.zeros(len(shape_specs), dtype=bool)
         self.too_big = np.zeros(len(shape_specs), dtype=bool)
         self.pairs: set[int] = set()
@@ -674,6 +679,11 @@ class _DeadRows:
         return self.dead_g[self.group_of_row[rows]]
 
 
+def _static_masks(view: ClusterView):
+    """Builds bool[shape, node]: ``F.static_mask`` of each shape (for ``_per_shape``)."""
+    return lambda specs: np.stack([F.static_mask(sp, view) for sp in specs])
+
+
 def _fits_now(ids: np.ndarray, shape_specs: list, view: ClusterView, cfg: PolicyConfig):
     """bool[len(ids), node]: ``F.fit_now`` of the shapes ``ids`` (indices into
     ``shape_specs``), whole-GPU requests in one broadcast (the same comparisons as
@@ -683,7 +693,7 @@ def _fits_now(ids: np.ndarray, shape_specs: list, view: ClusterView, cfg: Policy
     frac = np.array([F.is_fractional(sp) for sp in specs], dtype=bool)
     if not frac.all():
         w = np.flatnonzero(~frac)
-        static = _per_shape(view, "static_masks", shape_specs, None)[ids[w]]
+        static = _per_shape(view, "static_masks", shape_specs, _static_masks(view))[ids[w]]
         k = np.array([F.whole_gpus(specs[i]) for i in w.tolist()])[:, None]
         host = np.array([specs[i].host_mem_gb for i in w.tolist()])[:, None]
         cpus = np.array([specs[i].cpus for i in w.tolist()])[:, None]
@@ -725,7 +735,9 @@ class _SlowCodes:
         self.pending, self.q, self.shape_of = pending, q, shape_of
         self.view, self.ctx, self.cfg, self.now = view, ctx, cfg, now
         self.cache = np.full(len(pending), -1, dtype=np.int64)
-        self.present = _per_shape(view, "present_models", shape_specs, None)
+        self.present = _per_shape(
+            view, "present_models", shape_specs, lambda specs: _present_models(specs, view)
+        )
         n_models = len(view.models)
         self.bits = np.int64(1) << np.arange(n_models, dtype=np.int64)
         if isinstance(pending, PendingQueue):
@@ -756,10 +768,10 @@ class _SlowCodes:
         return c if c >= 0 else int(self.rows(np.array([i], dtype=np.int64))[0])
 
 
-def _per_shape(view: ClusterView, name: str, shape_specs: list, fn) -> np.ndarray:
-    """A static per-shape array for the queue's shape list, memoised on the view. A queue
-    only appends to its shape list (``PendingQueue.shapes``), so the same list object with
-    the same length holds the same shapes; anything else is keyed by the shapes themselves."""
+def _per_shape(view: ClusterView, name: str, shape_specs: list, build) -> np.ndarray:
+    """``build(shape_specs)``, a static array with one entry per shape, memoised on the view.
+    A queue only appends to its shape list (``PendingQueue.shapes``), so the same list object
+    with the same length holds the same shapes; anything else is keyed by the shapes."""
     key = (name, id(shape_specs), len(shape_specs))
     hit = view.static_cache.get(key)
     if hit is not None and hit[0] is shape_specs:
@@ -767,13 +779,7 @@ def _per_shape(view: ClusterView, name: str, shape_specs: list, fn) -> np.ndarra
     full_key = (name, tuple(map(shape_key, shape_specs)))
     arr = view.static_cache.get(full_key)
     if arr is None:
-        if name == "static_masks":  # bool[shape, node]
-            arr = np.stack([F.static_mask(sp, view) for sp in shape_specs])
-        elif fn is None:
-            arr = _present_models(shape_specs, view)
-        else:
-            arr = np.array([fn(sp) for sp in shape_specs], dtype=bool)
-        view.static_cache[full_key] = arr
+        arr = view.static_cache[full_key] = build(shape_specs)
     view.static_cache[key] = (shape_specs, arr)
     return arr
 
