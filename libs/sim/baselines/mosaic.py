@@ -71,6 +71,7 @@ class Mosaic(BasePolicy):
         self._green: dict[str, bool] = {}  # scores.is_green per queued job (fixed per spec)
         self._plan_key: tuple | None = None  # inputs of the last power plan, when it was empty
         self._blocked_ids: set[str] = set()
+        self._blocked_id_list: list[str] = []
         self._last_step: tuple | None = None  # (inputs, next due time) of an empty power step
         self._blocked_starts = 0  # blocked jobs started since (they leave the queue only so)
         self._reserved: tuple[int, ...] = ()
@@ -160,11 +161,13 @@ class Mosaic(BasePolicy):
             jobs = self.queue._jobs
             # every walked job that did not start: waiting for capacity, for a reserved node or
             # for a fast GPU (SlowGPU: fast nodes wake first, see _wake_order)
-            blocked = [jobs[i].spec for i in rows if jobs[i].spec.id not in placed][:cap]
+            specs = [jobs[i].spec for i in rows]
+            blocked = [s for s in specs if s.id not in placed][:cap] if placed else specs[:cap]
             ids = [s.id for s in blocked]
-            if ids != [s.id for s in self._blocked]:
+            if ids != self._blocked_id_list:
                 self._blocked_ver += 1
                 self._blocked_ids = set(ids)
+                self._blocked_id_list = ids
             self._blocked = blocked
             resv = [res.reservation, *res.extra_reservations]
             self._reserved = tuple(r.node_index for r in resv if r is not None)
