@@ -22,6 +22,12 @@ from proto.jobs import JobSpec
 from proto.nodes import NodeSpec
 
 
+def shape_key(spec: JobSpec) -> tuple:
+    """What decides where a job fits (GPUs, GPU memory, host memory, CPUs, constraints): jobs
+    with the same key fit on the same nodes, so per-shape answers are memoised under it."""
+    return (spec.gpus, spec.gpu_mem_gb, spec.host_mem_gb, spec.cpus, spec.constraints)
+
+
 def is_fractional(spec: JobSpec) -> bool:
     return spec.gpus < 1.0 - EPS
 
@@ -102,7 +108,7 @@ STATIC: tuple[tuple[str, StaticFilter], ...] = (
 def static_mask(spec: JobSpec, view: ClusterView) -> np.ndarray:
     """Nodes whose shape could ever hold ``spec`` (memoised per request shape on the view;
     treat the result as read-only)."""
-    key = (spec.gpus, spec.gpu_mem_gb, spec.host_mem_gb, spec.cpus, spec.constraints)
+    key = shape_key(spec)
     m = view.static_cache.get(key)
     if m is None:
         m = np.ones(len(view.node_ids), dtype=bool)
@@ -142,7 +148,7 @@ def fit_now(spec: JobSpec, view: ClusterView, cfg: PolicyConfig) -> np.ndarray:
     hit = view.dyn_cache.get("fit_now")
     if hit is None or hit[0] != view.gen or hit[1] != cfg.thermal_max_c:
         hit = view.dyn_cache["fit_now"] = (view.gen, cfg.thermal_max_c, {})
-    key = (spec.gpus, spec.gpu_mem_gb, spec.host_mem_gb, spec.cpus, spec.constraints)
+    key = shape_key(spec)
     m = hit[2].get(key)
     if m is None:
         m = static_mask(spec, view) & dynamic_mask(spec, view, cfg)
@@ -208,7 +214,7 @@ def explain_nodes(spec: JobSpec, view: ClusterView, cfg: PolicyConfig) -> dict[s
 def can_ever_fit(spec: JobSpec, view: ClusterView) -> bool:
     """Some node's shape could hold ``spec`` (the view form of ``never_fits(...) is None``,
     memoised per request shape on the view: O(1) after the first call)."""
-    key = ("ever", (spec.gpus, spec.gpu_mem_gb, spec.host_mem_gb, spec.cpus, spec.constraints))
+    key = ("ever", shape_key(spec))
     hit = view.static_cache.get(key)
     if hit is None:
         hit = view.static_cache[key] = bool(static_mask(spec, view).any())
@@ -244,7 +250,7 @@ def never_fits(spec: JobSpec, nodes: Sequence[NodeSpec]) -> str | None:
     Memoised per node list: ``NodeSpec`` is frozen, so the same node objects in the same order
     give the same answer; the memo checks that identity (a few microseconds) and then answers
     over the distinct node shapes only, once per request shape. A changed list misses."""
-    key = (spec.gpus, spec.gpu_mem_gb, spec.host_mem_gb, spec.cpus, spec.constraints)
+    key = shape_key(spec)
     hit = _NEVER_MEMO.get(id(nodes))
     if hit is None or len(hit[0]) != len(nodes) or not all(map(operator.is_, hit[0], nodes)):
         shapes: dict[tuple, NodeSpec] = {}

@@ -84,7 +84,7 @@ def plan(
     # blocked jobs grouped by request shape (static fit depends on the shape only), in order
     shapes: dict[tuple, list] = {}
     for spec in itertools.islice(blocked, cfg.power_demand_cap):
-        key = (spec.gpus, spec.gpu_mem_gb, spec.host_mem_gb, spec.cpus, spec.constraints)
+        key = F.shape_key(spec)
         hit = shapes.get(key)
         if hit is None:
             shapes[key] = [spec, 1]

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from libs.policy.filters import shape_key
 from libs.policy.scores import SizeMix
 from libs.policy.types import PendingJob
 from proto.jobs import WORKLOAD_CLASSES
@@ -53,12 +54,6 @@ class QueueArrays:
             a[:, 8].astype(np.int64),
             list(tenants),
         )
-
-
-def shape_key(spec) -> tuple:
-    """What decides where a job fits (GPUs, GPU memory, host memory, CPUs, constraints): jobs
-    with the same key fit on the same nodes."""
-    return (spec.gpus, spec.gpu_mem_gb, spec.host_mem_gb, spec.cpus, spec.constraints)
 
 
 def take(q: QueueArrays, rows: np.ndarray) -> QueueArrays:

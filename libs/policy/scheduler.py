@@ -37,10 +37,11 @@ from libs.policy import backfill as B
 from libs.policy import filters as F
 from libs.policy.cluster import EPS, ClusterView
 from libs.policy.config import PolicyConfig
+from libs.policy.filters import shape_key
 from libs.policy.placement import PlaceContext, place, to_allocation
 from libs.policy.priority import order_of, regime, score_arrays
 from libs.policy.profiles import ProfileTable
-from libs.policy.queue import PendingQueue, QueueArrays, shape_key, take
+from libs.policy.queue import PendingQueue, QueueArrays, take
 from libs.policy.scores import SizeMix
 from libs.policy.types import (
     CycleResult,
