@@ -246,8 +246,13 @@ def reserve(
     if best is None:
         first = rel.first_ends()
         inf = float("inf")
-        bounds = sorted((max(first.get(n, inf), now), n) for n in eligible.tolist())
-        for lb, n in bounds:
+        ends = np.full(len(view.node_ids), inf)
+        if first:
+            k = len(first)
+            ends[np.fromiter(first.keys(), np.int64, k)] = np.fromiter(first.values(), float, k)
+        lbs = np.maximum(ends[eligible], now)
+        by = np.lexsort((eligible, lbs))  # by (bound, node), as sorted() of the pairs would
+        for lb, n in zip(lbs[by].tolist(), eligible[by].tolist(), strict=True):
             if lb == float("inf") or (best is not None and (lb, n) > best):
                 break
             t = _earliest_start_jobs(spec, view, n, rel.on_node(n), now)
