@@ -192,6 +192,41 @@ def test_view_change_counters():
     assert v.copy().dyn_cache == {}
 
 
+def test_a_warm_view_reports_the_reservation_a_cold_copy_reports():
+    """When a pass makes its reservation may not depend on what the memos already know:
+    here the job below the blocked head is a shape that failed in the previous pass (the
+    warm view remembers it, a cold copy does not), and both must still report the head's
+    reservation. The old rule (reserve at the first job the memos had not refused) gave the
+    warm view none."""
+    nodes = [
+        NodeSpec(id="v", gpu_model="v100-32gb", gpu_count=4, gpu_mem_gb=32, host_mem_gb=512,
+                 cpus=128, idle_power_w=40, max_power_w=300),
+        NodeSpec(id="t", gpu_model="t4", gpu_count=1, gpu_mem_gb=16, host_mem_gb=512,
+                 cpus=128, idle_power_w=10, max_power_w=70),
+    ]  # fmt: skip
+    view = ClusterView.build(nodes)
+    busy_v = JobSpec(id="busy-v", gpus=2)
+    busy_t = JobSpec(id="busy-t", gpus=1, constraints=("t4",))
+    running = []
+    for spec, node, slots in ((busy_v, 0, (0, 1)), (busy_t, 1, (0,))):
+        p = Placement(node, nodes[node].id, slots, 1.0, 0.0, {})
+        view.allocate(to_allocation(spec, p, 0.0))
+        running.append(RunningJob(spec, node, slots, 1.0, 500.0))
+    pending = [
+        PendingJob(JobSpec(id="head", gpus=4, priority=9), 0.0),  # blocked: 2 of 4 free
+        PendingJob(JobSpec(id="below", gpus=3, priority=5), 0.0),  # cannot start either
+        PendingJob(JobSpec(id="t4-job", gpus=1, priority=1, constraints=("t4",)), 0.0),
+    ]
+    kw = {"tenant_usage": {}, "profiles": P, "cfg": NO_EPOCH, "reasons": False}
+    first = schedule(pending, view, running, now=10.0, **kw)  # fills the warm view's memo
+    assert first.assignments == [] and first.reservation is not None
+    cold = view.copy()  # same resources, empty memos
+    warm_res = schedule(pending, view, running, now=20.0, **kw)
+    cold_res = schedule(pending, cold, running, now=20.0, **kw)
+    assert warm_res.reservation == cold_res.reservation
+    assert warm_res.reservation is not None and warm_res.reservation.node_id == "v"
+
+
 def test_bench_replay_runs_and_places_every_job():
     out = bench_replay(20, 150, load=1.1)
     assert out["placements"] == 150 and out["events_per_s"] > 0
