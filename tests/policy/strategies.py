@@ -1,4 +1,5 @@
-"""Hypothesis strategies for random heterogeneous clusters and jobs (shared by policy tests)."""
+"""Hypothesis strategies for random heterogeneous clusters and jobs, and the plain node builder
+the hand-written policy tests share."""
 
 from __future__ import annotations
 
@@ -8,6 +9,30 @@ from proto.jobs import WORKLOAD_CLASSES, JobSpec
 from proto.nodes import NodeSpec
 
 MODELS = (("a100-80gb", 80.0), ("v100-32gb", 32.0), ("t4", 16.0), ("h900", 96.0))
+
+
+def node_spec(
+    nid: str,
+    gpus: int,
+    model: str = "v100-32gb",
+    mem: float = 32.0,
+    *,
+    host: float = 512.0,
+    cpus: int = 128,
+    idle_w: float = 40.0,
+    max_w: float = 300.0,
+) -> NodeSpec:
+    """One node for a hand-built cluster: ``gpus`` GPUs of ``model`` with ``mem`` GB each."""
+    return NodeSpec(
+        id=nid,
+        gpu_model=model,
+        gpu_count=gpus,
+        gpu_mem_gb=mem,
+        host_mem_gb=host,
+        cpus=cpus,
+        idle_power_w=idle_w,
+        max_power_w=max_w,
+    )
 
 
 @st.composite

@@ -22,8 +22,7 @@ from libs.policy.scheduler import schedule
 from libs.policy.scores import SizeMix
 from libs.policy.types import PendingJob, Placement, RunningJob
 from proto.jobs import JobSpec
-from proto.nodes import NodeSpec
-from tests.policy.strategies import busy_view, jobs
+from tests.policy.strategies import busy_view, jobs, node_spec
 
 P = ProfileTable.default()
 CFG = PolicyConfig.default()
@@ -135,22 +134,9 @@ def test_queue_column_follows_its_rows_and_forgets_replaced_jobs_and_old_keys():
     assert np.isnan(q.column("c", 2, (object(),))).all()  # other inputs: nothing kept
 
 
-def _node(i: str, g: int) -> NodeSpec:
-    return NodeSpec(
-        id=i,
-        gpu_model="v100-32gb",
-        gpu_count=g,
-        gpu_mem_gb=32,
-        host_mem_gb=512,
-        cpus=128,
-        idle_power_w=40,
-        max_power_w=300,
-    )
-
-
 def test_rank_epochs_keep_scores_until_the_interval_passes():
     # one free GPU, 4-GPU jobs: nothing starts, but the pass ranks (want_reservation)
-    view = ClusterView.build([_node("n0", 4)])
+    view = ClusterView.build([node_spec("n0", 4)])
     view.allocate(
         to_allocation(JobSpec(id="r", gpus=3), Placement(0, "n0", (0, 1, 2), 1.0, 0.0, {}), 0.0)
     )
@@ -178,7 +164,7 @@ def test_rank_epochs_keep_scores_until_the_interval_passes():
 
 
 def test_view_change_counters():
-    v = ClusterView.build([_node("n0", 2)])
+    v = ClusterView.build([node_spec("n0", 2)])
     spec = JobSpec(id="x", gpus=1)
     alloc = to_allocation(spec, Placement(0, "n0", (0,), 1.0, 0.0, {}), 0.0)
     g0, f0 = v.gen, v.freed_gen
@@ -198,12 +184,7 @@ def test_a_warm_view_reports_the_reservation_a_cold_copy_reports():
     warm view remembers it, a cold copy does not), and both must still report the head's
     reservation. The old rule (reserve at the first job the memos had not refused) gave the
     warm view none."""
-    nodes = [
-        NodeSpec(id="v", gpu_model="v100-32gb", gpu_count=4, gpu_mem_gb=32, host_mem_gb=512,
-                 cpus=128, idle_power_w=40, max_power_w=300),
-        NodeSpec(id="t", gpu_model="t4", gpu_count=1, gpu_mem_gb=16, host_mem_gb=512,
-                 cpus=128, idle_power_w=10, max_power_w=70),
-    ]  # fmt: skip
+    nodes = [node_spec("v", 4), node_spec("t", 1, "t4", 16.0, idle_w=10.0, max_w=70.0)]
     view = ClusterView.build(nodes)
     busy_v = JobSpec(id="busy-v", gpus=2)
     busy_t = JobSpec(id="busy-t", gpus=1, constraints=("t4",))

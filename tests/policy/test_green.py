@@ -22,25 +22,12 @@ from libs.sim.baselines import make_policy
 from libs.sim.engine import Engine
 from libs.sim.state import COMPLETED
 from proto.jobs import HIGH_PRIORITY, JobSpec
-from proto.nodes import NodeSpec
+from tests.policy.strategies import node_spec
 from tests.sim.helpers import job
 
 P = ProfileTable.default()
 CFG = PolicyConfig.default()
 DAY_S = 86400.0
-
-
-def _n(nid: str, model: str, mem: float, gpus: int = 8) -> NodeSpec:
-    return NodeSpec(
-        id=nid,
-        gpu_model=model,
-        gpu_count=gpus,
-        gpu_mem_gb=mem,
-        host_mem_gb=512,
-        cpus=128,
-        idle_power_w=40,
-        max_power_w=300,
-    )
 
 
 def _green_spec(**kw) -> JobSpec:
@@ -66,7 +53,7 @@ def test_green_tolerance_is_zero_for_urgent_jobs():
 
 
 def test_long_green_job_takes_the_free_greener_gpu_and_urgent_ones_do_not():
-    v = ClusterView.build([_n("t4", "t4", 16), _n("a100", "a100-80gb", 80)])
+    v = ClusterView.build([node_spec("t4", 8, "t4", 16), node_spec("a100", 8, "a100-80gb", 80)])
     g = _green_spec()
     assert P.power_w("t4", "cnn") / P.speed("t4", "cnn") < P.power_w("a100-80gb", "cnn") / P.speed(
         "a100-80gb", "cnn"
@@ -87,7 +74,9 @@ def test_long_green_job_takes_the_free_greener_gpu_and_urgent_ones_do_not():
 
 def test_slow_guard_lets_a_green_job_start_on_the_slow_gpu_at_once():
     # only the T4 node is up (the A100 node is cordoned, e.g. suspended)
-    v = ClusterView.build([_n("t4", "t4", 16), _n("a100", "a100-80gb", 80)], cordoned=["a100"])
+    v = ClusterView.build(
+        [node_spec("t4", 8, "t4", 16), node_spec("a100", 8, "a100-80gb", 80)], cordoned=["a100"]
+    )
 
     def run(spec: JobSpec):
         return schedule(
@@ -110,7 +99,8 @@ def test_a_slower_and_hungrier_gpu_is_held_longer_than_the_time_loss():
     # work: the job waits for the V100 (busy here: cordoned) energy_guard_factor x its loss
     assert P.speed("a100-80gb", "rnn") < P.speed("v100-32gb", "rnn")
     v = ClusterView.build(
-        [_n("v100", "v100-32gb", 32, gpus=4), _n("a100", "a100-80gb", 80)], cordoned=["v100"]
+        [node_spec("v100", 4, "v100-32gb", 32), node_spec("a100", 8, "a100-80gb", 80)],
+        cordoned=["v100"],
     )
     spec = JobSpec(id="r", gpus=4, gpu_mem_gb=8, workload_class="rnn", est_runtime_s=DAY_S)
     loss = P.runtime_s(spec, "a100-80gb") - P.runtime_s(spec, "v100-32gb")

@@ -20,23 +20,14 @@ from libs.policy.types import Placement, Refusal
 from proto.gpus import matches
 from proto.jobs import JobSpec
 from proto.nodes import NodeSpec
-from tests.policy.strategies import jobs, nodes
+from tests.policy.strategies import jobs, node_spec, nodes
 
 PROFILES = ProfileTable.default()
 CFG = PolicyConfig.default()
 
 
-def _node(i: str, model: str, g: int, mem: float, host: float = 256, cpus: int = 64) -> NodeSpec:
-    return NodeSpec(
-        id=i,
-        gpu_model=model,
-        gpu_count=g,
-        gpu_mem_gb=mem,
-        host_mem_gb=host,
-        cpus=cpus,
-        idle_power_w=30,
-        max_power_w=300,
-    )
+def _node(i: str, model: str, g: int, mem: float) -> NodeSpec:
+    return node_spec(i, g, model, mem, host=256.0, cpus=64, idle_w=30.0)
 
 
 def _place_all(ns, js):

@@ -16,25 +16,13 @@ from libs.policy.power import plan
 from libs.policy.profiles import ProfileTable
 from proto.jobs import JobSpec
 from proto.nodes import NodeSpec
-from tests.policy.strategies import jobs, nodes
+from tests.policy.strategies import jobs, node_spec, nodes
 
 CFG = dataclasses.replace(PolicyConfig.default(), warm_reserve_frac=0.0)
 
 
 def _nodes(n: int, g: int = 4) -> list[NodeSpec]:
-    return [
-        NodeSpec(
-            id=f"n{i}",
-            gpu_model="v100-32gb",
-            gpu_count=g,
-            gpu_mem_gb=32.0,
-            host_mem_gb=256.0,
-            cpus=64,
-            idle_power_w=30.0,
-            max_power_w=300.0,
-        )
-        for i in range(n)
-    ]
+    return [node_spec(f"n{i}", g, host=256.0, cpus=64, idle_w=30.0) for i in range(n)]
 
 
 def _plan(view, idle, suspended=None, resuming=None, blocked=(), reserved=(), cfg=CFG):

@@ -21,24 +21,10 @@ from libs.policy.queue import PendingQueue
 from libs.policy.scheduler import schedule
 from libs.policy.types import PendingJob, Placement, RunningJob
 from proto.jobs import JobSpec
-from proto.nodes import NodeSpec
-from tests.policy.strategies import busy_view, jobs
+from tests.policy.strategies import busy_view, jobs, node_spec
 
 P = ProfileTable.default()
 CFG = PolicyConfig.default()
-
-
-def _node(i: str, g: int, model: str = "v100-32gb", mem: float = 32) -> NodeSpec:
-    return NodeSpec(
-        id=i,
-        gpu_model=model,
-        gpu_count=g,
-        gpu_mem_gb=mem,
-        host_mem_gb=512,
-        cpus=128,
-        idle_power_w=40,
-        max_power_w=300,
-    )
 
 
 def _run(view: ClusterView, jid: str, node: str, idx: tuple[int, ...], end: float) -> RunningJob:
@@ -68,7 +54,7 @@ def _sched(pending, view, running, cfg=CFG, **kw):
 
 
 def _hand_case():
-    v = ClusterView.build([_node("n0", 4)])
+    v = ClusterView.build([node_spec("n0", 4)])
     running = [_run(v, "r1", "n0", (0, 1), 1000.0), _run(v, "r2", "n0", (2,), 5000.0)]
     return v, running  # GPU 3 free now; GPUs 0,1 free at t=1000
 
@@ -91,7 +77,7 @@ def test_backfill_lets_a_job_that_ends_before_the_reservation_run():
 
 
 def test_backfill_may_use_gpus_the_reservation_does_not_need():
-    v = ClusterView.build([_node("n0", 8)])
+    v = ClusterView.build([node_spec("n0", 8)])
     running = [_run(v, "r1", "n0", (0, 1, 2, 3), 1000.0)]
     ok = _sched([_job("head", 6, 3600, 9), _job("two", 2, 99999, 1)], v.copy(), running)
     assert [j.spec.id for j, _ in ok.assignments] == ["two"]  # 8 - 2 = 6 free at t=1000
@@ -131,14 +117,14 @@ def test_backfill_cadence_lets_one_pass_per_interval_backfill():
 
 
 def test_a_job_that_never_fits_does_not_block_the_queue():
-    v = ClusterView.build([_node("n0", 4)])
+    v = ClusterView.build([node_spec("n0", 4)])
     res = _sched([_job("huge", 16, 10, 9), _job("small", 1, 10, 1)], v, [])
     assert [j.spec.id for j, _ in res.assignments] == ["small"]
     assert res.waiting["huge"].startswith("GpuCount") and res.reservation is None
 
 
 def test_everything_fits_on_an_empty_cluster_in_rank_order():
-    v = ClusterView.build([_node("n0", 8), _node("n1", 8)])
+    v = ClusterView.build([node_spec("n0", 8), node_spec("n1", 8)])
     pend = [_job(f"j{i}", 1 + i % 3, 100, i % 10) for i in range(8)]
     res = _sched(pend, v, [])
     assert len(res.assignments) == 8 and res.waiting == {}
@@ -248,7 +234,7 @@ def test_reservation_ties_go_to_the_lowest_node_whatever_the_visiting_order():
     """Both nodes can take the 2-GPU head at t=300; n1 frees a GPU first (t=120), so it is
     visited first, but the answer is n0: the visiting order moves with ``now`` (overdue jobs
     count as ending now) and a memoised reservation must equal a fresh one."""
-    v = ClusterView.build([_node("n0", 2), _node("n1", 2)])
+    v = ClusterView.build([node_spec("n0", 2), node_spec("n1", 2)])
     running = [
         _run(v, "a", "n0", (0, 1), 300.0),
         _run(v, "b", "n1", (0,), 120.0),
@@ -266,7 +252,7 @@ def test_a_long_job_that_fits_nowhere_waits_on_resources_and_gets_the_reservatio
     the head job the reservation protects, as the failed-shape memo would also say; SlowGPU is
     only for a job that fits now, but only on GPUs too slow for it."""
 
-    v = ClusterView.build([_node("a", 1, "a100-80gb", 80.0), _node("t", 1, "t4", 16.0)])
+    v = ClusterView.build([node_spec("a", 1, "a100-80gb", 80.0), node_spec("t", 1, "t4", 16.0)])
     running = [_run(v, "busy", "a", (0,), 1000.0)]
     spec = JobSpec(id="long", gpus=1, gpu_mem_gb=40, est_runtime_s=36000.0, priority=5)
     res = _sched([PendingJob(spec, 0.0)], v, running, want_reservation=True)

@@ -20,7 +20,7 @@ from libs.policy.profiles import ProfileTable
 from libs.policy.scheduler import schedule
 from libs.policy.types import PendingJob
 from proto.jobs import JobSpec
-from proto.nodes import NodeSpec
+from tests.policy.strategies import node_spec
 
 P = ProfileTable.default()
 CFG = PolicyConfig.default()
@@ -59,22 +59,11 @@ def test_a_lowest_priority_job_outranks_fresh_jobs_after_the_bound(fresh, es, lo
     assert int(r.order[0]) == 0
 
 
-def _n(nid: str, model: str, mem: float) -> NodeSpec:
-    return NodeSpec(
-        id=nid,
-        gpu_model=model,
-        gpu_count=8,
-        gpu_mem_gb=mem,
-        host_mem_gb=512,
-        cpus=128,
-        idle_power_w=40,
-        max_power_w=300,
-    )
-
-
 def test_a_long_job_waits_for_a_fast_gpu_at_most_its_loss():
     # only the T4 node is free (the A100 node is cordoned: e.g. suspended)
-    v = ClusterView.build([_n("t4", "t4", 16), _n("a100", "a100-80gb", 80)], cordoned=["a100"])
+    v = ClusterView.build(
+        [node_spec("t4", 8, "t4", 16), node_spec("a100", 8, "a100-80gb", 80)], cordoned=["a100"]
+    )
     spec = JobSpec(id="long", gpus=8, gpu_mem_gb=8, workload_class="cnn", est_runtime_s=86400)
     slow, fast = P.runtime_s(spec, "t4"), P.runtime_s(spec, "a100-80gb")
     assert P.speed("t4", "cnn") < CFG.slow_guard_min_speed * P.speed("a100-80gb", "cnn")
