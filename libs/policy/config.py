@@ -103,7 +103,7 @@ class PolicyConfig:
     # g decides (a 2-day CNN with g 0.9 takes a free T4 over a free A100; g 0.1 does not).
     green_speed_relief: float = 1.0
     green_energy_scales: bool = True
-    # Energy guard (scheduler._slow_models), for jobs of at least slow_guard_runtime_s. A model
+    # Energy guard (scheduler._slow_codes), for jobs of at least slow_guard_runtime_s. A model
     # is worth it for a job when the energy it saves over the fastest model is at least
     # (1 - green_worth x g) x the speed it loses, both as fractions. A slow model (see the
     # slow-GPU guard) or a model slower AND hungrier than the fastest that is NOT worth it is
@@ -178,8 +178,8 @@ class PolicyConfig:
     suspend_after_s: float = 300.0
     resume_s: float = 300.0  # boot time: a resuming node takes no job until it is up
     # free, awake GPUs kept per GPU model (share of its GPUs): new arrivals start without a
-    # boot. 0.01 (was 0.05): one node per model on the seed cluster. Measured with the energy
-    # guard above: 0.05 -> 0.02 cut the idle energy ~1k kWh (0.818x -> 0.801x with
+    # boot. 0 (was 0.05; 0.01 keeps one node per model on the seed cluster). Measured with the
+    # energy guard above: 0.05 -> 0.02 cut the idle energy ~1k kWh (0.818x -> 0.801x with
     # green_worth), high-priority wait 0.066x fifo; 0.01 with suspend_after_s 300: see
     # green_min_tolerance; 0 with green_wait_s 1800: 0.7935x -> 0.7893x fifo (162.7k kWh),
     # high-priority wait 0.073x, busy util 87.9%, lowest-class p99 168 h, Gavel mean JCT
