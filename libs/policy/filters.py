@@ -157,6 +157,33 @@ def fit_now(spec: JobSpec, view: ClusterView, cfg: PolicyConfig) -> np.ndarray:
     return m
 
 
+def fit_now_many(
+    specs: Sequence[JobSpec], view: ClusterView, cfg: PolicyConfig, static: np.ndarray
+) -> np.ndarray:
+    """``fit_now`` of several request shapes at once, bool[spec, node]. ``static``: their
+    ``static_mask`` rows stacked in the order of ``specs`` (the caller keeps the stack).
+    Whole-GPU requests are answered in one broadcast of the comparisons ``dynamic_mask``
+    makes, so the answers are the same; fractional ones go through ``fit_now``."""
+    out = np.empty((len(specs), len(view.node_ids)), dtype=bool)
+    frac = np.array([is_fractional(sp) for sp in specs], dtype=bool)
+    if not frac.all():
+        w = np.flatnonzero(~frac)
+        whole = [specs[i] for i in w.tolist()]
+        k = np.array([whole_gpus(sp) for sp in whole])[:, None]
+        host = np.array([sp.host_mem_gb for sp in whole])[:, None]
+        cpus = np.array([sp.cpus for sp in whole])[:, None]
+        out[w] = (
+            static[w]
+            & available(view, cfg)
+            & (view.whole_free >= k)
+            & (view.host_mem_free_gb >= host - EPS)
+            & (view.cpus_free >= cpus - EPS)
+        )
+    for i in np.flatnonzero(frac).tolist():
+        out[i] = fit_now(specs[i], view, cfg)
+    return out
+
+
 def explain_nodes(spec: JobSpec, view: ClusterView, cfg: PolicyConfig) -> dict[str, str]:
     """node id -> the first rule it fails (nodes that pass every rule are absent)."""
     k = whole_gpus(spec)

@@ -256,8 +256,7 @@ def schedule(
                     continue
                 slow = slow_masks.get(too)
                 if slow is None:
-                    bits = [(too >> m) & 1 == 1 for m in range(len(view.models))]
-                    slow = slow_masks[too] = np.array(bits)[view.model_idx]
+                    slow = slow_masks[too] = _held_nodes(np.array([too]), view)[0]
                 both = combined.get((too, mask is None))
                 if both is None:
                     both = combined[(too, mask is None)] = ~slow if mask is None else mask & ~slow
@@ -448,7 +447,7 @@ class _Walk:
 
     def _sorted(self, rows: np.ndarray) -> np.ndarray:
         s, e, q = self._keys
-        return rows[np.lexsort((q[rows], e[rows], -s[rows]))]
+        return rows[order_of(s[rows], e[rows], None, q[rows])]
 
     def skip_dead(self, dead, full) -> None:
         """From now on drop the rows ``dead(rows) -> bool[len(rows)]`` marks, and end the walk
@@ -635,7 +634,8 @@ class _DeadRows:
         if not len(gi):
             return
         shapes, inv = np.unique(self.g_shape[gi], return_inverse=True)
-        fits = _fits_now(shapes, shape_specs, view, cfg)
+        static = _per_shape(view, "static_masks", shape_specs, _static_masks(view))[shapes]
+        fits = F.fit_now_many([shape_specs[k] for k in shapes.tolist()], view, cfg, static)
         fit_any = fits.any(axis=1)
         for k in shapes[~fit_any].tolist():
             failed[shape_keys[k]] = F.refusal_reason(shape_specs[k], view, cfg)[0]
@@ -645,8 +645,7 @@ class _DeadRows:
         held = code != 0
         if held.any():
             h = np.flatnonzero(held)
-            fast = ((code[h, None] >> view.model_idx[None, :]) & 1) == 0
-            m = fits[inv[h]] & fast
+            m = fits[inv[h]] & ~_held_nodes(code[h], view)
             if allowed_nodes is not None:
                 m &= allowed_nodes
             ok[h] = m.any(axis=1)
@@ -680,34 +679,15 @@ class _DeadRows:
         return self.dead_g[self.group_of_row[rows]]
 
 
+def _held_nodes(codes: np.ndarray, view: ClusterView) -> np.ndarray:
+    """bool[code, node]: the node's GPU model is held by that slow-model code (bit m: model
+    m of the view, see ``_slow_codes``)."""
+    return ((codes[:, None] >> view.model_idx[None, :]) & 1) == 1
+
+
 def _static_masks(view: ClusterView):
     """Builds bool[shape, node]: ``F.static_mask`` of each shape (for ``_per_shape``)."""
     return lambda specs: np.stack([F.static_mask(sp, view) for sp in specs])
-
-
-def _fits_now(ids: np.ndarray, shape_specs: list, view: ClusterView, cfg: PolicyConfig):
-    """bool[len(ids), node]: ``F.fit_now`` of the shapes ``ids`` (indices into
-    ``shape_specs``), whole-GPU requests in one broadcast (the same comparisons as
-    ``F.dynamic_mask``, so the same answers)."""
-    out = np.empty((len(ids), len(view.node_ids)), dtype=bool)
-    specs = [shape_specs[k] for k in ids.tolist()]
-    frac = np.array([F.is_fractional(sp) for sp in specs], dtype=bool)
-    if not frac.all():
-        w = np.flatnonzero(~frac)
-        static = _per_shape(view, "static_masks", shape_specs, _static_masks(view))[ids[w]]
-        k = np.array([F.whole_gpus(specs[i]) for i in w.tolist()])[:, None]
-        host = np.array([specs[i].host_mem_gb for i in w.tolist()])[:, None]
-        cpus = np.array([specs[i].cpus for i in w.tolist()])[:, None]
-        out[w] = (
-            static
-            & F.available(view, cfg)
-            & (view.whole_free >= k)
-            & (view.host_mem_free_gb >= host - EPS)
-            & (view.cpus_free >= cpus - EPS)
-        )
-    for i in np.flatnonzero(frac).tolist():
-        out[i] = F.fit_now(specs[i], view, cfg)
-    return out
 
 
 def _shapes_of(jobs: Sequence[PendingJob]) -> tuple[np.ndarray, list[tuple], list]:
