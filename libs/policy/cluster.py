@@ -199,11 +199,15 @@ class ClusterView:
         return int(self.gpu_total.sum())
 
     def load(self) -> float:
-        """Allocated GPU share / total GPUs (0 for an empty cluster)."""
+        """Allocated GPU share / total GPUs (0 for an empty cluster); memoised until the view
+        changes (``gen``): an arrival's pass sees the view of the pass before."""
+        hit = self.dyn_cache.get("load")
+        if hit is not None and hit[0] == self.gen:
+            return hit[1]
         total = float(self.gpu_total.sum())
-        if total <= 0:
-            return 0.0
-        return float(1.0 - self.gpu_free.sum() / total)
+        load = 0.0 if total <= 0 else float(1.0 - self.gpu_free.sum() / total)
+        self.dyn_cache["load"] = (self.gen, load)
+        return load
 
     def capacity(self) -> np.ndarray:
         """Totals per resource in ``RESOURCES`` order, for dominant-share fairness (memoised:

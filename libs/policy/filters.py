@@ -268,6 +268,31 @@ def refusal_reason(spec: JobSpec, view: ClusterView, cfg: PolicyConfig) -> tuple
     return "Resources", False
 
 
+def refusal_reasons_many(
+    specs: Sequence[JobSpec], view: ClusterView, cfg: PolicyConfig, static: np.ndarray
+) -> list[str]:
+    """``refusal_reason(spec)[0]`` of several request shapes no node can take now, with their
+    ``static_mask`` rows stacked in ``static`` (as ``fit_now_many`` takes them): one pass of
+    the cordon and thermal checks for every shape that some node could ever hold; the others
+    (never placeable, rare in a queue) go through ``refusal_reason``."""
+    if not len(specs):
+        return []
+    ever = static.any(axis=1)
+    cool = static & f_cordon(specs[0], view)
+    uncordoned = cool.any(axis=1)
+    cool &= f_thermal(specs[0], view, cfg)
+    fits_cool = cool.any(axis=1)
+    out = []
+    for i, sp in enumerate(specs):
+        if not ever[i]:
+            out.append(refusal_reason(sp, view, cfg)[0])
+        elif not uncordoned[i]:
+            out.append("Cordoned")
+        else:
+            out.append("Resources" if fits_cool[i] else "Thermal")
+    return out
+
+
 _NEVER_MEMO: dict[int, tuple[tuple[NodeSpec, ...], list[NodeSpec], dict]] = {}
 
 

@@ -95,6 +95,7 @@ class PendingQueue(Sequence[PendingJob]):
         # histogram of request sizes (scores.SizeMix.size_code), kept in step with the rows
         self._size_counts = np.zeros(64, dtype=np.int64)
         self._sizes: dict[float, int] = {}  # exact request size -> jobs (for min_request)
+        self._mix: tuple | None = None  # (fallback, size_mix) until the histogram changes
         # insertion sequence per row (rank tie-break that survives row swaps), rows to score
         self._seq = np.zeros(len(self._data))
         self._next_seq = 0
@@ -302,10 +303,15 @@ class PendingQueue(Sequence[PendingJob]):
             grown[: len(self._size_counts)] = self._size_counts
             self._size_counts = grown
         self._size_counts[c] += d
+        self._mix = None
 
     def size_mix(self, fallback: SizeMix) -> SizeMix:
-        """``SizeMix.from_requests`` of the queued requests, from the kept histogram (O(1))."""
-        return SizeMix.from_code_counts(self._size_counts, fallback)
+        """``SizeMix.from_requests`` of the queued requests, from the kept histogram (O(1)),
+        memoised until a job joins or leaves (most passes see the queue of the last one)."""
+        hit = self._mix
+        if hit is None or hit[0] is not fallback:
+            hit = self._mix = (fallback, SizeMix.from_code_counts(self._size_counts, fallback))
+        return hit[1]
 
     def cached_scores(self) -> np.ndarray:
         """The scheduler's cached score per row (a writable view; NaN = not yet scored)."""

@@ -610,7 +610,7 @@ class _DeadRows:
         live = np.flatnonzero(~(self.failed[shape] | self.too_big[shape]))
         if len(live):
             keys[live] += self.codes.rows(rows[live])
-        uniq, inv = np.unique(keys, return_inverse=True)
+        uniq, inv = _unique_small(keys, len(self.gpus) << self.bits)
         self.group_of_row[rows] = inv
         self.g_key = uniq
         self.g_shape = uniq >> self.bits
@@ -633,13 +633,17 @@ class _DeadRows:
         gi = np.flatnonzero(~self.dead_g)
         if not len(gi):
             return
-        shapes, inv = np.unique(self.g_shape[gi], return_inverse=True)
+        shapes, inv = _unique_sorted(self.g_shape[gi])  # g_shape is sorted (by g_key)
         static = _per_shape(view, "static_masks", shape_specs, _static_masks(view))[shapes]
         fits = F.fit_now_many([shape_specs[k] for k in shapes.tolist()], view, cfg, static)
         fit_any = fits.any(axis=1)
-        for k in shapes[~fit_any].tolist():
-            failed[shape_keys[k]] = F.refusal_reason(shape_specs[k], view, cfg)[0]
-            self.failed[k] = True
+        bad = np.flatnonzero(~fit_any)
+        if len(bad):
+            ks = shapes[bad].tolist()
+            why = F.refusal_reasons_many([shape_specs[k] for k in ks], view, cfg, static[bad])
+            for k, w in zip(ks, why, strict=True):
+                failed[shape_keys[k]] = w
+            self.failed[shapes[bad]] = True
         code = self.g_code[gi]
         ok = fit_any[inv]
         held = code != 0
@@ -677,6 +681,30 @@ class _DeadRows:
 
     def __call__(self, rows: np.ndarray) -> np.ndarray:
         return self.dead_g[self.group_of_row[rows]]
+
+
+_DENSE_KEYS = 1 << 16  # key spaces up to this size are grouped with a table, not a sort
+
+
+def _unique_small(keys: np.ndarray, span: int) -> tuple[np.ndarray, np.ndarray]:
+    """``np.unique(keys, return_inverse=True)`` for keys in [0, span): with a small key space
+    (shapes x slow-model codes, a few thousand), a presence table replaces the sort."""
+    if span > _DENSE_KEYS:
+        return np.unique(keys, return_inverse=True)
+    seen = np.zeros(span, dtype=bool)
+    seen[keys] = True
+    uniq = np.flatnonzero(seen)
+    lut = np.empty(span, dtype=np.int64)
+    lut[uniq] = np.arange(len(uniq))
+    return uniq, lut[keys]
+
+
+def _unique_sorted(a: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """``np.unique(a, return_inverse=True)`` for a non-empty sorted ``a``, without sorting."""
+    first = np.empty(len(a), dtype=bool)
+    first[0] = True
+    np.not_equal(a[1:], a[:-1], out=first[1:])
+    return a[first], np.cumsum(first) - 1
 
 
 def _held_nodes(codes: np.ndarray, view: ClusterView) -> np.ndarray:

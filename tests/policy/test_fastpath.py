@@ -10,6 +10,7 @@ import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from libs.policy import filters as F
 from libs.policy import scheduler
 from libs.policy.cluster import ClusterView
 from libs.policy.config import PolicyConfig
@@ -290,3 +291,36 @@ def _book_case(view, running, waves, steps, cfg):
             for j, p in res.assignments:
                 q.remove(j.spec.id)
                 rl.append(RunningJob(j.spec, p.node_index, p.gpu_indices, p.gpu_share, now + 99))
+
+
+@settings(max_examples=80, deadline=None)
+@given(
+    busy_view(),
+    jobs(prefix="q"),
+    st.lists(st.booleans(), min_size=5, max_size=5),
+    st.lists(st.sampled_from([float("nan"), 40.0, 95.0]), min_size=5, max_size=5),
+)
+def test_refusal_reasons_of_many_shapes_match_one_at_a_time(case, specs, cordon, temps):
+    """The screen's batch of refusal reasons is ``refusal_reason`` for every shape, on views
+    with cordoned and hot nodes."""
+    view, _ = case
+    for i, nid in enumerate(view.node_ids):
+        view.set_cordoned(nid, cordon[i % len(cordon)])
+        view.set_temp(nid, temps[i % len(temps)])
+    static = np.stack([F.static_mask(sp, view) for sp in specs])
+    many = F.refusal_reasons_many(specs, view, CFG, static)
+    assert many == [F.refusal_reason(sp, view, CFG)[0] for sp in specs]
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.integers(0, 63), min_size=1, max_size=80), st.sampled_from([64, 1 << 17]))
+def test_grouping_helpers_equal_np_unique(keys, span):
+    """The table-based grouping of the bulk walk and the sort-free unique of a sorted array
+    give exactly ``np.unique(..., return_inverse=True)``, on both sides of the table limit."""
+    a = np.array(keys, dtype=np.int64)
+    for got, arr in (
+        (scheduler._unique_small(a, span), a),
+        (scheduler._unique_sorted(np.sort(a)), np.sort(a)),
+    ):
+        want = np.unique(arr, return_inverse=True)
+        assert np.array_equal(got[0], want[0]) and np.array_equal(got[1], want[1])

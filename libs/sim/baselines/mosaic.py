@@ -71,7 +71,7 @@ class Mosaic(BasePolicy):
         self._green: dict[str, bool] = {}  # scores.is_green per queued job (fixed per spec)
         self._plan_key: tuple | None = None  # inputs of the last power plan, when it was empty
         self._blocked_ids: set[str] = set()
-        self._blocked_id_list: list[str] = []
+        self._blocked_seqs = np.zeros(0)  # their queue entries (PendingQueue.seq)
         self._last_step: tuple | None = None  # (inputs, next due time) of an empty power step
         self._blocked_starts = 0  # blocked jobs started since (they leave the queue only so)
         self._reserved: tuple[int, ...] = ()
@@ -155,20 +155,27 @@ class Mosaic(BasePolicy):
         if self.cfg.power_saving and full:
             # the blocked jobs as the last backfill pass saw them (a pass in between stops at
             # the head and would hide the rest from the resume decision)
-            placed = {pj.spec.id for pj, _ in res.assignments}
             cap = self.cfg.power_demand_cap
-            rows = res.rank.order[: cap + len(placed)].tolist() if res.rank is not None else []
-            jobs = self.queue._jobs
-            # every walked job that did not start: waiting for capacity, for a reserved node or
-            # for a fast GPU (SlowGPU: fast nodes wake first, see _wake_order)
-            specs = [jobs[i].spec for i in rows]
-            blocked = [s for s in specs if s.id not in placed][:cap] if placed else specs[:cap]
-            ids = [s.id for s in blocked]
-            if ids != self._blocked_id_list:
+            n_placed = len(res.assignments)
+            if res.rank is not None:
+                rows = res.rank.order[: cap + n_placed]
+            else:
+                rows = np.zeros(0, dtype=np.int64)
+            if n_placed:  # placed jobs are still queued (the engine starts them after)
+                pos = self.queue.position
+                placed = np.array([pos(pj.spec.id) for pj, _ in res.assignments])
+                rows = rows[~np.isin(rows, placed)]
+            rows = rows[:cap]
+            # the same blocked jobs as last time (by their queue entry's insertion number):
+            # nothing to rebuild. Most backfill passes end so, and the spec list is only read
+            # when a power plan is made
+            seqs = self.queue.seq()[rows]
+            if not np.array_equal(seqs, self._blocked_seqs):
                 self._blocked_ver += 1
-                self._blocked_ids = set(ids)
-                self._blocked_id_list = ids
-            self._blocked = blocked
+                self._blocked_seqs = seqs
+                jobs = self.queue._jobs
+                self._blocked = [jobs[i].spec for i in rows.tolist()]
+                self._blocked_ids = {s.id for s in self._blocked}
             resv = [res.reservation, *res.extra_reservations]
             self._reserved = tuple(r.node_index for r in resv if r is not None)
         for pj, placement in res.assignments:
