@@ -216,6 +216,28 @@ def _earliest_start_jobs(
     return float("inf")
 
 
+def _earliest_start_memo(
+    spec: JobSpec,
+    view: ClusterView,
+    node: int,
+    jobs: list[RunningJob],
+    now: float,
+    memo: dict,
+) -> float:
+    """``_earliest_start_jobs``, memoised per (shape, node) while the node is unchanged
+    (``view.node_gen``) and its running jobs are the same list (``RunningSet.on_node`` builds
+    a new one when they change): a reservation is searched again whenever anything in the
+    cluster changed, yet most nodes it visits did not. ``now`` only clamps the answer (an
+    overrun job ends ``now``), so the memo keeps the unclamped one."""
+    key = (F.shape_key(spec), node)
+    hit = memo.get(key)
+    if hit is None or hit[0] != view.node_gen[node] or hit[1] is not jobs:
+        t = _earliest_start_jobs(spec, view, node, jobs, -np.inf)
+        hit = memo[key] = (int(view.node_gen[node]), jobs, t)
+    t = hit[2]
+    return now if t == -np.inf else max(t, now)
+
+
 def reserve(
     job_id: str,
     spec: JobSpec,
@@ -244,6 +266,7 @@ def reserve(
     if len(now_ok):
         best = (now, int(eligible[now_ok[0]]))
     if best is None:
+        memo = view.dyn_cache.setdefault("earliest_start", {})
         first = rel.first_ends()
         inf = float("inf")
         ends = np.full(len(view.node_ids), inf)
@@ -255,7 +278,7 @@ def reserve(
         for lb, n in zip(lbs[by].tolist(), eligible[by].tolist(), strict=True):
             if lb == float("inf") or (best is not None and (lb, n) > best):
                 break
-            t = _earliest_start_jobs(spec, view, n, rel.on_node(n), now)
+            t = _earliest_start_memo(spec, view, n, rel.on_node(n), now, memo)
             if t < float("inf") and (best is None or (t, n) < best):
                 best = (t, n)
     if best is None:

@@ -56,6 +56,9 @@ class ClusterView:
     # temperature). The scheduler keys its cross-pass memos (``dyn_cache``) on them.
     gen: int = 0
     freed_gen: int = 0
+    # int[N]: moves with every change of that node (``gen`` counts them all): memos of
+    # per-node answers (a reservation's earliest start there) stay valid while it stands
+    node_gen: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
     dyn_cache: dict = field(default_factory=dict, repr=False, compare=False)
 
     @classmethod
@@ -113,6 +116,7 @@ class ClusterView:
             cordoned=np.array([i in set(cordoned) for i in ids], dtype=bool),
             idle_power_w=np.array([nd.idle_power_w for nd in nodes], dtype=float),
             max_power_w=np.array([nd.max_power_w for nd in nodes], dtype=float),
+            node_gen=np.zeros(len(nodes), dtype=np.int64),
         )
         for a in allocations:
             view.allocate(a)
@@ -155,6 +159,7 @@ class ClusterView:
 
     def _apply(self, i: int, idx: list[int], share: float, mem: float, host: float, cpu: float):
         self.gen += 1
+        self.node_gen[i] += 1
         if share > 0 or mem > 0 or host > 0 or cpu > 0:
             self.freed_gen += 1
         # plain-Python loops: a job touches at most Gmax slots, where numpy calls cost more
@@ -181,12 +186,16 @@ class ClusterView:
         self.cpus_free[i] = c
 
     def set_cordoned(self, node_id: str, value: bool = True) -> None:
-        self.cordoned[self.index[node_id]] = value
+        i = self.index[node_id]
+        self.cordoned[i] = value
+        self.node_gen[i] += 1
         self.gen += 1
         self.freed_gen += 1
 
     def set_temp(self, node_id: str, temp_c: float) -> None:
-        self.temp_c[self.index[node_id]] = temp_c
+        i = self.index[node_id]
+        self.temp_c[i] = temp_c
+        self.node_gen[i] += 1
         self.gen += 1
         self.freed_gen += 1
 
@@ -242,6 +251,7 @@ class ClusterView:
             "temp_c",
             "power_w",
             "cordoned",
+            "node_gen",
         ):
             setattr(c, f, getattr(self, f).copy())
         return c

@@ -118,16 +118,15 @@ def plan(
     cand &= ~needed
     if not cand.any():
         return PowerPlan((), tuple(resume))
-    free_awake: dict[str, float] = {}
-    total: dict[str, float] = {}
-    for i in range(n):
-        m = view.models[view.model_idx[i]]
-        total[m] = total.get(m, 0.0) + float(view.gpu_total[i])
-        if awake[i]:
-            free_awake[m] = free_awake.get(m, 0.0) + float(view.whole_free[i])
+    # GPUs per model, and free ones on awake nodes (whole numbers: the sums are exact)
+    n_models = len(view.models)
+    total = np.bincount(view.model_idx, weights=view.gpu_total, minlength=n_models).tolist()
+    free_awake = np.bincount(
+        view.model_idx[awake], weights=view.whole_free[awake], minlength=n_models
+    ).tolist()
     suspend: list[int] = []
     for i in sorted(np.flatnonzero(cand).tolist(), key=lambda k: (-idle[k], k)):
-        m = view.models[view.model_idx[i]]
+        m = int(view.model_idx[i])
         keep = math.ceil(cfg.warm_reserve_frac * total[m])
         g = float(view.gpu_total[i])
         if free_awake[m] - g >= keep:
