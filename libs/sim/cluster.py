@@ -54,6 +54,7 @@ class SimCluster:
         self.allocated_gpus = 0.0
         self._whole_free = self.gpu_count.copy()  # whole free GPUs per node, kept in step
         self._mask_cache: dict[tuple[str, ...], np.ndarray] = {}
+        self._ever: dict[tuple, bool] = {}  # could_ever_fit per request shape
         self._tiers = np.unique(self.gpu_mem_gb)  # distinct GPU memory sizes, ascending
         self._tier_list = [float(m) for m in self._tiers]
         self._widest: dict[tuple[str, ...], int] = {}
@@ -74,24 +75,31 @@ class SimCluster:
         Raises ``OverAllocation`` when GPU share, host memory or CPUs are not free. ``notify``
         False skips the hooks (a policy's tentative, rolled-back placement inside one pass).
         """
+        # plain Python over the job's few GPU slots: numpy's fixed cost per call is larger
+        # than the work here, and it runs twice per job (the same float operations)
         n = self.index[alloc.node]
-        idx = np.asarray(alloc.gpu_indices, dtype=np.int64)
-        if idx.size and (idx.max() >= self.gpu_count[n] or idx.min() < 0):
+        idx = alloc.gpu_indices
+        g = int(self.gpu_count[n])
+        if any(not 0 <= j < g for j in idx):
             raise OverAllocation(f"{alloc.job_id}: GPU index out of range on {alloc.node}")
-        if len(set(alloc.gpu_indices)) != idx.size:
+        if len(set(idx)) != len(idx):
             raise OverAllocation(f"{alloc.job_id}: repeated GPU index on {alloc.node}")
-        if np.any(self.free_share[n, idx] < alloc.gpu_share - EPS):
+        row, used = self.free_share[n], self.mem_used_gb[n]
+        share = alloc.gpu_share
+        if any(row[j] < share - EPS for j in idx):
             raise OverAllocation(f"{alloc.job_id}: GPU share not free on {alloc.node}")
         if self.host_free_gb[n] < alloc.host_mem_gb - EPS or self.cpus_free[n] < alloc.cpus - EPS:
             raise OverAllocation(f"{alloc.job_id}: host memory or CPUs not free on {alloc.node}")
-        self.free_share[n, idx] -= alloc.gpu_share
-        self.mem_used_gb[n, idx] += alloc.gpu_mem_gb
+        for j in idx:
+            row[j] -= share
+            used[j] += alloc.gpu_mem_gb
         self.host_free_gb[n] -= alloc.host_mem_gb
         self.cpus_free[n] -= alloc.cpus
-        self.allocated_gpus += alloc.gpu_share * idx.size
-        self._whole_free[n] = int(np.count_nonzero(self.free_share[n] >= 1.0 - EPS))
+        self.allocated_gpus += share * len(idx)
+        self._whole_free[n] = sum(1 for v in row.tolist() if v >= 1.0 - EPS)
         self._version += 1
-        fits = bool(np.all(self.mem_used_gb[n, idx] <= self.gpu_mem_gb[n] + EPS))
+        cap = self.gpu_mem_gb[n] + EPS
+        fits = all(used[j] <= cap for j in idx)
         if notify:
             for hook in self._view_hooks:
                 hook("allocate", alloc)
@@ -99,14 +107,16 @@ class SimCluster:
 
     def release(self, alloc: Allocation, notify: bool = True) -> None:
         n = self.index[alloc.node]
-        idx = np.asarray(alloc.gpu_indices, dtype=np.int64)
-        self.free_share[n, idx] += alloc.gpu_share
-        self.mem_used_gb[n, idx] -= alloc.gpu_mem_gb
+        idx = alloc.gpu_indices
+        row, used = self.free_share[n], self.mem_used_gb[n]
+        for j in idx:
+            v = row[j] + alloc.gpu_share
+            row[j] = 1.0 if v > 1.0 else v  # rounding noise never frees more than a GPU
+            used[j] -= alloc.gpu_mem_gb
         self.host_free_gb[n] += alloc.host_mem_gb
         self.cpus_free[n] += alloc.cpus
-        self.allocated_gpus -= alloc.gpu_share * idx.size
-        np.minimum(self.free_share[n], 1.0, out=self.free_share[n])
-        self._whole_free[n] = int(np.count_nonzero(self.free_share[n] >= 1.0 - EPS))
+        self.allocated_gpus -= alloc.gpu_share * len(idx)
+        self._whole_free[n] = sum(1 for v in row.tolist() if v >= 1.0 - EPS)
         self._version += 1
         if notify:
             for hook in self._view_hooks:
@@ -251,7 +261,16 @@ class SimCluster:
         ]
 
     def could_ever_fit(self, spec: JobSpec, *, check_memory: bool = True) -> bool:
-        """Whether ``spec`` fits this cluster when it is empty (else no policy can ever run it)."""
+        """Whether ``spec`` fits this cluster when it is empty (else no policy can ever run it).
+        Memoised per request shape: the node specs never change."""
+        key = (spec.constraints, spec.gpus, spec.gpu_mem_gb, spec.host_mem_gb, spec.cpus)
+        key += (check_memory,)
+        hit = self._ever.get(key)
+        if hit is None:
+            hit = self._ever[key] = self._could_ever_fit(spec, check_memory)
+        return hit
+
+    def _could_ever_fit(self, spec: JobSpec, check_memory: bool) -> bool:
         mask = self.model_mask(spec.constraints)
         if check_memory:
             mask = mask & (self.gpu_mem_gb >= spec.gpu_mem_gb - EPS)
