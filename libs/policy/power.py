@@ -44,6 +44,28 @@ class PowerPlan:
     resume: tuple[int, ...]
 
 
+@dataclass(frozen=True, slots=True)
+class Demand:
+    """Blocked jobs as ``plan`` reads them: the first ``cap`` in rank order, grouped by request
+    shape (where a job could go depends on its shape only), groups in order of first
+    appearance. A caller whose blocked jobs rarely change keeps one instead of handing
+    ``plan`` the list each time."""
+
+    groups: tuple[tuple[JobSpec, int], ...]  # (a spec of the shape, jobs of that shape)
+
+    @classmethod
+    def of(cls, blocked: Iterable[JobSpec], cap: int) -> Demand:
+        shapes: dict[tuple, list] = {}
+        for spec in itertools.islice(blocked, cap):
+            key = F.shape_key(spec)
+            hit = shapes.get(key)
+            if hit is None:
+                shapes[key] = [spec, 1]
+            else:
+                hit[1] += 1
+        return cls(tuple((spec, count) for spec, count in shapes.values()))
+
+
 def empty_nodes(view: ClusterView) -> np.ndarray:
     """bool[N]: nodes with nothing allocated (every GPU whole, host memory and CPUs all free)."""
     return view.whole_free >= view.gpu_total
@@ -55,7 +77,7 @@ def plan(
     idle_s: np.ndarray,
     suspended: np.ndarray,
     resuming: np.ndarray,
-    blocked: Iterable[JobSpec],
+    blocked: Iterable[JobSpec] | Demand,
     reserved: Collection[int],
     cfg: PolicyConfig,
     prefer: np.ndarray | None = None,
@@ -65,7 +87,8 @@ def plan(
     ``idle_s``: seconds each node has held no job (NaN or < 0 for a busy node).
     ``suspended`` / ``resuming``: bool[N], the nodes' power state (neither = awake).
     ``blocked``: pending jobs that could not start in the last pass, best ranked first (read
-    only when there is something to decide, at most ``power_demand_cap`` of them).
+    only when there is something to decide, at most ``power_demand_cap`` of them), or their
+    ``Demand``.
     ``reserved``: node indices a reservation holds for a blocked job (never suspended).
     ``prefer``: node indices, the ones to wake first first (default: view order); the caller
     passes fastest first, so a long job waiting for a fast GPU (the scheduler's slow-GPU
@@ -81,25 +104,19 @@ def plan(
         cand[list(reserved)] = False
     if not suspended.any() and not cand.any():
         return PowerPlan((), ())  # the common case on a busy cluster: nothing to decide
-    # blocked jobs grouped by request shape (static fit depends on the shape only), in order
-    shapes: dict[tuple, list] = {}
-    for spec in itertools.islice(blocked, cfg.power_demand_cap):
-        key = F.shape_key(spec)
-        hit = shapes.get(key)
-        if hit is None:
-            shapes[key] = [spec, 1]
-        else:
-            hit[1] += 1
+    if not isinstance(blocked, Demand):
+        blocked = Demand.of(blocked, cfg.power_demand_cap)
     # --- resume: blocked jobs that some suspended node could hold --------------------------
     resume: list[int] = []
     needed = np.zeros(n, dtype=bool)  # nodes whose shape could hold some blocked job
     claim = np.where(resuming, view.gpu_total, 0).astype(float)  # unclaimed GPUs booting
     down = suspended.copy()
     rank = np.arange(n) if prefer is None else np.asarray(prefer, dtype=np.int64)
-    for spec, count in shapes.values():
+    waking = bool(down.any() or (claim > 0).any())  # a node left to wake or to claim
+    for spec, count in blocked.groups:
         static = F.static_mask(spec, view)
         needed |= static
-        if not down.any() and not (claim > 0).any():
+        if not waking:
             continue
         need = float(spec.gpus)
         for _ in range(count):
@@ -114,6 +131,7 @@ def plan(
             down[k] = False
             claim[k] = float(view.gpu_total[k]) - need
             resume.append(k)
+        waking = bool(down.any() or (claim > 0).any())
     # --- suspend: idle awake nodes beyond the warm reserve ----------------------------------
     cand &= ~needed
     if not cand.any():

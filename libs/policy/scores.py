@@ -68,7 +68,7 @@ class SizeMix:
         """The histogram code of one request (as ``from_requests`` bins it)."""
         if gpus < 1.0:
             return int(min(10.0, max(1.0, math.ceil(gpus * 10.0 - 1e-6))))
-        return 10 + int(np.round(gpus))
+        return 10 + round(gpus)  # half to even, as np.round (a numpy call costs ~20x more)
 
     @classmethod
     def from_code_counts(cls, counts: np.ndarray, fallback: SizeMix) -> SizeMix:

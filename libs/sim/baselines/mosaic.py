@@ -74,6 +74,7 @@ class Mosaic(BasePolicy):
         self._blocked_seqs = np.zeros(0)  # their queue entries (PendingQueue.seq)
         self._last_step: tuple | None = None  # (inputs, next due time) of an empty power step
         self._blocked_starts = 0  # blocked jobs started since (they leave the queue only so)
+        self._demand: tuple = (None,)  # (key, power.Demand...) of the blocked jobs still queued
         self._reserved: tuple[int, ...] = ()
         self._cadence = BackfillCadence(self.cfg.backfill_interval_s)
         self._tick_at: float | None = None
@@ -245,9 +246,7 @@ class Mosaic(BasePolicy):
         )
         if key == self._plan_key:
             return power.PowerPlan((), ())
-        blocked = [s for s in self._blocked if s.id in self.queue]
-        green_of = self._green
-        green = [s for s in blocked if green_of[s.id]]
+        green, green_first, in_order = self._demands()
         early: tuple[int, ...] = ()
         suspended, resuming = self._suspended, self._resuming
 
@@ -263,7 +262,8 @@ class Mosaic(BasePolicy):
                 prefer=prefer,
             )
 
-        if green and suspended.any():
+        demand = in_order
+        if green is not None and suspended.any():
             # green jobs first wake the greenest nodes; the plan below then sees those nodes
             # booting (green jobs listed first claim them) and decides the rest as usual
             early = plan(green, self._green_wake_order).resume
@@ -271,11 +271,31 @@ class Mosaic(BasePolicy):
                 suspended, resuming = suspended.copy(), resuming.copy()
                 suspended[list(early)] = False
                 resuming[list(early)] = True
-            blocked = green + [s for s in blocked if not green_of[s.id]]
-        p = plan(blocked, self._wake_order)
+            demand = green_first
+        p = plan(demand, self._wake_order)
         p = power.PowerPlan(p.suspend, early + p.resume)
         self._plan_key = key if not p.suspend and not p.resume else None
         return p
+
+    def _demands(self) -> tuple[power.Demand | None, power.Demand, power.Demand]:
+        """The blocked jobs still queued as ``power.Demand``: (green ones or None if none,
+        green ones first, rank order). Kept until they change: a blocked job leaves the queue
+        only by starting (``_blocked_starts``), and the list is new when ``_blocked_ver``
+        moves."""
+        key = (self._blocked_ver, self._blocked_starts)
+        if self._demand[0] != key:
+            cap = self.cfg.power_demand_cap
+            blocked = [s for s in self._blocked if s.id in self.queue]
+            green_of = self._green
+            green = [s for s in blocked if green_of[s.id]]
+            first = green + [s for s in blocked if not green_of[s.id]]
+            self._demand = (
+                key,
+                power.Demand.of(green, cap) if green else None,
+                power.Demand.of(first, cap),
+                power.Demand.of(blocked, cap),
+            )
+        return self._demand[1:]
 
     def power_resumed(self, node_id: str, now: float) -> None:
         i = self.view.index[node_id]
