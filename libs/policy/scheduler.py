@@ -345,6 +345,7 @@ def schedule(
 
 _ORDER_PREFIX = 256
 _BULK_SKIP = True  # tests turn it off to compare the bulk walk with the row-by-row one
+_BULK_CHUNK = 64  # rows the bulk walk sorts at a time
 
 
 def _book_row(pending: PendingQueue):
@@ -385,6 +386,7 @@ class _Walk:
         "_keys",
         "_last",
         "_live",
+        "_pool",
         "_prefix",
         "_row_of",
         "_t",
@@ -408,6 +410,7 @@ class _Walk:
         self._handed = False  # a row was handed out in bulk mode
         self._after = np.zeros(0, dtype=bool)  # bulk: rows ranked after the switch row
         self._live = np.zeros(0, dtype=np.int64)  # bulk: rows still to hand out, rank order
+        self._pool = self._live  # bulk: rows after ``_live``, not sorted yet
         self._j = 0
         self._dirty = False
         self._unsorted = False
@@ -472,20 +475,43 @@ class _Walk:
             self._halted = True
             raise StopIteration
         if self._unsorted:
+            # the rows left are sorted a chunk at a time: a pass usually fills the cluster
+            # after a few of them, and a long queue behind a full cluster has thousands
             self._unsorted = False
             self._dirty = False
-            self._live = self._sorted(self._live[~self._dead(self._live)])
+            self._pool = self._live[~self._dead(self._live)]
+            self._live = self._pool[:0]
+            self._j = 0
         if self._dirty:
             self._dirty = False
             rest = self._live[self._j :]
             self._live = rest[~self._dead(rest)] if len(rest) else rest
             self._j = 0
         if self._j >= len(self._live):
-            raise StopIteration
+            self._next_chunk()
+            if not len(self._live):
+                raise StopIteration
         self._last = int(self._live[self._j])
         self._j += 1
         self._handed = True
         return self._last
+
+    def _next_chunk(self) -> None:
+        """The next rows in rank order from the unsorted pool: an exact prefix of the pool's
+        full order (``order_of`` with ``top`` keeps every tie of its last score)."""
+        pool = self._pool
+        if len(pool):
+            pool = pool[~self._dead(pool)]
+        if len(pool) <= 2 * _BULK_CHUNK:
+            self._live, self._pool = self._sorted(pool), pool[:0]
+        else:
+            s, e, q = self._keys
+            part = order_of(s[pool], e[pool], _BULK_CHUNK, q[pool])
+            self._live = pool[part]
+            rest = np.ones(len(pool), dtype=bool)
+            rest[part] = False
+            self._pool = pool[rest]
+        self._j = 0
 
     def walked_in_bulk(self, limit: int | None = None) -> np.ndarray:
         """Rows passed over in bulk mode, in rank order (the first ``limit`` of them): through
@@ -749,10 +775,15 @@ class _SlowCodes:
         )
         n_models = len(view.models)
         self.bits = np.int64(1) << np.arange(n_models, dtype=np.int64)
+        self.kept: np.ndarray | None = None
         if isinstance(pending, PendingQueue):
             # valid while the profile tables, the config and the nodes' specs are the same
             inputs = (ctx.tables, cfg, view.static_cache)
             self.waits = pending.column("hold_waits", n_models, inputs)
+            # per row, the code it got last and the waits it holds between: (code, since,
+            # until). A code only changes when a wait crosses one of its thresholds, so a
+            # later pass reuses it while since <= wait < until (the same comparisons)
+            self.kept = pending.column("slow_code", 3, inputs)
             self.enq = pending.enq()
         else:
             self.waits = np.full((len(pending), n_models), np.nan)
@@ -760,6 +791,15 @@ class _SlowCodes:
 
     def rows(self, rows: np.ndarray) -> np.ndarray:
         miss = rows[self.cache[rows] < 0]
+        if not len(miss):
+            return self.cache[rows]
+        waited = self.now - self.enq[miss]
+        kept = self.kept
+        if kept is not None:
+            k = kept[miss]
+            ok = (k[:, 1] <= waited) & (waited < k[:, 2])  # NaN (never computed): no
+            self.cache[miss[ok]] = k[ok, 0].astype(np.int64)
+            miss, waited = miss[~ok], waited[~ok]
         if len(miss):
             waits = self.waits
             new = miss[np.isnan(waits[miss, 0])] if waits.shape[1] else miss[:0]
@@ -769,7 +809,14 @@ class _SlowCodes:
                 else:
                     qa = take(self.q, new)
                 waits[new] = _hold_waits(qa, self.present[self.shape_of[new]], self.ctx, self.cfg)
-            self.cache[miss] = _codes_at(waits[miss], self.now - self.enq[miss], self.bits)
+            w = waits[miss]
+            code = _codes_at(w, waited, self.bits)
+            self.cache[miss] = code
+            if kept is not None:
+                held = w > waited[:, None]  # the comparison _codes_at makes
+                kept[miss, 0] = code
+                kept[miss, 1] = waited
+                kept[miss, 2] = np.where(held, w, np.inf).min(axis=1, initial=np.inf)
         return self.cache[rows]
 
     def row(self, i: int) -> int:

@@ -230,14 +230,20 @@ def test_book_inside_rank_epochs_matches_the_full_order(case, steps):
 
 
 @settings(max_examples=60, deadline=None)
-@given(replay_case(), st.lists(st.sampled_from([0.0, 20.0, 400.0]), min_size=3, max_size=3))
-def test_bulk_skip_of_failed_shapes_walks_like_the_row_by_row_walk(case, steps):
+@given(
+    replay_case(),
+    st.lists(st.sampled_from([0.0, 20.0, 400.0]), min_size=3, max_size=3),
+    st.sampled_from([1, 2, 64]),
+)
+def test_bulk_skip_of_failed_shapes_walks_like_the_row_by_row_walk(case, steps, chunk):
     """A pass that drops rows of already-failed shapes in bulk starts the same jobs, makes the
     same reservation and reports the same walked rows as one that visits every row; and both
-    start what a fully ranked pass (reasons=True) starts."""
+    start what a fully ranked pass (reasons=True) starts. The bulk walk sorts its rows a chunk
+    at a time (small chunks here, so that a pass crosses several)."""
     view, running, waves, _ = case
     cfg = dataclasses.replace(CFG, rerank_interval_s=60.0)
     old_prefix, scheduler._ORDER_PREFIX = scheduler._ORDER_PREFIX, 4
+    old_chunk, scheduler._BULK_CHUNK = scheduler._BULK_CHUNK, chunk
     try:
         qs = [PendingQueue() for _ in range(4)]
         views = [view.copy() for _ in qs]
@@ -271,6 +277,7 @@ def test_bulk_skip_of_failed_shapes_walks_like_the_row_by_row_walk(case, steps):
                     rl.append(RunningJob(j.spec, p.node_index, p.gpu_indices, p.gpu_share, now))
     finally:
         scheduler._ORDER_PREFIX = old_prefix
+        scheduler._BULK_CHUNK = old_chunk
 
 
 def _book_case(view, running, waves, steps, cfg):
@@ -324,3 +331,55 @@ def test_grouping_helpers_equal_np_unique(keys, span):
     ):
         want = np.unique(arr, return_inverse=True)
         assert np.array_equal(got[0], want[0]) and np.array_equal(got[1], want[1])
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    st.lists(st.tuples(st.integers(0, 4), st.integers(0, 4)), min_size=1, max_size=60),
+    st.sampled_from([1, 2, 3, 64]),
+    st.data(),
+)
+def test_bulk_walk_hands_out_the_live_rows_in_rank_order(keys, chunk, data):
+    """After the switch to bulk mode the walk hands out exactly the rows ranked after the
+    switch row that are not dead, in rank order, however many chunks it sorts them in, and
+    rows marked dead midway (``refilter``) are skipped from then on."""
+    n = len(keys)
+    scores = np.array([float(k[0]) for k in keys])
+    enq = np.array([float(k[1]) for k in keys])
+    tie = np.array(data.draw(st.permutations(range(n))), dtype=float)
+    full = order_of(scores, enq, None, tie).tolist()
+    switch = data.draw(st.integers(0, n - 1))
+    dead = set(data.draw(st.lists(st.integers(0, n - 1), max_size=n)))
+    killed = set(dead)  # the model's dead rows (``dead`` grows during the walk)
+    later = set(data.draw(st.lists(st.integers(0, n - 1), max_size=n)))
+    after_k = data.draw(st.integers(0, n))
+
+    class Dead:
+        def assign(self, rows):
+            pass
+
+        def __call__(self, rows):
+            return np.array([int(r) in dead for r in rows], dtype=bool)
+
+    old, scheduler._BULK_CHUNK = scheduler._BULK_CHUNK, chunk
+    try:
+        walk = scheduler._Walk(full, None, None, (scores, enq, tie))
+        for _ in range(switch + 1):
+            next(walk)
+        walk.skip_dead(Dead(), lambda: False)
+        got = []
+        for r in walk:
+            got.append(r)
+            if len(got) == after_k:
+                dead |= later
+                walk.refilter()
+    finally:
+        scheduler._BULK_CHUNK = old
+    want = []
+    for r in full[switch + 1 :]:
+        if r in killed:
+            continue
+        want.append(r)
+        if len(want) == after_k:
+            killed |= later
+    assert got == want

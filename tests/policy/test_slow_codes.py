@@ -94,3 +94,22 @@ def test_vectorised_guard_matches_the_per_job_rule(node_list, pending, now, as_q
         want = sum(1 << m for m, held in enumerate(rule(job, view, ctx, cfg, float(now))) if held)
         assert int(got[i]) == want, job.spec
         assert codes.row(i) == want
+
+
+@settings(max_examples=100, deadline=None)
+@given(nodes(), queued(), st.lists(st.integers(0, 40 * 86400), min_size=2, max_size=6))
+def test_codes_kept_across_passes_match_the_rule_at_every_time(node_list, pending, times):
+    """A queue keeps each row's code between passes (the ``slow_code`` column): passes at
+    later, or earlier, times still give the per-job rule's answer at their own time."""
+    view = ClusterView.build(node_list)
+    cfg = PolicyConfig.default()
+    ctx = PlaceContext.build(view, P, cfg)
+    q = PendingQueue(pending)
+    shape_of, _, specs = q.shapes()
+    rows = np.arange(len(pending))
+    for now in [*sorted(times), *times]:
+        codes = scheduler._SlowCodes(q, None, shape_of, specs, view, ctx, cfg, float(now))
+        got = codes.rows(rows)
+        for i, job in enumerate(pending):
+            want = sum(1 << m for m, h in enumerate(rule(job, view, ctx, cfg, float(now))) if h)
+            assert int(got[i]) == want, (job.spec, now)

@@ -74,7 +74,9 @@ class Mosaic(BasePolicy):
         self._blocked_seqs = np.zeros(0)  # their queue entries (PendingQueue.seq)
         self._last_step: tuple | None = None  # (inputs, next due time) of an empty power step
         self._blocked_starts = 0  # blocked jobs started since (they leave the queue only so)
-        self._demand: tuple = (None,)  # (key, power.Demand...) of the blocked jobs still queued
+        # power.Demand of the blocked jobs still queued, by kind, and what they were built for
+        self._demands: dict[str, power.Demand] = {}
+        self._demand_key: tuple | None = None
         self._reserved: tuple[int, ...] = ()
         self._cadence = BackfillCadence(self.cfg.backfill_interval_s)
         self._tick_at: float | None = None
@@ -246,7 +248,7 @@ class Mosaic(BasePolicy):
         )
         if key == self._plan_key:
             return power.PowerPlan((), ())
-        green, green_first, in_order = self._demands()
+        green = self._demand("green")
         early: tuple[int, ...] = ()
         suspended, resuming = self._suspended, self._resuming
 
@@ -262,8 +264,8 @@ class Mosaic(BasePolicy):
                 prefer=prefer,
             )
 
-        demand = in_order
-        if green is not None and suspended.any():
+        demand = "in_order"
+        if green.groups and suspended.any():
             # green jobs first wake the greenest nodes; the plan below then sees those nodes
             # booting (green jobs listed first claim them) and decides the rest as usual
             early = plan(green, self._green_wake_order).resume
@@ -271,31 +273,34 @@ class Mosaic(BasePolicy):
                 suspended, resuming = suspended.copy(), resuming.copy()
                 suspended[list(early)] = False
                 resuming[list(early)] = True
-            demand = green_first
-        p = plan(demand, self._wake_order)
+            demand = "green_first"
+        p = plan(self._demand(demand), self._wake_order)
         p = power.PowerPlan(p.suspend, early + p.resume)
         self._plan_key = key if not p.suspend and not p.resume else None
         return p
 
-    def _demands(self) -> tuple[power.Demand | None, power.Demand, power.Demand]:
-        """The blocked jobs still queued as ``power.Demand``: (green ones or None if none,
-        green ones first, rank order). Kept until they change: a blocked job leaves the queue
-        only by starting (``_blocked_starts``), and the list is new when ``_blocked_ver``
-        moves."""
+    def _demand(self, which: str) -> power.Demand:
+        """The blocked jobs still queued as a ``power.Demand``: "green" (the green ones),
+        "green_first" or "in_order". Each is built when first asked for and kept until the
+        blocked jobs change: a blocked job leaves the queue only by starting
+        (``_blocked_starts``), and the list is new when ``_blocked_ver`` moves."""
         key = (self._blocked_ver, self._blocked_starts)
-        if self._demand[0] != key:
-            cap = self.cfg.power_demand_cap
+        if self._demand_key != key:
+            self._demand_key = key
+            self._demands = {}
+        hit = self._demands.get(which)
+        if hit is None:
             blocked = [s for s in self._blocked if s.id in self.queue]
             green_of = self._green
-            green = [s for s in blocked if green_of[s.id]]
-            first = green + [s for s in blocked if not green_of[s.id]]
-            self._demand = (
-                key,
-                power.Demand.of(green, cap) if green else None,
-                power.Demand.of(first, cap),
-                power.Demand.of(blocked, cap),
-            )
-        return self._demand[1:]
+            if which == "green":
+                jobs = [s for s in blocked if green_of[s.id]]
+            elif which == "green_first":
+                jobs = [s for s in blocked if green_of[s.id]]
+                jobs += [s for s in blocked if not green_of[s.id]]
+            else:
+                jobs = blocked
+            hit = self._demands[which] = power.Demand.of(jobs, self.cfg.power_demand_cap)
+        return hit
 
     def power_resumed(self, node_id: str, now: float) -> None:
         i = self.view.index[node_id]
