@@ -187,6 +187,11 @@ def s_pack(before: np.ndarray, after: np.ndarray, mix: SizeMix) -> tuple[np.ndar
 
 def s_thermal(view: ClusterView, nodes: np.ndarray, cfg: PolicyConfig) -> np.ndarray:
     """Thermal headroom from ambient to the limit, 1 = cool; unknown temperature counts cool."""
+    hit = view.dyn_cache.get("temps_unknown")  # temperature changes move freed_gen
+    if hit is None or hit[0] != view.freed_gen:
+        hit = view.dyn_cache["temps_unknown"] = (view.freed_gen, bool(np.isnan(view.temp_c).all()))
+    if hit[1]:  # no telemetry (the simulator): every node counts cool
+        return np.ones(len(nodes))
     t = view.temp_c[nodes]
     span = max(cfg.thermal_max_c - cfg.thermal_ambient_c, 1e-6)
     h = np.clip((cfg.thermal_max_c - t) / span, 0.0, 1.0)

@@ -66,11 +66,11 @@ class Mosaic(BasePolicy):
         self._idle_since = np.zeros(n)  # NaN while the node holds a job
         self._suspended = np.zeros(n, dtype=bool)
         self._resuming = np.zeros(n, dtype=bool)
-        self._blocked: list = []  # specs the last pass could not start, rank order
+        self._blocked: list = []  # queue entries the last pass could not start, rank order
         self._blocked_ver = 0  # bumped when the blocked jobs change (the power memo's key)
         self._green: dict[str, bool] = {}  # scores.is_green per queued job (fixed per spec)
         self._plan_key: tuple | None = None  # inputs of the last power plan, when it was empty
-        self._blocked_ids: set[str] = set()
+        self._blocked_seq_set: set[float] = set()  # the same, to look one up
         self._blocked_seqs = np.zeros(0)  # their queue entries (PendingQueue.seq)
         self._last_step: tuple | None = None  # (inputs, next due time) of an empty power step
         self._blocked_starts = 0  # blocked jobs started since (they leave the queue only so)
@@ -113,8 +113,9 @@ class Mosaic(BasePolicy):
         self.queue.add(PendingJob(job.spec, enqueued_at=job.submit_s, attempt=job.attempts + 1))
 
     def started(self, job: SimJob, now: float) -> None:
+        seq = self.queue.seq()[self.queue.position(job.spec.id)]
         self.queue.remove(job.spec.id)
-        if job.spec.id in self._blocked_ids:
+        if seq in self._blocked_seq_set:
             self._blocked_starts += 1
         del self._green[job.spec.id]
         t = job.spec.tenant
@@ -176,9 +177,10 @@ class Mosaic(BasePolicy):
             if not np.array_equal(seqs, self._blocked_seqs):
                 self._blocked_ver += 1
                 self._blocked_seqs = seqs
+                self._blocked_seq_set = set(seqs.tolist())
                 jobs = self.queue._jobs
-                self._blocked = [jobs[i].spec for i in rows.tolist()]
-                self._blocked_ids = {s.id for s in self._blocked}
+                # the queue entries themselves (specs are read only when a plan is made)
+                self._blocked = [jobs[i] for i in rows.tolist()]
             resv = [res.reservation, *res.extra_reservations]
             self._reserved = tuple(r.node_index for r in resv if r is not None)
         for pj, placement in res.assignments:
@@ -290,7 +292,8 @@ class Mosaic(BasePolicy):
             self._demands = {}
         hit = self._demands.get(which)
         if hit is None:
-            blocked = [s for s in self._blocked if s.id in self.queue]
+            get = self.queue.get  # still queued: the same entry (not a later resubmission)
+            blocked = [j.spec for j in self._blocked if get(j.spec.id) is j]
             green_of = self._green
             if which == "green":
                 jobs = [s for s in blocked if green_of[s.id]]
