@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import itertools
 import math
-from collections.abc import Collection, Iterable
+from collections.abc import Collection, Iterable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -64,6 +64,22 @@ class Demand:
             else:
                 hit[1] += 1
         return cls(tuple((spec, count) for spec, count in shapes.values()))
+
+    @classmethod
+    def of_shapes(cls, shape_ids: np.ndarray, shape_specs: Sequence[JobSpec], cap: int) -> Demand:
+        """``of`` for jobs given by request-shape index (``PendingQueue.shapes``): the same
+        groups, each with the queue's spec of that shape."""
+        ids = np.asarray(shape_ids, dtype=np.int64)[:cap]
+        if not len(ids):
+            return cls(())
+        uniq, first, counts = np.unique(ids, return_index=True, return_counts=True)
+        order = np.argsort(first)
+        return cls(
+            tuple(
+                (shape_specs[u], c)
+                for u, c in zip(uniq[order].tolist(), counts[order].tolist(), strict=True)
+            )
+        )
 
 
 def empty_nodes(view: ClusterView) -> np.ndarray:

@@ -121,3 +121,21 @@ def test_plan_properties(ns, specs, data):
     for i in p.resume:
         assert suspended[i] and needed[i]
     assert len(set(p.suspend) & set(p.resume)) == 0
+
+
+@settings(max_examples=60, deadline=None)
+@given(jobs(max_jobs=12), st.integers(1, 12))
+def test_demand_from_shape_indices_groups_like_the_specs(specs, cap):
+    """``Demand.of_shapes`` (the queue's shape indices) gives the groups ``Demand.of`` gives
+    for the same jobs: same request shapes, same counts, same order."""
+    from libs.policy.filters import shape_key
+    from libs.policy.power import Demand
+    from libs.policy.queue import PendingQueue
+    from libs.policy.types import PendingJob
+
+    q = PendingQueue([PendingJob(s, 0.0) for s in specs])
+    shape_of, _, shape_specs = q.shapes()
+    rows = [q.position(s.id) for s in specs]
+    a = Demand.of(specs, cap).groups
+    b = Demand.of_shapes(shape_of[rows], shape_specs, cap).groups
+    assert [(shape_key(s), n) for s, n in a] == [(shape_key(s), n) for s, n in b]

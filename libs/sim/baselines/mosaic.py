@@ -66,12 +66,15 @@ class Mosaic(BasePolicy):
         self._idle_since = np.zeros(n)  # NaN while the node holds a job
         self._suspended = np.zeros(n, dtype=bool)
         self._resuming = np.zeros(n, dtype=bool)
-        self._blocked: list = []  # queue entries the last pass could not start, rank order
+        # the jobs the last backfill pass could not start, in rank order: their queue entries
+        # (PendingQueue.seq), entry -> position, started since, request shape, green
+        self._blocked_seqs = np.zeros(0)
+        self._blocked_at: dict[float, int] = {}
+        self._blocked_gone = np.zeros(0, dtype=bool)
+        self._blocked_shape = np.zeros(0, dtype=np.int64)
+        self._blocked_green = np.zeros(0, dtype=bool)
         self._blocked_ver = 0  # bumped when the blocked jobs change (the power memo's key)
-        self._green: dict[str, bool] = {}  # scores.is_green per queued job (fixed per spec)
         self._plan_key: tuple | None = None  # inputs of the last power plan, when it was empty
-        self._blocked_seq_set: set[float] = set()  # the same, to look one up
-        self._blocked_seqs = np.zeros(0)  # their queue entries (PendingQueue.seq)
         self._last_step: tuple | None = None  # (inputs, next due time) of an empty power step
         self._blocked_starts = 0  # blocked jobs started since (they leave the queue only so)
         # power.Demand of the blocked jobs still queued, by kind, and what they were built for
@@ -109,15 +112,17 @@ class Mosaic(BasePolicy):
 
     def enqueued(self, job: SimJob, now: float) -> None:
         self.by_id[job.spec.id] = job
-        self._green[job.spec.id] = is_green(job.spec, self.cfg)
         self.queue.add(PendingJob(job.spec, enqueued_at=job.submit_s, attempt=job.attempts + 1))
+        # scores.is_green per queued job (fixed per spec), a column that moves with its row
+        self._green_col()[self.queue.position(job.spec.id), 0] = is_green(job.spec, self.cfg)
 
     def started(self, job: SimJob, now: float) -> None:
         seq = self.queue.seq()[self.queue.position(job.spec.id)]
         self.queue.remove(job.spec.id)
-        if seq in self._blocked_seq_set:
+        k = self._blocked_at.get(seq)
+        if k is not None:  # a blocked job left the queue (only starting does that)
             self._blocked_starts += 1
-        del self._green[job.spec.id]
+            self._blocked_gone[k] = True
         t = job.spec.tenant
         self.usage[t] = self.usage.get(t, np.zeros(4)) + usage_vector(job)
         est_end = now + self.profiles.runtime_s(job.spec, job.model)
@@ -177,10 +182,10 @@ class Mosaic(BasePolicy):
             if not np.array_equal(seqs, self._blocked_seqs):
                 self._blocked_ver += 1
                 self._blocked_seqs = seqs
-                self._blocked_seq_set = set(seqs.tolist())
-                jobs = self.queue._jobs
-                # the queue entries themselves (specs are read only when a plan is made)
-                self._blocked = [jobs[i] for i in rows.tolist()]
+                self._blocked_at = {q: k for k, q in enumerate(seqs.tolist())}
+                self._blocked_gone = np.zeros(len(rows), dtype=bool)
+                self._blocked_shape = self.queue.shapes()[0][rows]
+                self._blocked_green = self._green_col()[rows, 0] == 1.0
             resv = [res.reservation, *res.extra_reservations]
             self._reserved = tuple(r.node_index for r in resv if r is not None)
         for pj, placement in res.assignments:
@@ -292,18 +297,21 @@ class Mosaic(BasePolicy):
             self._demands = {}
         hit = self._demands.get(which)
         if hit is None:
-            get = self.queue.get  # still queued: the same entry (not a later resubmission)
-            blocked = [j.spec for j in self._blocked if get(j.spec.id) is j]
-            green_of = self._green
+            left = ~self._blocked_gone
+            shape, green = self._blocked_shape, self._blocked_green
             if which == "green":
-                jobs = [s for s in blocked if green_of[s.id]]
+                ids = shape[left & green]
             elif which == "green_first":
-                jobs = [s for s in blocked if green_of[s.id]]
-                jobs += [s for s in blocked if not green_of[s.id]]
+                ids = np.concatenate([shape[left & green], shape[left & ~green]])
             else:
-                jobs = blocked
-            hit = self._demands[which] = power.Demand.of(jobs, self.cfg.power_demand_cap)
+                ids = shape[left]
+            specs = self.queue.shapes()[2]
+            hit = power.Demand.of_shapes(ids, specs, self.cfg.power_demand_cap)
+            self._demands[which] = hit
         return hit
+
+    def _green_col(self) -> np.ndarray:
+        return self.queue.column("green", 1, (self.cfg,))
 
     def power_resumed(self, node_id: str, now: float) -> None:
         i = self.view.index[node_id]
