@@ -174,6 +174,8 @@ class Mosaic(BasePolicy):
                 pos = self.queue.position
                 placed = np.array([pos(pj.spec.id) for pj, _ in res.assignments])
                 rows = rows[~np.isin(rows, placed)]
+            # every walked job that did not start: waiting for capacity, for a reserved node or
+            # for a fast GPU (SlowGPU: fast nodes wake first, see _wake_order)
             rows = rows[:cap]
             # the same blocked jobs as last time (by their queue entry's insertion number):
             # nothing to rebuild. Most backfill passes end so, and the spec list is only read
@@ -311,6 +313,7 @@ class Mosaic(BasePolicy):
         return hit
 
     def _green_col(self) -> np.ndarray:
+        """float[len(queue), 1]: 1.0 for a green job (``scores.is_green``), by queue row."""
         return self.queue.column("green", 1, (self.cfg,))
 
     def power_resumed(self, node_id: str, now: float) -> None:
