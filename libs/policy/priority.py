@@ -100,20 +100,24 @@ def fair_share_terms(
     tenant_usage: Mapping[str, np.ndarray | float],
     capacity: np.ndarray,
     present: np.ndarray | None = None,
+    n_tenants: int | None = None,
 ) -> np.ndarray:
     """Per job, 1 / (1 + dominant share of its tenant x number of tenants): the same numbers
-    as ``dominant_shares``, computed for all tenants with one matrix operation."""
+    as ``dominant_shares``, computed for all tenants with one matrix operation. The number of
+    tenants counts those with usage or queued jobs (``present``, default the tenants of
+    ``q``); a caller that keeps it passes ``n_tenants`` (``PendingQueue.tenant_count``)."""
     cap = np.asarray(capacity, dtype=float)
     if len(q.tenant) == 0:
         return np.zeros(0)
     mine = tenants_present(q)
-    if present is None:
-        present = mine
-    # the count covers every tenant with usage or queued jobs; only the tenants of ``q``'s
-    # rows need their share
-    n_tenants = len(tenant_usage) + sum(
-        1 for k in np.flatnonzero(present).tolist() if q.tenants[k] not in tenant_usage
-    )
+    if n_tenants is None:
+        if present is None:
+            present = mine
+        # the count covers every tenant with usage or queued jobs; only the tenants of
+        # ``q``'s rows need their share
+        n_tenants = len(tenant_usage) + sum(
+            1 for k in np.flatnonzero(present).tolist() if q.tenants[k] not in tenant_usage
+        )
     n_tenants = max(n_tenants, 1)
     tenant_dom = np.zeros(len(q.tenants))
     idx = np.flatnonzero(mine).tolist()
@@ -238,12 +242,14 @@ def score_arrays(
     profiles: ProfileTable,
     models: Sequence[str] | None = None,
     present: np.ndarray | None = None,
+    n_tenants: int | None = None,
 ) -> tuple[np.ndarray, dict[str, np.ndarray], str]:
     """(scores, terms, regime) of the rows of ``q``. ``present`` (bool per tenant index): the
-    tenants of the whole queue, when ``q`` is a subset of it (tenant count for fair share)."""
+    tenants of the whole queue, when ``q`` is a subset of it (tenant count for fair share),
+    or ``n_tenants``, that count itself (see ``fair_share_terms``)."""
     cap, mods = _capacity_and_models(capacity, models)
     reg, w = regime_weights(load, cfg)
-    fair = fair_share_terms(q, tenant_usage, cap, present)
+    fair = fair_share_terms(q, tenant_usage, cap, present, n_tenants)
     prio, es, enq, est, prog, dl, cls_idx = q.prio, q.es, q.enq, q.est, q.prog, q.deadline, q.cls
 
     best = best_speed_per_class(profiles, mods)[cls_idx]

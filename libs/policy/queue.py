@@ -11,7 +11,7 @@ columns each time).
 from __future__ import annotations
 
 import bisect
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -107,6 +107,7 @@ class PendingQueue(Sequence[PendingJob]):
         self._book_key: dict[str, tuple] = {}
         self._floor: tuple | None = None
         self._tenant_jobs: dict[int, int] = {}  # tenant index -> queued jobs
+        self._present_names: set[str] = set()  # tenants with queued jobs
         # request shape per row (an index into ``_shape_keys``): the scheduler skips the rows
         # of shapes it already knows cannot start, in bulk (libs.policy.scheduler)
         self._shape = np.zeros(len(self._data), dtype=np.int64)
@@ -206,8 +207,10 @@ class PendingQueue(Sequence[PendingJob]):
         m = self._tenant_jobs.get(t, 0) + d
         if m:
             self._tenant_jobs[t] = m
+            self._present_names.add(job.spec.tenant)
         else:
             del self._tenant_jobs[t]
+            self._present_names.discard(job.spec.tenant)
 
     def min_request(self, eps: float = 1e-9) -> tuple[float, float]:
         """(smallest fractional request, smallest whole-GPU request), inf when none: the
@@ -222,6 +225,12 @@ class PendingQueue(Sequence[PendingJob]):
         if self._tenant_jobs:
             out[list(self._tenant_jobs)] = True
         return out
+
+    def tenant_count(self, usage: Mapping[str, object]) -> int:
+        """Tenants with queued jobs or in ``usage``: the fair-share term's tenant count
+        (``priority.fair_share_terms``), from the kept set of queued tenants in C-level set
+        operations instead of a Python step per tenant."""
+        return len(usage.keys() | self._present_names)
 
     def rows(self, rows: np.ndarray) -> QueueArrays:
         """``arrays()`` restricted to ``rows`` without building the full columns."""

@@ -570,8 +570,9 @@ def _rank(
         return RankResult(order, scores, terms, reg), _full_walk(order, col, enq, seq)
     new = pending.unscored_rows()
     if len(new):
+        n_tenants = pending.tenant_count(tenant_usage)
         sub, _, _ = score_arrays(
-            pending.rows(new), now=epoch[0], load=load, present=pending.tenants_present(), **kw
+            pending.rows(new), now=epoch[0], load=load, n_tenants=n_tenants, **kw
         )
         col[new] = sub
         for i in new.tolist():

@@ -383,3 +383,32 @@ def test_bulk_walk_hands_out_the_live_rows_in_rank_order(keys, chunk, data):
         if len(want) == after_k:
             killed |= later
     assert got == want
+
+
+@settings(max_examples=100, deadline=None)
+@given(
+    jobs(prefix="q"),
+    st.lists(st.sampled_from(["a", "b", "c", "x", "y"]), max_size=5),
+    st.lists(st.booleans(), min_size=12, max_size=12),
+)
+def test_queue_tenant_count_is_the_fair_share_count(specs, used, leave):
+    """``PendingQueue.tenant_count`` (kept set of queued tenants) equals the count
+    ``fair_share_terms`` makes from the tenant columns, as jobs join and leave, and scores
+    computed with it are the same numbers."""
+    from libs.policy.priority import fair_share_terms
+
+    q = PendingQueue([PendingJob(s, 0.0) for s in specs])
+    usage = {t: np.array([1.0, 8.0, 4.0, 2.0]) for t in used}
+    for s, gone in zip(specs, leave, strict=False):
+        if gone and len(q) > 1:
+            q.remove(s.id)
+        qa = q.arrays()
+        present = q.tenants_present()
+        want = len(usage) + sum(
+            1 for k in np.flatnonzero(present).tolist() if qa.tenants[k] not in usage
+        )
+        assert q.tenant_count(usage) == want
+        cap = np.array([64.0, 512.0, 1024.0, 256.0])
+        a = fair_share_terms(qa, usage, cap, present)
+        b = fair_share_terms(qa, usage, cap, n_tenants=q.tenant_count(usage))
+        assert np.array_equal(a, b)
