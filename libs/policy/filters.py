@@ -259,13 +259,21 @@ def refusal_reason(spec: JobSpec, view: ClusterView, cfg: PolicyConfig) -> tuple
             if not nxt.any():
                 return reason, True
             m = nxt
-    c = m & f_cordon(spec, view)
-    if not c.any():
-        return "Cordoned", False
-    t = c & f_thermal(spec, view, cfg)
-    if not t.any():
-        return "Thermal", False
-    return "Resources", False
+    return _dynamic_reasons(spec, m[None, :], view, cfg)[0], False
+
+
+def _dynamic_reasons(
+    spec: JobSpec, static: np.ndarray, view: ClusterView, cfg: PolicyConfig
+) -> list[str]:
+    """Why each row of ``static`` (bool[shape, node], nodes whose shape could hold it) gets
+    no node now: all of them cordoned, or all uncordoned ones too hot, or else no free
+    resources. The cordon and thermal filters read only the node, not ``spec``."""
+    uncordoned = static & f_cordon(spec, view)
+    cool = uncordoned & f_thermal(spec, view, cfg)
+    return [
+        "Cordoned" if not u else "Resources" if c else "Thermal"
+        for u, c in zip(uncordoned.any(axis=1).tolist(), cool.any(axis=1).tolist(), strict=True)
+    ]
 
 
 def refusal_reasons_many(
@@ -277,19 +285,9 @@ def refusal_reasons_many(
     (never placeable, rare in a queue) go through ``refusal_reason``."""
     if not len(specs):
         return []
-    ever = static.any(axis=1)
-    cool = static & f_cordon(specs[0], view)
-    uncordoned = cool.any(axis=1)
-    cool &= f_thermal(specs[0], view, cfg)
-    fits_cool = cool.any(axis=1)
-    out = []
-    for i, sp in enumerate(specs):
-        if not ever[i]:
-            out.append(refusal_reason(sp, view, cfg)[0])
-        elif not uncordoned[i]:
-            out.append("Cordoned")
-        else:
-            out.append("Resources" if fits_cool[i] else "Thermal")
+    out = _dynamic_reasons(specs[0], static, view, cfg)
+    for i in np.flatnonzero(~static.any(axis=1)).tolist():
+        out[i] = refusal_reason(specs[i], view, cfg)[0]
     return out
 
 
