@@ -12,7 +12,8 @@ RUN pip wheel --no-cache-dir --wheel-dir /wheels .
 FROM python:3.11-slim
 ENV PYTHONDONTWRITEBYTECODE=1 \
     PYTHONUNBUFFERED=1 \
-    MOSAIC_LOG_FORMAT=json
+    MOSAIC_LOG_FORMAT=json \
+    NUMBA_CACHE_DIR=/tmp/numba
 COPY --from=build /wheels /wheels
 RUN pip install --no-cache-dir /wheels/*.whl \
     && rm -rf /wheels \

@@ -15,6 +15,7 @@ from collections.abc import Callable, Sequence
 
 import numpy as np
 
+from libs.policy import kernels as K
 from libs.policy.cluster import EPS, ClusterView
 from libs.policy.config import PolicyConfig
 from proto.gpus import matches
@@ -157,30 +158,40 @@ def fit_now(spec: JobSpec, view: ClusterView, cfg: PolicyConfig) -> np.ndarray:
     return m
 
 
-def fit_now_many(
-    specs: Sequence[JobSpec], view: ClusterView, cfg: PolicyConfig, static: np.ndarray
+def shape_requests(specs: Sequence[JobSpec]) -> np.ndarray:
+    """float[shape, 4] of request shapes (one spec each): fractional (1.0) or not, whole GPUs,
+    host memory, CPUs: the numbers ``fit_now_shapes`` compares, built once per shape."""
+    return np.array(
+        [(float(is_fractional(sp)), whole_gpus(sp), sp.host_mem_gb, sp.cpus) for sp in specs],
+        dtype=float,
+    ).reshape(len(specs), 4)
+
+
+def fit_now_shapes(
+    shapes: np.ndarray,
+    specs: Sequence[JobSpec],
+    view: ClusterView,
+    cfg: PolicyConfig,
+    static: np.ndarray,
+    requests: np.ndarray,
 ) -> np.ndarray:
-    """``fit_now`` of several request shapes at once, bool[spec, node]. ``static``: their
-    ``static_mask`` rows stacked in the order of ``specs`` (the caller keeps the stack).
-    Whole-GPU requests are answered in one broadcast of the comparisons ``dynamic_mask``
-    makes, so the answers are the same; fractional ones go through ``fit_now``."""
-    out = np.empty((len(specs), len(view.node_ids)), dtype=bool)
-    frac = np.array([is_fractional(sp) for sp in specs], dtype=bool)
-    if not frac.all():
-        w = np.flatnonzero(~frac)
-        whole = [specs[i] for i in w.tolist()]
-        k = np.array([whole_gpus(sp) for sp in whole])[:, None]
-        host = np.array([sp.host_mem_gb for sp in whole])[:, None]
-        cpus = np.array([sp.cpus for sp in whole])[:, None]
-        out[w] = (
-            static[w]
-            & available(view, cfg)
-            & (view.whole_free >= k)
-            & (view.host_mem_free_gb >= host - EPS)
-            & (view.cpus_free >= cpus - EPS)
-        )
-    for i in np.flatnonzero(frac).tolist():
-        out[i] = fit_now(specs[i], view, cfg)
+    """``fit_now`` of several request shapes at once, bool[len(shapes), node]. ``shapes``:
+    indices into ``specs`` (one spec per shape), into ``static`` (their ``static_mask`` rows)
+    and into ``requests`` (``shape_requests(specs)``); the caller keeps all three. Whole-GPU
+    shapes are answered in one compiled loop making the comparisons ``dynamic_mask`` makes,
+    so the answers are the same; fractional ones go through ``fit_now``."""
+    out = K.fit_whole(
+        shapes,
+        static,
+        requests,
+        available(view, cfg),
+        view.whole_free,
+        view.host_mem_free_gb,
+        view.cpus_free,
+        EPS,
+    )
+    for i in np.flatnonzero(requests[shapes, 0] != 0.0).tolist():
+        out[i] = fit_now(specs[int(shapes[i])], view, cfg)
     return out
 
 

@@ -35,6 +35,7 @@ import numpy as np
 
 from libs.policy import backfill as B
 from libs.policy import filters as F
+from libs.policy import kernels as K
 from libs.policy.cluster import EPS, ClusterView
 from libs.policy.config import PolicyConfig
 from libs.policy.filters import shape_key
@@ -368,11 +369,11 @@ class _Walk:
 
     ``skip_dead(dead, full)`` switches to bulk mode for the rest of the pass: the rows ranked
     after the current one are selected by comparing rank keys (score, enqueue time, tie) over
-    the whole queue at once, the ones ``dead(rows)`` marks are dropped, and only the others
-    are sorted and handed out. A long queue behind a full cluster is mostly such rows (their
-    request shape already failed in this pass), so a pass neither sorts the whole queue nor
-    takes a Python step per row. ``walked_in_bulk`` still reports them: they are passed over in
-    rank order, exactly as a row-by-row walk passes over them."""
+    the whole queue at once, the ones ``dead`` marks are dropped (``dead.live(rows)``), and
+    only the others are sorted and handed out. A long queue behind a full cluster is mostly
+    such rows (their request shape already failed in this pass), so a pass neither sorts the
+    whole queue nor takes a Python step per row. ``walked_in_bulk`` still reports them: they
+    are passed over in rank order, exactly as a row-by-row walk passes over them."""
 
     __slots__ = (
         "_after",
@@ -408,7 +409,7 @@ class _Walk:
         self._full = None
         self._halted = False
         self._handed = False  # a row was handed out in bulk mode
-        self._after = np.zeros(0, dtype=bool)  # bulk: rows ranked after the switch row
+        self._after = np.zeros(0, dtype=np.int64)  # bulk: rows ranked after the switch row
         self._live = np.zeros(0, dtype=np.int64)  # bulk: rows still to hand out, rank order
         self._pool = self._live  # bulk: rows after ``_live``, not sorted yet
         self._j = 0
@@ -440,25 +441,23 @@ class _Walk:
     def bulk(self) -> bool:
         return self._dead is not None
 
-    def _ranked_after(self, row: int, rows: np.ndarray | None = None) -> np.ndarray:
-        """bool per row of ``rows`` (default: every row): ranked after ``row``."""
+    def _ranked_after(self, row: int, rows: np.ndarray, after: bool = True) -> np.ndarray:
+        """The rows of ``rows`` ranked after ``row`` (``after=False``: the others), in the
+        order given."""
         s, e, q = self._keys
-        if rows is not None:
-            s, e, q = s[rows], e[rows], q[rows]
-        s0, e0, q0 = self._keys[0][row], self._keys[1][row], self._keys[2][row]
-        return (s < s0) | ((s == s0) & ((e > e0) | ((e == e0) & (q > q0))))
+        return K.rows_ranked_after(rows, s, e, q, s[row], e[row], q[row], after)
 
     def _sorted(self, rows: np.ndarray) -> np.ndarray:
         s, e, q = self._keys
         return rows[order_of(s[rows], e[rows], None, q[rows])]
 
     def skip_dead(self, dead, full) -> None:
-        """From now on drop the rows ``dead(rows) -> bool[len(rows)]`` marks, and end the walk
+        """From now on hand out only the rows ``dead.live(rows)`` keeps, and end the walk
         as soon as ``full()`` (nothing more can start in this pass)."""
         self._dead = dead
         self._full = full
-        self._after = self._ranked_after(self._last)
-        cand = np.flatnonzero(self._after)
+        cand = self._ranked_after(self._last, np.arange(len(self._keys[0])))
+        self._after = cand
         dead.assign(cand)
         # sorted when the first row is asked for: the pass may mark more rows dead before
         # (``_DeadRows.screen``), and only the rows left are worth sorting
@@ -479,13 +478,13 @@ class _Walk:
             # after a few of them, and a long queue behind a full cluster has thousands
             self._unsorted = False
             self._dirty = False
-            self._pool = self._live[~self._dead(self._live)]
+            self._pool = self._dead.live(self._live)
             self._live = self._pool[:0]
             self._j = 0
         if self._dirty:
             self._dirty = False
             rest = self._live[self._j :]
-            self._live = rest[~self._dead(rest)] if len(rest) else rest
+            self._live = self._dead.live(rest) if len(rest) else rest
             self._j = 0
         if self._j >= len(self._live):
             self._next_chunk()
@@ -501,7 +500,7 @@ class _Walk:
         full order (``order_of`` with ``top`` keeps every tie of its last score)."""
         pool = self._pool
         if len(pool):
-            pool = pool[~self._dead(pool)]
+            pool = self._dead.live(pool)
         if len(pool) <= 2 * _BULK_CHUNK:
             self._live, self._pool = self._sorted(pool), pool[:0]
         else:
@@ -517,9 +516,9 @@ class _Walk:
         """Rows passed over in bulk mode, in rank order (the first ``limit`` of them): through
         the last row handed out when the pass filled up (``full()``: the rows behind it were
         never reached), else every row ranked after the switch."""
-        rows = np.flatnonzero(self._after)
+        rows = self._after
         if self._halted:
-            rows = rows[~self._ranked_after(self._last, rows)] if self._handed else rows[:0]
+            rows = self._ranked_after(self._last, rows, False) if self._handed else rows[:0]
         if limit is not None and limit <= 0:
             return rows[:0]
         if limit is not None and len(rows) > limit:
@@ -627,16 +626,15 @@ class _DeadRows:
         self.g_pair = np.zeros(0, dtype=bool)  # the group's (shape, code) was refused
         self.g_nofit = np.zeros(0, dtype=bool)  # the group fits nowhere it may go (screen)
         self.dead_g = np.zeros(0, dtype=bool)
+        self.all_nodes = np.ones(len(view.node_ids), dtype=bool)
 
     def assign(self, rows: np.ndarray) -> None:
         """Put ``rows`` in their (shape, code) groups (once per pass, before any check)."""
-        shape = self.shape_of[rows]
-        keys = shape << self.bits
         # a row whose shape is already dead stays dead for the pass (failed and too-big
         # shapes only grow as resources are taken): its slow-model code does not matter
-        live = np.flatnonzero(~(self.failed[shape] | self.too_big[shape]))
-        if len(live):
-            keys[live] += self.codes.rows(rows[live])
+        shape_dead = self.failed | self.too_big
+        self.codes.fill(rows, shape_dead)
+        keys = K.row_keys(rows, self.shape_of, shape_dead, self.codes.cache, self.bits)
         uniq, inv = _unique_small(keys, len(self.gpus) << self.bits)
         self.group_of_row[rows] = inv
         self.g_key = uniq
@@ -661,25 +659,19 @@ class _DeadRows:
         if not len(gi):
             return
         shapes, inv = _unique_sorted(self.g_shape[gi])  # g_shape is sorted (by g_key)
-        static = _per_shape(view, "static_masks", shape_specs, _static_masks(view))[shapes]
-        fits = F.fit_now_many([shape_specs[k] for k in shapes.tolist()], view, cfg, static)
+        static = _per_shape(view, "static_masks", shape_specs, _static_masks(view))
+        requests = _per_shape(view, "requests", shape_specs, F.shape_requests)
+        fits = F.fit_now_shapes(shapes, shape_specs, view, cfg, static, requests)
         fit_any = fits.any(axis=1)
         bad = np.flatnonzero(~fit_any)
         if len(bad):
             ks = shapes[bad].tolist()
-            why = F.refusal_reasons_many([shape_specs[k] for k in ks], view, cfg, static[bad])
+            why = F.refusal_reasons_many([shape_specs[k] for k in ks], view, cfg, static[ks])
             for k, w in zip(ks, why, strict=True):
                 failed[shape_keys[k]] = w
             self.failed[shapes[bad]] = True
-        code = self.g_code[gi]
-        ok = fit_any[inv]
-        held = code != 0
-        if held.any():
-            h = np.flatnonzero(held)
-            m = fits[inv[h]] & ~_held_nodes(code[h], view)
-            if allowed_nodes is not None:
-                m &= allowed_nodes
-            ok[h] = m.any(axis=1)
+        allowed = self.all_nodes if allowed_nodes is None else allowed_nodes
+        ok = K.groups_fit(fits, inv, self.g_code[gi], view.model_idx, allowed)
         self.g_nofit[gi[~ok]] = True
         self._refresh()
 
@@ -709,6 +701,10 @@ class _DeadRows:
     def __call__(self, rows: np.ndarray) -> np.ndarray:
         return self.dead_g[self.group_of_row[rows]]
 
+    def live(self, rows: np.ndarray) -> np.ndarray:
+        """The rows of ``rows`` not dead, in the order given (``rows[~self(rows)]``)."""
+        return K.live_rows(rows, self.group_of_row, self.dead_g)
+
 
 _DENSE_KEYS = 1 << 16  # key spaces up to this size are grouped with a table, not a sort
 
@@ -718,12 +714,7 @@ def _unique_small(keys: np.ndarray, span: int) -> tuple[np.ndarray, np.ndarray]:
     (shapes x slow-model codes, a few thousand), a presence table replaces the sort."""
     if span > _DENSE_KEYS:
         return np.unique(keys, return_inverse=True)
-    seen = np.zeros(span, dtype=bool)
-    seen[keys] = True
-    uniq = np.flatnonzero(seen)
-    lut = np.empty(span, dtype=np.int64)
-    lut[uniq] = np.arange(len(uniq))
-    return uniq, lut[keys]
+    return K.unique_small(keys, span)
 
 
 def _unique_sorted(a: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -776,7 +767,7 @@ class _SlowCodes:
         )
         n_models = len(view.models)
         self.bits = np.int64(1) << np.arange(n_models, dtype=np.int64)
-        self.kept: np.ndarray | None = None
+        self.no_dead = np.zeros(len(shape_specs), dtype=bool)
         if isinstance(pending, PendingQueue):
             # valid while the profile tables, the config and the nodes' specs are the same
             inputs = (ctx.tables, cfg, view.static_cache)
@@ -786,22 +777,23 @@ class _SlowCodes:
             # later pass reuses it while since <= wait < until (the same comparisons)
             self.kept = pending.column("slow_code", 3, inputs)
             self.enq = pending.enq()
-        else:
+        else:  # the same columns, kept for this pass only
             self.waits = np.full((len(pending), n_models), np.nan)
+            self.kept = np.full((len(pending), 3), np.nan)
             self.enq = q.enq
 
     def rows(self, rows: np.ndarray) -> np.ndarray:
-        miss = rows[self.cache[rows] < 0]
-        if not len(miss):
-            return self.cache[rows]
-        waited = self.now - self.enq[miss]
-        kept = self.kept
-        if kept is not None:
-            k = kept[miss]
-            ok = (k[:, 1] <= waited) & (waited < k[:, 2])  # NaN (never computed): no
-            self.cache[miss[ok]] = k[ok, 0].astype(np.int64)
-            miss, waited = miss[~ok], waited[~ok]
+        self.fill(rows, self.no_dead)
+        return self.cache[rows]
+
+    def fill(self, rows: np.ndarray, shape_dead: np.ndarray) -> None:
+        """Put the code of each row of ``rows`` whose shape is not dead (``shape_dead``: bool
+        per shape) in ``self.cache``."""
+        miss = K.kept_codes(
+            rows, self.shape_of, shape_dead, self.cache, self.kept, self.enq, float(self.now)
+        )
         if len(miss):
+            waited = self.now - self.enq[miss]
             waits = self.waits
             new = miss[np.isnan(waits[miss, 0])] if waits.shape[1] else miss[:0]
             if len(new):
@@ -813,12 +805,11 @@ class _SlowCodes:
             w = waits[miss]
             code = _codes_at(w, waited, self.bits)
             self.cache[miss] = code
-            if kept is not None:
-                held = w > waited[:, None]  # the comparison _codes_at makes
-                kept[miss, 0] = code
-                kept[miss, 1] = waited
-                kept[miss, 2] = np.where(held, w, np.inf).min(axis=1, initial=np.inf)
-        return self.cache[rows]
+            kept = self.kept
+            held = w > waited[:, None]  # the comparison _codes_at makes
+            kept[miss, 0] = code
+            kept[miss, 1] = waited
+            kept[miss, 2] = np.where(held, w, np.inf).min(axis=1, initial=np.inf)
 
     def row(self, i: int) -> int:
         c = int(self.cache[i])
@@ -894,36 +885,29 @@ def _hold_waits(
     (-inf: never held). The rule of ``_slow_codes`` with the wait left out: every hold there
     ends after a wait fixed by the job and the model, so this is computed once per queued
     job and a pass only compares it with the job's wait (the comparison is the same
-    expression, ``threshold > waited``, so the answer is bit for bit the same)."""
-    sp = ctx.tables.speed[:, q.cls].T  # [n, M]
-    e = ctx.tables.energy_per_work[:, q.cls].T  # [n, M]
-    anyp = present.any(axis=1)
-    fast = np.argmax(np.where(present, sp, -np.inf), axis=1)  # first fastest (lowest index)
-    r = np.arange(len(fast))
-    best = np.where(anyp, sp[r, fast], 1.0)
-    e_fast = np.where(anyp, e[r, fast], 1.0)
-    greenest = np.where(present, e, np.inf).min(axis=1, initial=np.inf)
-    guarded = (q.est >= cfg.slow_guard_runtime_s) & anyp
-    rem = q.est * np.maximum(0.0, 1.0 - q.prog)
-    urgent = (q.prio >= HIGH_PRIORITY) | ~np.isnan(q.deadline)
-    tol = np.where(urgent, 0.0, np.clip(q.es, 0.0, 1.0))  # scores.green_tolerance
-    green = (tol >= cfg.green_min_tolerance) & (q.est <= cfg.green_max_runtime_s)  # is_green
-    loss = rem[:, None] / sp - (rem / best)[:, None]
-    worth = 1.0 - e / e_fast[:, None] >= (1.0 - cfg.green_worth * tol)[:, None] * (
-        1.0 - sp / best[:, None]
+    expression, ``threshold > waited``, so the answer is bit for bit the same). One compiled
+    loop per row and model (``kernels.hold_waits``): a pass asks it for the one or two jobs
+    queued since the last, where numpy's fixed cost per call was most of the time."""
+    return K.hold_waits(
+        q.cls,
+        q.est,
+        q.prog,
+        q.prio,
+        q.deadline,
+        float(HIGH_PRIORITY),
+        q.es,
+        present,
+        ctx.tables.speed,
+        ctx.tables.energy_per_work,
+        cfg.slow_guard_runtime_s,
+        cfg.green_min_tolerance,
+        cfg.green_max_runtime_s,
+        cfg.green_worth,
+        cfg.slow_guard_min_speed,
+        cfg.energy_guard_factor,
+        cfg.green_energy_slack,
+        cfg.green_wait_s,
     )
-    slow = sp < (cfg.slow_guard_min_speed * best)[:, None]
-    costly = (slow | ((sp < best[:, None]) & (e > e_fast[:, None]))) & ~worth
-    never = -np.inf
-    hold = np.where(
-        costly, cfg.energy_guard_factor * loss, np.where(slow & ~green[:, None], loss, never)
-    )
-    # a green job that waited less than green_wait_s: not on a model far hungrier than the
-    # greenest that could hold it
-    hungry = green[:, None] & (e > cfg.green_energy_slack * greenest[:, None])
-    out = np.fmax(hold, np.where(hungry, cfg.green_wait_s, never))  # fmax: a NaN never holds
-    out[~guarded] = never
-    return out
 
 
 def _failed_memo(view: ClusterView, cfg: PolicyConfig) -> dict[tuple, str]:

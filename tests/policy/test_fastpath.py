@@ -358,8 +358,8 @@ def test_bulk_walk_hands_out_the_live_rows_in_rank_order(keys, chunk, data):
         def assign(self, rows):
             pass
 
-        def __call__(self, rows):
-            return np.array([int(r) in dead for r in rows], dtype=bool)
+        def live(self, rows):
+            return np.array([r for r in rows.tolist() if r not in dead], dtype=np.int64)
 
     old, scheduler._BULK_CHUNK = scheduler._BULK_CHUNK, chunk
     try:

@@ -1,0 +1,231 @@
+"""Compiled inner loops of the scheduling pass (numba), for the steps that are one loop over the
+queue's rows.
+
+Why compiled: on a long queue behind a full cluster (thousands of rows), a backfill pass spends
+its time in a few dozen numpy calls over those rows (group them, look up their kept slow-model
+codes, filter the dead ones), each a few microseconds of fixed cost. One loop does the same
+work in a fraction of that. Only integer arithmetic and the same float comparisons as the
+numpy expressions they replace happen here, so the answers are identical bit for bit;
+``tests/policy/test_kernels.py`` checks each kernel against its numpy expression.
+
+Compiled code is cached on disk (next to this file, else ``~/.cache/numba``, or where
+``NUMBA_CACHE_DIR`` says: the image sets ``/tmp/numba``), so a process compiles only what the
+cache lacks. Where no location is writable the functions are compiled per process instead:
+the same code, only slower to start.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import numpy as np
+from numba import njit
+
+
+def _compiled(fn: Callable) -> Callable:
+    try:
+        return njit(cache=True, nogil=True)(fn)
+    except RuntimeError:  # "cannot cache function ...: no locator available" (read-only)
+        return njit(nogil=True)(fn)
+
+
+@_compiled
+def kept_codes(rows, shape_of, shape_dead, cache, kept, enq, now):
+    """Fill ``cache[r]`` from the kept code of each row of ``rows`` whose shape is not dead and
+    whose cache is empty, where the kept window still holds (``since <= now - enq < until``);
+    return the rows left without a code, in the order given."""
+    out = np.empty(len(rows), dtype=np.int64)
+    n = 0
+    for r in rows:
+        if shape_dead[shape_of[r]] or cache[r] >= 0:
+            continue
+        waited = now - enq[r]
+        if kept[r, 1] <= waited and waited < kept[r, 2]:  # NaN (never computed): no
+            cache[r] = np.int64(kept[r, 0])
+        else:
+            out[n] = r
+            n += 1
+    return out[:n]
+
+
+@_compiled
+def row_keys(rows, shape_of, shape_dead, cache, bits):
+    """(shape << bits) + slow-model code per row; code 0 for a row whose shape is dead."""
+    keys = np.empty(len(rows), dtype=np.int64)
+    for j in range(len(rows)):
+        r = rows[j]
+        s = shape_of[r]
+        keys[j] = (s << bits) if shape_dead[s] else (s << bits) + cache[r]
+    return keys
+
+
+@_compiled
+def unique_small(keys, span):
+    """``np.unique(keys, return_inverse=True)`` for keys in [0, span), with a presence table."""
+    seen = np.zeros(span, dtype=np.bool_)
+    for k in keys:
+        seen[k] = True
+    lut = np.empty(span, dtype=np.int64)
+    n = 0
+    for k in range(span):
+        if seen[k]:
+            lut[k] = n
+            n += 1
+    uniq = np.empty(n, dtype=np.int64)
+    for k in range(span):
+        if seen[k]:
+            uniq[lut[k]] = k
+    inv = np.empty(len(keys), dtype=np.int64)
+    for j in range(len(keys)):
+        inv[j] = lut[keys[j]]
+    return uniq, inv
+
+
+@_compiled
+def live_rows(rows, group_of_row, dead_g):
+    """``rows[~dead_g[group_of_row[rows]]]``."""
+    out = np.empty(len(rows), dtype=np.int64)
+    n = 0
+    for r in rows:
+        if not dead_g[group_of_row[r]]:
+            out[n] = r
+            n += 1
+    return out[:n]
+
+
+@_compiled
+def rows_ranked_after(rows, s, e, q, s0, e0, q0, after):
+    """The rows of ``rows`` ranked after the key (s0, e0, q0) (``after=False``: the others),
+    in the order given. Ranked after: a lower score, or the same score and a later enqueue
+    time, or both the same and a higher tie number (``priority.order_of``'s order)."""
+    out = np.empty(len(rows), dtype=np.int64)
+    n = 0
+    for r in rows:
+        si, ei = s[r], e[r]
+        later = si < s0 or (si == s0 and (ei > e0 or (ei == e0 and q[r] > q0)))
+        if later == after:
+            out[n] = r
+            n += 1
+    return out[:n]
+
+
+@_compiled
+def fit_whole(shapes, static, req, available, whole_free, host_free, cpus_free, eps):
+    """bool[len(shapes), N]: the whole-GPU request shapes ``shapes`` (rows of ``static``,
+    bool[shape, node], and of ``req``, float[shape, 4]: fractional flag, whole GPUs, host
+    memory, CPUs) fit on each node now: ``filters.dynamic_mask``'s comparisons on the
+    shape's static nodes. Rows of fractional shapes are left False (the caller fills them)."""
+    n_nodes = len(available)
+    out = np.zeros((len(shapes), n_nodes), dtype=np.bool_)
+    for i in range(len(shapes)):
+        s = shapes[i]
+        if req[s, 0] != 0.0:
+            continue
+        k = req[s, 1]
+        host = req[s, 2] - eps
+        cpus = req[s, 3] - eps
+        for n in range(n_nodes):
+            out[i, n] = (
+                static[s, n]
+                and available[n]
+                and whole_free[n] >= k
+                and host_free[n] >= host
+                and cpus_free[n] >= cpus
+            )
+    return out
+
+
+@_compiled
+def groups_fit(fits, inv, codes, model_idx, allowed):
+    """bool per group: its shape (row ``inv[g]`` of ``fits``) fits some node now; for a group
+    whose slow-model code holds some models (bit m: model m), some node of a model not held
+    and ``allowed`` (not reserved)."""
+    out = np.zeros(len(inv), dtype=np.bool_)
+    n_nodes = fits.shape[1]
+    for g in range(len(inv)):
+        s = inv[g]
+        code = codes[g]
+        for n in range(n_nodes):
+            if fits[s, n] and (code == 0 or (((code >> model_idx[n]) & 1) == 0 and allowed[n])):
+                out[g] = True
+                break
+    return out
+
+
+@_compiled
+def hold_waits(
+    cls,
+    est,
+    prog,
+    prio,
+    deadline,
+    high_priority,
+    es,
+    present,
+    speed,
+    energy,
+    guard_runtime,
+    green_min_tol,
+    green_max_runtime,
+    green_worth,
+    slow_min_speed,
+    guard_factor,
+    green_slack,
+    green_wait,
+):
+    """``scheduler._hold_waits`` per row, the same float operations in the same order (every
+    one elementwise; the only reductions are a first arg-max and a min, which are exact)."""
+    n, n_models = present.shape
+    out = np.empty((n, n_models))
+    for i in range(n):
+        c = cls[i]
+        anyp = False
+        fast = 0
+        best_sp = -np.inf
+        greenest = np.inf
+        for m in range(n_models):
+            if present[i, m]:
+                anyp = True
+                if speed[m, c] > best_sp:  # the first fastest (lowest index)
+                    best_sp = speed[m, c]
+                    fast = m
+                if energy[m, c] < greenest:
+                    greenest = energy[m, c]
+        best = speed[fast, c] if anyp else 1.0
+        e_fast = energy[fast, c] if anyp else 1.0
+        if not (est[i] >= guard_runtime and anyp):
+            for m in range(n_models):
+                out[i, m] = -np.inf
+            continue
+        left = 1.0 - prog[i]
+        if left < 0.0:  # np.maximum(0.0, left): a NaN stays NaN
+            left = 0.0
+        rem = est[i] * left
+        tol = 0.0
+        if not (prio[i] >= high_priority or not np.isnan(deadline[i])):
+            tol = es[i]  # np.clip(es, 0.0, 1.0): a NaN stays NaN
+            if tol < 0.0:
+                tol = 0.0
+            elif tol > 1.0:
+                tol = 1.0
+        green = tol >= green_min_tol and est[i] <= green_max_runtime
+        for m in range(n_models):
+            sp = speed[m, c]
+            e = energy[m, c]
+            loss = rem / sp - rem / best
+            worth = 1.0 - e / e_fast >= (1.0 - green_worth * tol) * (1.0 - sp / best)
+            slow = sp < slow_min_speed * best
+            costly = (slow or (sp < best and e > e_fast)) and not worth
+            if costly:
+                hold = guard_factor * loss
+            elif slow and not green:
+                hold = loss
+            else:
+                hold = -np.inf
+            hungry = green and e > green_slack * greenest
+            other = green_wait if hungry else -np.inf
+            # np.fmax: a NaN never holds
+            if np.isnan(hold) or (other > hold):  # other > NaN is False
+                hold = other
+            out[i, m] = hold
+    return out

@@ -1,0 +1,240 @@
+"""Each compiled loop of ``libs.policy.kernels`` gives exactly what the numpy expression it
+replaced gives (written here as the oracle), on random inputs with the edge cases the pass
+meets: ties in rank keys, NaN scores and progress, dead shapes, held models, full nodes."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import msgspec
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from libs.policy import filters as F
+from libs.policy import kernels as K
+from libs.policy import scheduler
+from libs.policy.cluster import ClusterView
+from libs.policy.config import PolicyConfig
+from libs.policy.placement import PlaceContext
+from libs.policy.priority import order_of
+from libs.policy.profiles import ProfileTable
+from libs.policy.queue import QueueArrays
+from libs.policy.types import PendingJob
+from proto.jobs import HIGH_PRIORITY
+from tests.policy.strategies import busy_view, jobs, nodes
+
+P = ProfileTable.default()
+CFG = PolicyConfig.default()
+
+
+@st.composite
+def rank_keys(draw, max_rows: int = 60):
+    """(score, enqueue time, tie) per row, with few distinct values so ties are common, and
+    distinct tie numbers (as a queue's insertion sequence)."""
+    n = draw(st.integers(1, max_rows))
+    s = np.array(draw(st.lists(st.sampled_from([0.1, 0.5, 0.5, 2.0]), min_size=n, max_size=n)))
+    e = np.array(draw(st.lists(st.sampled_from([0.0, 1.0, 1.0, 7.0]), min_size=n, max_size=n)))
+    q = np.array(draw(st.permutations(range(n))), dtype=float)
+    return s, e, q
+
+
+@settings(max_examples=200, deadline=None)
+@given(rank_keys(), st.data())
+def test_rows_ranked_after_matches_the_order(keys, data):
+    s, e, q = keys
+    n = len(s)
+    rows = np.arange(n, dtype=np.int64)
+    pivot = data.draw(st.integers(0, n - 1))
+    after = (s < s[pivot]) | (
+        (s == s[pivot]) & ((e > e[pivot]) | ((e == e[pivot]) & (q > q[pivot])))
+    )
+    got = K.rows_ranked_after(rows, s, e, q, s[pivot], e[pivot], q[pivot], True)
+    assert got.tolist() == np.flatnonzero(after).tolist()
+    got = K.rows_ranked_after(rows, s, e, q, s[pivot], e[pivot], q[pivot], False)
+    assert got.tolist() == np.flatnonzero(~after).tolist()
+    # and it agrees with order_of: exactly the rows after the pivot's position
+    order = order_of(s, e, None, q).tolist()
+    assert sorted(order[order.index(pivot) + 1 :]) == np.flatnonzero(after).tolist()
+
+
+@st.composite
+def groups(draw):
+    """Rows with a shape, a cached slow-model code or none, a kept (code, since, until) window
+    or none, and which shapes are dead."""
+    n = draw(st.integers(1, 40))
+    n_shapes = draw(st.integers(1, 6))
+    bits = draw(st.integers(1, 4))
+    shape_of = np.array(draw(st.lists(st.integers(0, n_shapes - 1), min_size=n, max_size=n)))
+    dead = np.array(draw(st.lists(st.booleans(), min_size=n_shapes, max_size=n_shapes)))
+    cache = np.array(draw(st.lists(st.integers(-1, (1 << bits) - 1), min_size=n, max_size=n)))
+    kept = np.full((n, 3), np.nan)
+    for i in range(n):
+        if draw(st.booleans()):
+            since = float(draw(st.integers(0, 100)))
+            kept[i] = (
+                draw(st.integers(0, (1 << bits) - 1)),
+                since,
+                since + draw(st.sampled_from([0.0, 5.0, np.inf])),
+            )
+    enq = np.array(draw(st.lists(st.integers(0, 50), min_size=n, max_size=n)), dtype=float)
+    return shape_of.astype(np.int64), dead, cache.astype(np.int64), kept, enq, bits
+
+
+@settings(max_examples=200, deadline=None)
+@given(groups(), st.integers(0, 200), st.data())
+def test_kept_codes_and_row_keys_match_numpy(g, now, data):
+    shape_of, dead, cache, kept, enq, bits = g
+    n = len(shape_of)
+    rows = np.array(data.draw(st.permutations(range(n))), dtype=np.int64)
+    # oracle: the numpy expressions of _SlowCodes.rows / _DeadRows.assign
+    want_cache = cache.copy()
+    live = rows[~dead[shape_of[rows]]]
+    miss = live[want_cache[live] < 0]
+    waited = now - enq[miss]
+    ok = (kept[miss, 1] <= waited) & (waited < kept[miss, 2])
+    want_cache[miss[ok]] = kept[miss[ok], 0].astype(np.int64)
+    want_miss = miss[~ok]
+    got_cache = cache.copy()
+    got_miss = K.kept_codes(rows, shape_of, dead, got_cache, kept, enq, float(now))
+    assert got_miss.tolist() == want_miss.tolist()
+    assert got_cache.tolist() == want_cache.tolist()
+    got_cache[got_miss] = 0  # every live row has a code now (as _SlowCodes.fill leaves it)
+    shape = shape_of[rows]
+    keys = shape << bits
+    keys[~dead[shape]] += got_cache[rows][~dead[shape]]
+    assert K.row_keys(rows, shape_of, dead, got_cache, bits).tolist() == keys.tolist()
+    uniq, inv = K.unique_small(keys, len(dead) << bits)
+    u2, i2 = np.unique(keys, return_inverse=True)
+    assert uniq.tolist() == u2.tolist() and inv.tolist() == i2.tolist()
+    dead_g = np.array(data.draw(st.lists(st.booleans(), min_size=len(uniq), max_size=len(uniq))))
+    group_of_row = np.full(n, -1, dtype=np.int64)
+    group_of_row[rows] = inv
+    assert (
+        K.live_rows(rows, group_of_row, dead_g).tolist()
+        == rows[~dead_g[group_of_row[rows]]].tolist()
+    )
+
+
+@settings(max_examples=100, deadline=None)
+@given(busy_view(), jobs(prefix="q"), st.data())
+def test_fit_now_shapes_and_groups_fit_match_fit_now(vr, specs, data):
+    view, _ = vr
+    if data.draw(st.booleans()):
+        view.set_cordoned(view.node_ids[0], True)
+    shape_ids: dict = {}
+    shape_specs = []
+    for sp in specs:
+        if F.shape_key(sp) not in shape_ids:
+            shape_ids[F.shape_key(sp)] = len(shape_specs)
+            shape_specs.append(sp)
+    static = np.stack([F.static_mask(sp, view) for sp in shape_specs])
+    req = F.shape_requests(shape_specs)
+    shapes = np.array(
+        sorted(set(data.draw(st.lists(st.integers(0, len(shape_specs) - 1), min_size=1)))),
+        dtype=np.int64,
+    )
+    fits = F.fit_now_shapes(shapes, shape_specs, view, CFG, static, req)
+    for i, s in enumerate(shapes.tolist()):
+        assert fits[i].tolist() == F.fit_now(shape_specs[s], view, CFG).tolist()
+    # groups: (shape row of fits, slow-model code), the screen's numpy expression as oracle
+    n_g = data.draw(st.integers(1, 8))
+    inv = np.array(data.draw(st.lists(st.integers(0, len(shapes) - 1), min_size=n_g, max_size=n_g)))
+    codes = np.array(
+        data.draw(st.lists(st.integers(0, (1 << len(view.models)) - 1), min_size=n_g, max_size=n_g))
+    )
+    allowed = np.array(
+        data.draw(st.lists(st.booleans(), min_size=len(view.node_ids), max_size=len(view.node_ids)))
+    )
+    want = fits.any(axis=1)[inv]
+    held = codes != 0
+    m = fits[inv[held]] & ~scheduler._held_nodes(codes[held], view) & allowed
+    want[held] = m.any(axis=1)
+    got = K.groups_fit(fits, inv.astype(np.int64), codes.astype(np.int64), view.model_idx, allowed)
+    assert got.tolist() == want.tolist()
+
+
+def hold_waits_numpy(q, present, ctx, cfg):
+    """The numpy expression ``scheduler._hold_waits`` was before it was compiled: the oracle."""
+    sp = ctx.tables.speed[:, q.cls].T
+    e = ctx.tables.energy_per_work[:, q.cls].T
+    anyp = present.any(axis=1)
+    fast = np.argmax(np.where(present, sp, -np.inf), axis=1)
+    r = np.arange(len(fast))
+    best = np.where(anyp, sp[r, fast], 1.0)
+    e_fast = np.where(anyp, e[r, fast], 1.0)
+    greenest = np.where(present, e, np.inf).min(axis=1, initial=np.inf)
+    guarded = (q.est >= cfg.slow_guard_runtime_s) & anyp
+    rem = q.est * np.maximum(0.0, 1.0 - q.prog)
+    urgent = (q.prio >= HIGH_PRIORITY) | ~np.isnan(q.deadline)
+    tol = np.where(urgent, 0.0, np.clip(q.es, 0.0, 1.0))
+    green = (tol >= cfg.green_min_tolerance) & (q.est <= cfg.green_max_runtime_s)
+    loss = rem[:, None] / sp - (rem / best)[:, None]
+    worth = 1.0 - e / e_fast[:, None] >= (1.0 - cfg.green_worth * tol)[:, None] * (
+        1.0 - sp / best[:, None]
+    )
+    slow = sp < (cfg.slow_guard_min_speed * best)[:, None]
+    costly = (slow | ((sp < best[:, None]) & (e > e_fast[:, None]))) & ~worth
+    never = -np.inf
+    hold = np.where(
+        costly, cfg.energy_guard_factor * loss, np.where(slow & ~green[:, None], loss, never)
+    )
+    hungry = green[:, None] & (e > cfg.green_energy_slack * greenest[:, None])
+    out = np.fmax(hold, np.where(hungry, cfg.green_wait_s, never))
+    out[~guarded] = never
+    return out
+
+
+@settings(max_examples=200, deadline=None)
+@given(nodes(), jobs(prefix="q"), st.data())
+def test_hold_waits_bit_for_bit_as_numpy(node_list, specs, data):
+    view = ClusterView.build(node_list)
+    ctx = PlaceContext.build(view, P, CFG)
+    pending = []
+    for s in specs:
+        s = msgspec.structs.replace(
+            s,
+            est_runtime_s=data.draw(st.sampled_from([60.0, 3600.0, 5 * 3600.0, 2e5, 2e6, 9e6])),
+            deadline=data.draw(st.sampled_from([None, None, 1e6])),
+            energy_sensitivity=data.draw(st.sampled_from([0.0, 0.1, 0.2, 0.5, 0.95, 1.0])),
+        )
+        prog = data.draw(st.sampled_from([0.0, 0.3, 0.999, 1.0, 1.5]))
+        pending.append(PendingJob(s, enqueued_at=0.0, progress=prog))
+    q = QueueArrays.from_jobs(pending)
+    if data.draw(st.booleans()):  # NaN where numpy's NaN rules decide (clip, maximum, fmax)
+        q.prog[0] = np.nan
+        q.es[-1] = np.nan
+    shape_of, _, shape_specs = scheduler._shapes_of(pending)
+    present = scheduler._present_models(shape_specs, view)[shape_of]
+    cfg = CFG  # the default config, or one where every job is green and the guard is 1x
+    if data.draw(st.booleans()):
+        cfg = dataclasses.replace(CFG, green_min_tolerance=0.0, energy_guard_factor=1.0)
+    got = scheduler._hold_waits(q, present, ctx, cfg)
+    want = hold_waits_numpy(q, present, ctx, cfg)
+    np.testing.assert_array_equal(got, want)
+    assert got.tobytes() == want.tobytes()  # bit for bit, signs of zero included
+
+
+def test_kernels_compile_where_no_cache_location_is_writable() -> None:
+    """A read-only install with no writable home (a pod with a read-only root filesystem and
+    no NUMBA_CACHE_DIR) must still import and run the kernels, compiled per process."""
+    import os
+    import subprocess
+    import sys
+
+    from numba.core import config
+
+    if not hasattr(config, "CACHE_LOCATOR_CLASSES"):
+        pytest.skip("this numba cannot be told to find no cache location")
+    env = dict(os.environ, NUMBA_CACHE_LOCATOR_CLASSES="_IPythonCacheLocator")
+    env.pop("NUMBA_CACHE_DIR", None)
+    code = (
+        "import numpy as np; from libs.policy import kernels as K; "
+        "print(K.live_rows(np.arange(3), np.array([0, 1, 0]), np.array([False, True])))"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120
+    )
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "[0 2]"
