@@ -229,3 +229,28 @@ def hold_waits(
                 hold = other
             out[i, m] = hold
     return out
+
+
+@_compiled
+def too_big(sizes, ever, max_share, max_whole, eps):
+    """bool per shape: larger than the largest free block (a fractional ask above the largest
+    free share, a whole one above the most free GPUs on a node) and not a shape no node could
+    ever hold. ``sizes``: float[shape, 3] GPUs asked, fractional flag, whole GPUs."""
+    out = np.empty(len(ever), dtype=np.bool_)
+    share = max_share + eps
+    for s in range(len(ever)):
+        if sizes[s, 1] != 0.0:
+            out[s] = sizes[s, 0] > share and ever[s]
+        else:
+            out[s] = sizes[s, 2] > max_whole and ever[s]
+    return out
+
+
+@_compiled
+def dead_groups(g_shape, failed, too_big, g_pair, g_nofit):
+    """bool per group: its shape failed or is too big, or the group itself was refused."""
+    out = np.empty(len(g_shape), dtype=np.bool_)
+    for g in range(len(g_shape)):
+        s = g_shape[g]
+        out[g] = failed[s] or too_big[s] or g_pair[g] or g_nofit[g]
+    return out

@@ -608,8 +608,8 @@ class _DeadRows:
         self.shape_of = shape_of
         self.codes = codes
         self.bits = bits
-        self.gpus = np.array([sp.gpus for sp in shape_specs], dtype=float)
-        self.frac = self.gpus < 1.0 - EPS
+        # per shape: GPUs asked, fractional (1.0) or not, whole GPUs (np.round of the ask)
+        self.sizes = _per_shape(view, "sizes", shape_specs, _shape_sizes)
         self.ever = _per_shape(
             view,
             "ever",
@@ -635,13 +635,13 @@ class _DeadRows:
         shape_dead = self.failed | self.too_big
         self.codes.fill(rows, shape_dead)
         keys = K.row_keys(rows, self.shape_of, shape_dead, self.codes.cache, self.bits)
-        uniq, inv = _unique_small(keys, len(self.gpus) << self.bits)
+        uniq, inv = _unique_small(keys, len(self.sizes) << self.bits)
         self.group_of_row[rows] = inv
         self.g_key = uniq
         self.g_shape = uniq >> self.bits
         self.g_code = uniq & ((1 << self.bits) - 1)
         self.g_pair = (
-            np.isin(uniq, np.fromiter(self.pairs, dtype=np.int64, count=len(self.pairs)))
+            np.fromiter((k in self.pairs for k in uniq.tolist()), dtype=bool, count=len(uniq))
             if self.pairs
             else np.zeros(len(uniq), dtype=bool)
         )
@@ -676,8 +676,9 @@ class _DeadRows:
         self._refresh()
 
     def _refresh(self) -> None:
-        g = self.g_shape
-        self.dead_g = self.failed[g] | self.too_big[g] | self.g_pair | self.g_nofit
+        self.dead_g = K.dead_groups(
+            self.g_shape, self.failed, self.too_big, self.g_pair, self.g_nofit
+        )
 
     def failed_shapes(self, shape_ids) -> None:
         for s in shape_ids:
@@ -694,8 +695,7 @@ class _DeadRows:
 
     def block(self, max_share: float, max_whole: int) -> None:
         """The largest free blocks shrank: shapes above them cannot start in this pass."""
-        big = np.where(self.frac, self.gpus > max_share + EPS, np.round(self.gpus) > max_whole)
-        self.too_big = big & self.ever
+        self.too_big = K.too_big(self.sizes, self.ever, max_share, max_whole, EPS)
         self._refresh()
 
     def __call__(self, rows: np.ndarray) -> np.ndarray:
@@ -729,6 +729,12 @@ def _held_nodes(codes: np.ndarray, view: ClusterView) -> np.ndarray:
     """bool[code, node]: the node's GPU model is held by that slow-model code (bit m: model
     m of the view, see ``_slow_codes``)."""
     return ((codes[:, None] >> view.model_idx[None, :]) & 1) == 1
+
+
+def _shape_sizes(specs: list) -> np.ndarray:
+    """float[shape, 3]: GPUs asked, 1.0 if fractional, the whole GPUs (``np.round``)."""
+    gpus = np.array([sp.gpus for sp in specs], dtype=float)
+    return np.stack([gpus, (gpus < 1.0 - EPS).astype(float), np.round(gpus)], axis=1)
 
 
 def _static_masks(view: ClusterView):

@@ -22,11 +22,12 @@ from libs.policy.priority import order_of
 from libs.policy.profiles import ProfileTable
 from libs.policy.queue import QueueArrays
 from libs.policy.types import PendingJob
-from proto.jobs import HIGH_PRIORITY
+from proto.jobs import HIGH_PRIORITY, JobSpec
 from tests.policy.strategies import busy_view, jobs, nodes
 
 P = ProfileTable.default()
 CFG = PolicyConfig.default()
+_SPEC = JobSpec(id="s", tenant="t", gpus=1.0, gpu_mem_gb=8.0)
 
 
 @st.composite
@@ -238,3 +239,32 @@ def test_kernels_compile_where_no_cache_location_is_writable() -> None:
     )
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == "[0 2]"
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    st.lists(st.sampled_from([0.25, 0.5, 0.999999, 1.0, 1.5, 2.0, 2.5, 3.5, 8.0]), min_size=1),
+    st.sampled_from([0.0, 0.25, 0.5, 1.0]),
+    st.integers(0, 8),
+    st.data(),
+)
+def test_too_big_and_dead_groups_match_numpy(gpus, max_share, max_whole, data):
+    n = len(gpus)
+    specs = [msgspec.structs.replace(_SPEC, gpus=g) for g in gpus]
+    sizes = scheduler._shape_sizes(specs)
+    ever = np.array(data.draw(st.lists(st.booleans(), min_size=n, max_size=n)))
+    g = np.array(gpus)
+    frac = g < 1.0 - 1e-9
+    want = np.where(frac, g > max_share + 1e-9, np.round(g) > max_whole) & ever
+    got = K.too_big(sizes, ever, max_share, max_whole, 1e-9)
+    assert got.tolist() == want.tolist()
+    n_g = data.draw(st.integers(0, 10))
+    g_shape = np.array(data.draw(st.lists(st.integers(0, n - 1), min_size=n_g, max_size=n_g)))
+    g_shape = g_shape.astype(np.int64)
+    failed = np.array(data.draw(st.lists(st.booleans(), min_size=n, max_size=n)))
+    pair, nofit = (
+        np.array(data.draw(st.lists(st.booleans(), min_size=n_g, max_size=n_g)), dtype=bool)
+        for _ in range(2)
+    )
+    want = failed[g_shape] | got[g_shape] | pair | nofit
+    assert K.dead_groups(g_shape, failed, got, pair, nofit).tolist() == want.tolist()

@@ -172,8 +172,8 @@ class Mosaic(BasePolicy):
                 rows = np.zeros(0, dtype=np.int64)
             if n_placed:  # placed jobs are still queued (the engine starts them after)
                 pos = self.queue.position
-                placed = np.array([pos(pj.spec.id) for pj, _ in res.assignments])
-                rows = rows[~np.isin(rows, placed)]
+                for pj, _ in res.assignments:  # a few per pass: one comparison each
+                    rows = rows[rows != pos(pj.spec.id)]
             # every walked job that did not start: waiting for capacity, for a reserved node or
             # for a fast GPU (SlowGPU: fast nodes wake first, see _wake_order)
             rows = rows[:cap]
