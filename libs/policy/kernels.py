@@ -1,12 +1,18 @@
-"""Compiled inner loops of the scheduling pass (numba), for the steps that are one loop over the
-queue's rows.
+"""Compiled inner loops of the scheduling pass (numba): the steps that are one loop over the
+queue's rows or over the feasible nodes.
 
 Why compiled: on a long queue behind a full cluster (thousands of rows), a backfill pass spends
 its time in a few dozen numpy calls over those rows (group them, look up their kept slow-model
-codes, filter the dead ones), each a few microseconds of fixed cost. One loop does the same
-work in a fraction of that. Only integer arithmetic and the same float comparisons as the
-numpy expressions they replace happen here, so the answers are identical bit for bit;
-``tests/policy/test_kernels.py`` checks each kernel against its numpy expression.
+codes, filter the dead ones) and, per placement, over the feasible nodes (the score terms),
+each a few microseconds of fixed cost. One loop does the same work in a fraction of that.
+
+Exactness: the row steps make only integer arithmetic and the same float operations as the
+numpy expressions they replace (comparisons, elementwise arithmetic, exact min/max), so their
+answers are identical bit for bit. The placement scores also sum, in a fixed order, where
+numpy summed pairwise or through BLAS; those totals may differ in the last bits, which is why
+a placement treats totals within ``placement.SCORE_TIE`` as a tie. ``tests/policy/
+test_kernels.py`` checks each kernel against the numpy expression (or score function) it
+replaces.
 
 Compiled code is cached on disk (next to this file, else ``~/.cache/numba``, or where
 ``NUMBA_CACHE_DIR`` says: the image sets ``/tmp/numba``), so a process compiles only what the
@@ -254,3 +260,145 @@ def dead_groups(g_shape, failed, too_big, g_pair, g_nofit):
         s = g_shape[g]
         out[g] = failed[s] or too_big[s] or g_pair[g] or g_nofit[g]
     return out
+
+
+@_compiled
+def _fragmentation(free, sizes, probs, eps):
+    """``scores.fragmentation`` of one node's free shares (float[G]): the free share a request
+    drawn from the size mix could not use. Sums run in a fixed order (GPU slots in order; whole
+    sizes, then fractional ones, each in mix order), so the result is the same on every
+    machine; numpy's pairwise and BLAS sums may differ from it in the last bits."""
+    total = 0.0
+    full = 0
+    for g in range(len(free)):
+        total += free[g]
+        if free[g] >= 1.0 - eps:
+            full += 1
+    partial = total - full
+    out_whole = 0.0
+    for j in range(len(sizes)):
+        if sizes[j] >= 1.0 - eps:
+            # round(): half to even, as np.round
+            out_whole += (partial if full >= round(sizes[j]) else total) * probs[j]
+    out_frac = 0.0
+    for j in range(len(sizes)):
+        if sizes[j] < 1.0 - eps:
+            small = 0.0
+            for g in range(len(free)):
+                if free[g] < sizes[j] - eps:
+                    small += free[g]
+            out_frac += small * probs[j]
+    return out_whole + out_frac
+
+
+@_compiled
+def score_nodes(
+    nodes,
+    gpu_free,
+    gpu_mem_free,
+    gpu_mem_gb,
+    model_idx,
+    temp_c,
+    temps_known,
+    speed,
+    energy,
+    cls,
+    frac,
+    k,
+    gpus,
+    mem,
+    sizes,
+    probs,
+    weights,
+    wsum,
+    thermal_max,
+    thermal_span,
+    eps,
+    tie,
+):
+    """``placement.place``'s score of each feasible node: terms[5, n] (speed, energy, pack,
+    thermal, memory fit, as ``libs.policy.scores`` defines them), the weighted total, the
+    first best node (``np.argmax``) and, for a fractional job, the GPU slot it takes on each
+    node (the best fit, first on ties). Every step is elementwise or an exact min/max/arg-min
+    in numpy's order, except the fragmentation sums (see ``_fragmentation``)."""
+    n = len(nodes)
+    n_slots = gpu_free.shape[1]
+    terms = np.empty((5, n))
+    slot = np.zeros(n, dtype=np.int64)
+    growth = np.empty(n)
+    after = np.empty(n_slots)
+    sp_max = -np.inf
+    e_min = np.inf
+    for i in range(n):
+        v = nodes[i]
+        m = model_idx[v]
+        sp = speed[m, cls]
+        e = energy[m, cls]
+        terms[0, i] = sp
+        terms[1, i] = e
+        if sp > sp_max or (np.isnan(sp) and not np.isnan(sp_max)):
+            sp_max = sp
+        if e < e_min or (np.isnan(e) and not np.isnan(e_min)):
+            e_min = e
+        for g in range(n_slots):
+            after[g] = gpu_free[v, g]
+        if frac:
+            best_g = -1
+            for g in range(n_slots):
+                fits = gpu_free[v, g] >= gpus - eps and gpu_mem_free[v, g] >= mem - eps
+                if fits and (best_g < 0 or gpu_free[v, g] < gpu_free[v, best_g]):
+                    best_g = g
+            if best_g < 0:  # np.argmin of all inf: the first slot
+                best_g = 0
+            slot[i] = best_g
+            after[best_g] -= gpus
+        else:
+            taken = 0
+            for g in range(n_slots):
+                if taken < k and gpu_free[v, g] >= 1.0 - eps:
+                    after[g] -= 1.0
+                    taken += 1
+        growth[i] = _fragmentation(after, sizes, probs, eps) - _fragmentation(
+            gpu_free[v], sizes, probs, eps
+        )
+    lo = np.inf
+    hi = -np.inf
+    for i in range(n):  # normalize_higher_better(-growth)
+        x = -growth[i]
+        lo = min(lo, x)
+        hi = max(hi, x)
+    for i in range(n):
+        terms[0, i] = terms[0, i] / sp_max
+        terms[1, i] = e_min / terms[1, i]
+        terms[2, i] = 1.0 if hi - lo < 1e-12 else (-growth[i] - lo) / (hi - lo)
+        if temps_known:
+            t = temp_c[nodes[i]]
+            h = (thermal_max - t) / thermal_span
+            h = 0.0 if h < 0.0 else (1.0 if h > 1.0 else h)
+            terms[3, i] = 1.0 if np.isnan(t) else h
+        else:
+            terms[3, i] = 1.0
+        q = mem / max(gpu_mem_gb[nodes[i]], eps)
+        terms[4, i] = 0.0 if q < 0.0 else (1.0 if q > 1.0 else q)
+    total = np.empty(n)
+    top = -np.inf
+    has_nan = False
+    for i in range(n):
+        acc = 0.0
+        for t in range(5):
+            acc += weights[t] * terms[t, i]
+        total[i] = acc / wsum
+        if np.isnan(total[i]):
+            has_nan = True
+        elif total[i] > top:
+            top = total[i]
+    best = 0
+    for i in range(n):  # the first within tie of the best (np.argmax with a NaN)
+        if has_nan:
+            if np.isnan(total[i]):
+                best = i
+                break
+        elif total[i] >= top - tie:
+            best = i
+            break
+    return total, terms, slot, best

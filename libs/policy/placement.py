@@ -16,6 +16,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from libs.policy import filters as F
+from libs.policy import kernels as K
 from libs.policy.cluster import EPS, ClusterView
 from libs.policy.config import PolicyConfig
 from libs.policy.filters import never_fits  # re-exported: part of this module's API
@@ -25,23 +26,31 @@ from libs.policy.scores import (
     ModelTables,
     SizeMix,
     green_tolerance,
-    s_energy,
-    s_memory_fit,
-    s_pack,
-    s_speed,
-    s_thermal,
+    temps_unknown,
 )
 from libs.policy.types import Candidate, Placement, Refusal
 from proto.jobs import JobSpec
 from proto.ledger import Allocation
 
 __all__ = [
+    "TERMS",
     "PlaceContext",
     "first_fit",
     "never_fits",
     "place",
     "to_allocation",
 ]
+
+
+# the score terms, each defined in libs.policy.scores (s_speed, s_energy, s_pack, s_thermal,
+# s_memory_fit), in the order ``place`` weighs and sums them
+TERMS: tuple[str, ...] = ("speed", "energy", "pack", "thermal", "memory_fit")
+# Totals this close are a tie, won by the first feasible node (scores lie in [0, 1]). Which of
+# two equally good nodes wins must not depend on the last bits of a sum: numpy's pairwise and
+# BLAS sums and a compiled loop's sums round differently, and BLAS builds differ between CPUs.
+# Measured on Philly: with a strict arg-max, the compiled sums first picked another node at the
+# 2,830th placement, a tie decided by rounding, and the replay diverged from there.
+SCORE_TIE = 1e-9
 
 
 @dataclass(frozen=True, slots=True)
@@ -60,21 +69,6 @@ class PlaceContext:
         mix: SizeMix | None = None,
     ) -> PlaceContext:
         return cls(ModelTables.build(view, profiles), mix or SizeMix.of(cfg.size_mix))
-
-
-def _slots(spec: JobSpec, view: ClusterView, nodes: np.ndarray):
-    """(after, pick): free shares of ``nodes`` after placing, and the slots taken per node."""
-    rows = view.gpu_free[nodes]
-    if F.is_fractional(spec):
-        ok = (rows >= spec.gpus - EPS) & (view.gpu_mem_free_gb[nodes] >= spec.gpu_mem_gb - EPS)
-        slot = np.argmin(np.where(ok, rows, np.inf), axis=1)
-        after = rows.copy()
-        after[np.arange(len(nodes)), slot] -= spec.gpus
-        return after, slot
-    k = F.whole_gpus(spec)
-    full = rows >= 1.0 - EPS
-    take = full & (np.cumsum(full, axis=1) <= k)
-    return rows - take, take
 
 
 def place(
@@ -101,42 +95,59 @@ def place(
         reason, never = F.refusal_reason(spec, view, cfg)
         return Refusal(reason, per_node, never)
     cls_i = CLASS_INDEX.get(spec.workload_class, CLASS_INDEX["other"])
-    after, pick = _slots(spec, view, nodes)
-    pack, _ = s_pack(view.gpu_free[nodes], after, ctx.mix)
-    terms = {
-        "speed": s_speed(view, nodes, cls_i, ctx.tables),
-        "energy": s_energy(view, nodes, cls_i, ctx.tables),
-        "pack": pack,
-        "thermal": s_thermal(view, nodes, cfg),
-        "memory_fit": s_memory_fit(view, nodes, spec.gpu_mem_gb),
-    }
     length = max(1.0, spec.est_runtime_s / cfg.speed_runtime_scale_s)
     green = green_tolerance(spec)
-    weights = {
-        "speed": cfg.w_speed * length * (1.0 - cfg.green_speed_relief * green),
-        "energy": cfg.w_energy * green * (length if cfg.green_energy_scales else 1.0),
-        "pack": cfg.w_pack,
-        "thermal": cfg.w_thermal,
-        "memory_fit": cfg.w_memory_fit,
-    }
-    wsum = sum(weights.values()) or 1.0
-    total = sum(weights[k] * terms[k] for k in terms) / wsum
-    best = int(np.argmax(total))
+    weights = (  # in TERMS order
+        cfg.w_speed * length * (1.0 - cfg.green_speed_relief * green),
+        cfg.w_energy * green * (length if cfg.green_energy_scales else 1.0),
+        cfg.w_pack,
+        cfg.w_thermal,
+        cfg.w_memory_fit,
+    )
+    wsum = sum(weights) or 1.0
+    frac = F.is_fractional(spec)
+    k = F.whole_gpus(spec)
+    # the score terms of libs.policy.scores for every feasible node, in one compiled loop
+    total, term_rows, slot, best = K.score_nodes(
+        nodes,
+        view.gpu_free,
+        view.gpu_mem_free_gb,
+        view.gpu_mem_gb,
+        view.model_idx,
+        view.temp_c,
+        not temps_unknown(view),
+        ctx.tables.speed,
+        ctx.tables.energy_per_work,
+        cls_i,
+        frac,
+        k,
+        float(spec.gpus),
+        float(spec.gpu_mem_gb),
+        ctx.mix.sizes,
+        ctx.mix.probs,
+        np.array(weights),
+        wsum,
+        cfg.thermal_max_c,
+        max(cfg.thermal_max_c - cfg.thermal_ambient_c, 1e-6),
+        EPS,
+        SCORE_TIE,
+    )
     n = int(nodes[best])
-    if F.is_fractional(spec):
-        gpu_idx: tuple[int, ...] = (int(pick[best]),)
+    if frac:
+        gpu_idx: tuple[int, ...] = (int(slot[best]),)
         share = float(spec.gpus)
-    else:
-        gpu_idx = tuple(int(j) for j in np.flatnonzero(pick[best]))
+    else:  # the lowest-numbered fully free GPUs
+        gpu_idx = tuple(np.flatnonzero(view.gpu_free[n] >= 1.0 - EPS)[:k].tolist())
         share = 1.0
     cands: tuple[Candidate, ...] = ()
     if explain:
-        top = np.argsort(-total, kind="stable")[: cfg.explain_top_k]
+        ranked = np.argsort(-total, kind="stable").tolist()  # the chosen node first
+        top = [best, *(i for i in ranked if i != best)][: cfg.explain_top_k]
         cands = tuple(
             Candidate(
                 view.node_ids[int(nodes[i])],
                 float(total[i]),
-                {k: float(v[i]) for k, v in terms.items()},
+                {t: float(term_rows[j, i]) for j, t in enumerate(TERMS)},
             )
             for i in top
         )
@@ -146,7 +157,7 @@ def place(
         gpu_indices=gpu_idx,
         gpu_share=share,
         score=float(total[best]),
-        terms={k: float(v[best]) for k, v in terms.items()},
+        terms={t: float(term_rows[j, best]) for j, t in enumerate(TERMS)},
         candidates=cands,
     )
 

@@ -185,12 +185,17 @@ def s_pack(before: np.ndarray, after: np.ndarray, mix: SizeMix) -> tuple[np.ndar
     return normalize_higher_better(-growth), growth
 
 
-def s_thermal(view: ClusterView, nodes: np.ndarray, cfg: PolicyConfig) -> np.ndarray:
-    """Thermal headroom from ambient to the limit, 1 = cool; unknown temperature counts cool."""
+def temps_unknown(view: ClusterView) -> bool:
+    """No node reports a temperature (the simulator): every node counts cool."""
     hit = view.dyn_cache.get("temps_unknown")  # temperature changes move freed_gen
     if hit is None or hit[0] != view.freed_gen:
         hit = view.dyn_cache["temps_unknown"] = (view.freed_gen, bool(np.isnan(view.temp_c).all()))
-    if hit[1]:  # no telemetry (the simulator): every node counts cool
+    return hit[1]
+
+
+def s_thermal(view: ClusterView, nodes: np.ndarray, cfg: PolicyConfig) -> np.ndarray:
+    """Thermal headroom from ambient to the limit, 1 = cool; unknown temperature counts cool."""
+    if temps_unknown(view):
         return np.ones(len(nodes))
     t = view.temp_c[nodes]
     span = max(cfg.thermal_max_c - cfg.thermal_ambient_c, 1e-6)

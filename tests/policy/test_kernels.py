@@ -23,7 +23,7 @@ from libs.policy.profiles import ProfileTable
 from libs.policy.queue import QueueArrays
 from libs.policy.types import PendingJob
 from proto.jobs import HIGH_PRIORITY, JobSpec
-from tests.policy.strategies import busy_view, jobs, nodes
+from tests.policy.strategies import busy_view, jobs, node_spec, nodes
 
 P = ProfileTable.default()
 CFG = PolicyConfig.default()
@@ -268,3 +268,111 @@ def test_too_big_and_dead_groups_match_numpy(gpus, max_share, max_whole, data):
     )
     want = failed[g_shape] | got[g_shape] | pair | nofit
     assert K.dead_groups(g_shape, failed, got, pair, nofit).tolist() == want.tolist()
+
+
+def slots_numpy(spec, view, nodes):
+    """(after, pick): what ``placement.place`` computed with numpy before the compiled loop."""
+    rows = view.gpu_free[nodes]
+    if F.is_fractional(spec):
+        ok = (rows >= spec.gpus - 1e-9) & (view.gpu_mem_free_gb[nodes] >= spec.gpu_mem_gb - 1e-9)
+        slot = np.argmin(np.where(ok, rows, np.inf), axis=1)
+        after = rows.copy()
+        after[np.arange(len(nodes)), slot] -= spec.gpus
+        return after, slot
+    full = rows >= 1.0 - 1e-9
+    take = full & (np.cumsum(full, axis=1) <= F.whole_gpus(spec))
+    return rows - take, take
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    busy_view(),
+    jobs(prefix="q", max_jobs=3),
+    st.lists(
+        st.tuples(st.sampled_from([0.1, 0.25, 0.5, 1.0, 2.0, 3.0, 4.0, 8.0]), st.floats(0.01, 1)),
+        min_size=1,
+        max_size=6,
+    ),
+    st.booleans(),
+)
+def test_placement_scores_match_the_score_functions(vr, specs, mix_pairs, hot):
+    """``kernels.score_nodes`` against the numpy score functions of ``libs.policy.scores``:
+    speed, energy, thermal and memory-fit terms and the GPU slots bit for bit, the packing
+    term to rounding (its sums run in a fixed order, numpy's are pairwise/BLAS), and the
+    chosen node wherever the best total is not a near-tie."""
+    from libs.policy import scores as S
+    from libs.policy.placement import SCORE_TIE, TERMS
+
+    view, _ = vr
+    if hot:
+        view.temp_c[:] = np.linspace(20.0, 90.0, len(view.temp_c))
+    mix = S.SizeMix.of(mix_pairs)
+    ctx = PlaceContext(S.ModelTables.build(view, P), mix)
+    for spec in specs:
+        nodes = np.flatnonzero(F.fit_now(spec, view, CFG))
+        if not len(nodes):
+            continue
+        cls_i = S.CLASS_INDEX.get(spec.workload_class, S.CLASS_INDEX["other"])
+        weights = np.array([1.0, 0.5, CFG.w_pack, CFG.w_thermal, CFG.w_memory_fit])
+        total, terms, slot, best = K.score_nodes(
+            nodes, view.gpu_free, view.gpu_mem_free_gb, view.gpu_mem_gb, view.model_idx,
+            view.temp_c, not S.temps_unknown(view), ctx.tables.speed, ctx.tables.energy_per_work,
+            cls_i, F.is_fractional(spec), F.whole_gpus(spec), float(spec.gpus),
+            float(spec.gpu_mem_gb), mix.sizes, mix.probs, weights, float(weights.sum()),
+            CFG.thermal_max_c, CFG.thermal_max_c - CFG.thermal_ambient_c, 1e-9, SCORE_TIE,
+        )  # fmt: skip
+        after, pick = slots_numpy(spec, view, nodes)
+        want = {
+            "speed": S.s_speed(view, nodes, cls_i, ctx.tables),
+            "energy": S.s_energy(view, nodes, cls_i, ctx.tables),
+            "pack": S.s_pack(view.gpu_free[nodes], after, mix)[0],
+            "thermal": S.s_thermal(view, nodes, CFG),
+            "memory_fit": S.s_memory_fit(view, nodes, spec.gpu_mem_gb),
+        }
+        for j, t in enumerate(TERMS):
+            if t == "pack":
+                np.testing.assert_allclose(terms[j], want[t], rtol=0, atol=1e-6)
+            else:
+                assert terms[j].tobytes() == want[t].tobytes(), t
+        if F.is_fractional(spec):
+            assert slot.tolist() == pick.tolist()
+        for r, v in enumerate(nodes.tolist()):  # fragmentation of each row, to rounding
+            for row in (after[r], view.gpu_free[v]):
+                one = S.fragmentation(row[None, :], mix)[0]
+                assert K._fragmentation(row, mix.sizes, mix.probs, 1e-9) == pytest.approx(one)
+        want_total = sum(w * want[t] for w, t in zip(weights, TERMS, strict=True)) / weights.sum()
+        np.testing.assert_allclose(total, want_total, rtol=0, atol=1e-6)
+        # the chosen node: the first within SCORE_TIE of the best, whichever sums are used
+        # (unless some total sits at that boundary, within the terms' rounding)
+        assert best == int(np.argmax(total >= total.max() - SCORE_TIE))
+        edge = np.abs(want_total - (want_total.max() - SCORE_TIE)) < 1e-6
+        if not edge.any():
+            assert best == int(np.argmax(want_total >= want_total.max() - SCORE_TIE))
+
+
+def test_a_tie_in_totals_goes_to_the_first_node_whatever_the_last_bits() -> None:
+    """Two nodes whose totals differ in the last bits (sums rounded in another order) are a
+    tie: the first wins, as it would if the totals were equal. Beyond the tie, the best wins."""
+    from libs.policy.placement import SCORE_TIE, place
+
+    nodes_ = [node_spec(f"n{i}", 4, "a100-80gb", 80.0) for i in range(3)]
+    view = ClusterView.build(nodes_)
+    spec = JobSpec(id="j", tenant="t", gpus=1.0, gpu_mem_gb=8.0)
+    assert place(spec, view, P, CFG).node_index == 0  # identical nodes: the first
+    total = np.array([0.5, 0.5 + SCORE_TIE / 4, 0.5 - SCORE_TIE / 4])
+    # one GPU model per node with these speeds; speed only (weight 1): total = speed / best
+    got = K.score_nodes(
+        np.arange(3), np.ones((3, 1)), np.full((3, 1), 80.0), np.full(3, 80.0),
+        np.arange(3, dtype=np.int64), np.full(3, np.nan), False, total[:, None],
+        np.ones((3, 1)), 0, False, 1, 1.0, 8.0, np.array([1.0]), np.array([1.0]),
+        np.array([1.0, 0.0, 0.0, 0.0, 0.0]), 1.0, 85.0, 55.0, 1e-9, SCORE_TIE,
+    )  # fmt: skip
+    assert got[3] == 0
+    far = np.array([0.5, 0.5 + 10 * SCORE_TIE, 0.5])
+    got = K.score_nodes(
+        np.arange(3), np.ones((3, 1)), np.full((3, 1), 80.0), np.full(3, 80.0),
+        np.arange(3, dtype=np.int64), np.full(3, np.nan), False, far[:, None],
+        np.ones((3, 1)), 0, False, 1, 1.0, 8.0, np.array([1.0]), np.array([1.0]),
+        np.array([1.0, 0.0, 0.0, 0.0, 0.0]), 1.0, 85.0, 55.0, 1e-9, SCORE_TIE,
+    )  # fmt: skip
+    assert got[3] == 1
