@@ -402,3 +402,30 @@ def score_nodes(
             best = i
             break
     return total, terms, slot, best
+
+
+@_compiled
+def power_due(now, idle_since, suspended, resuming, whole_free, gpu_total, suspend_after):
+    """(due, any asleep, any due, next due time or inf) of the power step: a node is due to
+    sleep when it is awake (neither suspended nor resuming), empty (every GPU whole-free) and
+    idle at least ``suspend_after`` (``now - idle_since``; NaN while it holds a job); the next
+    due time is the earliest ``idle_since + suspend_after`` after ``now`` among awake idle
+    nodes. The comparisons and sums of the numpy expressions, node by node."""
+    n = len(idle_since)
+    due = np.zeros(n, dtype=np.bool_)
+    any_asleep = False
+    any_due = False
+    nxt = np.inf
+    for i in range(n):
+        if suspended[i]:
+            any_asleep = True
+            continue
+        if resuming[i] or np.isnan(idle_since[i]):
+            continue
+        if now - idle_since[i] >= suspend_after and whole_free[i] >= gpu_total[i]:
+            due[i] = True
+            any_due = True
+        t = idle_since[i] + suspend_after
+        if t > now and t < nxt:
+            nxt = t
+    return due, any_asleep, any_due, nxt

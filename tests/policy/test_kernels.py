@@ -376,3 +376,35 @@ def test_a_tie_in_totals_goes_to_the_first_node_whatever_the_last_bits() -> None
         np.array([1.0, 0.0, 0.0, 0.0, 0.0]), 1.0, 85.0, 55.0, 1e-9, SCORE_TIE,
     )  # fmt: skip
     assert got[3] == 1
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.data())
+def test_power_due_matches_numpy(data):
+    n = data.draw(st.integers(1, 12))
+    now = float(data.draw(st.sampled_from([0.0, 100.0, 400.0, 1000.0])))
+    idle_since = np.array(
+        data.draw(
+            st.lists(st.sampled_from([np.nan, 0.0, 50.0, 100.0, 700.0]), min_size=n, max_size=n)
+        )
+    )
+    suspended, resuming = (
+        np.array(data.draw(st.lists(st.booleans(), min_size=n, max_size=n)), dtype=bool)
+        for _ in range(2)
+    )
+    gpu_total = np.array(data.draw(st.lists(st.sampled_from([4, 8]), min_size=n, max_size=n)))
+    whole_free = np.minimum(
+        gpu_total, np.array(data.draw(st.lists(st.integers(0, 8), min_size=n, max_size=n)))
+    )
+    after = float(data.draw(st.sampled_from([0.0, 300.0])))
+    due, asleep, any_due, nxt = K.power_due(
+        now, idle_since, suspended, resuming, whole_free, gpu_total, after
+    )
+    awake = ~suspended & ~resuming
+    want = awake & (now - idle_since >= after) & (whole_free >= gpu_total)
+    assert due.tolist() == want.tolist()
+    assert asleep == bool(suspended.any()) and any_due == bool(want.any())
+    idle = awake & ~np.isnan(idle_since)
+    times = idle_since[idle] + after
+    later = times[times > now]
+    assert nxt == (float(later.min()) if len(later) else np.inf)

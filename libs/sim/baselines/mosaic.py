@@ -23,6 +23,7 @@ import numpy as np
 
 from libs.policy import backfill as B
 from libs.policy import filters as F
+from libs.policy import kernels as K
 from libs.policy import power, scheduler
 from libs.policy.cadence import BackfillCadence
 from libs.policy.cluster import ClusterView
@@ -211,11 +212,19 @@ class Mosaic(BasePolicy):
         last = self._last_step
         if last is not None and last[0] == key and (last[1] is None or now < last[1]):
             return [], [], last[1]
-        idle = now - self._idle_since
-        awake = ~self._suspended & ~self._resuming
-        due = awake & (idle >= self.cfg.suspend_after_s) & power.empty_nodes(self.view)
-        if self._suspended.any() or due.any():
-            p = self._power_plan(idle, due)
+        # one compiled pass over the nodes: which are due to sleep, is any asleep, and when
+        # the next awake idle node becomes due (the numpy expressions of kernels.power_due)
+        due, any_asleep, any_due, nxt = K.power_due(
+            now,
+            self._idle_since,
+            self._suspended,
+            self._resuming,
+            self.view.whole_free,
+            self.view.gpu_total,
+            self.cfg.suspend_after_s,
+        )
+        if any_asleep or any_due:
+            p = self._power_plan(now - self._idle_since, due)
         else:  # nothing asleep and nothing to put to sleep (power.plan would say so)
             p = power.PowerPlan((), ())
         ids = self.view.node_ids
@@ -225,13 +234,17 @@ class Mosaic(BasePolicy):
         for i in p.resume:
             self._suspended[i] = False
             self._resuming[i] = True
-        # next look: when the next awake empty node reaches suspend_after_s
-        awake_idle = ~self._suspended & ~self._resuming & ~np.isnan(self._idle_since)
-        nxt = None
-        if awake_idle.any():
-            due = self._idle_since[awake_idle] + self.cfg.suspend_after_s
-            later = due[due > now]
-            nxt = float(later.min()) if len(later) else None
+        if p.suspend or p.resume:  # next look: when the next awake idle node becomes due
+            nxt = K.power_due(
+                now,
+                self._idle_since,
+                self._suspended,
+                self._resuming,
+                self.view.whole_free,
+                self.view.gpu_total,
+                self.cfg.suspend_after_s,
+            )[3]
+        nxt = None if nxt == np.inf else float(nxt)
         self._last_step = None if p.suspend or p.resume else (key, nxt)
         return [ids[i] for i in p.suspend], [ids[i] for i in p.resume], nxt
 
