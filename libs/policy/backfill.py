@@ -252,7 +252,9 @@ def reserve(
     enough (e.g. every eligible node is cordoned). ``exclude`` (bool[N]): nodes another
     reservation already holds."""
     rel = running if isinstance(running, RunningSet) else RunningSet(running)
-    ok = F.static_mask(spec, view) & F.f_cordon(spec, view) & F.f_thermal(spec, view, cfg)
+    # nodes that could hold it and are neither cordoned nor hot (F.available: the cordon and
+    # thermal filters, memoised on the view)
+    ok = F.static_mask(spec, view) & F.available(view, cfg)
     if exclude is not None:
         ok = ok & ~exclude
     eligible = np.flatnonzero(ok)
@@ -262,7 +264,9 @@ def reserve(
     # ``now`` (an overdue job counts as ending now), the answer must not, or a reservation
     # memoised in an earlier pass (scheduler._reserve) would differ from a fresh one
     best: tuple[float, int] | None = None
-    now_ok = np.flatnonzero(F.dynamic_mask(spec, view, cfg)[eligible])
+    # fit_now = static & dynamic filters (memoised per shape until the view changes; the pass
+    # already asked it for this job), and eligible nodes pass the static ones
+    now_ok = np.flatnonzero(F.fit_now(spec, view, cfg)[eligible])
     if len(now_ok):
         best = (now, int(eligible[now_ok[0]]))
     if best is None:
