@@ -29,6 +29,7 @@ from numba import njit
 
 
 def _compiled(fn: Callable) -> Callable:
+    """``njit`` with the on-disk cache where a location is writable (see the module note)."""
     try:
         return njit(cache=True, nogil=True)(fn)
     except RuntimeError:  # "cannot cache function ...: no locator available" (read-only)

@@ -597,12 +597,12 @@ def _context(pending, q, is_queue: bool, view, profiles, cfg) -> PlaceContext:
 
 
 class _DeadRows:
-    """Rows the bulk walk may drop, as a function of rows: their shape failed in this pass or
+    """Rows the bulk walk may drop (``live`` keeps the others): their shape failed in this pass or
     is larger than the largest free block (and fits some node when empty), or their (shape,
     slow-model code) was refused SlowGPU in this pass. Every one of these facts is about a
     group of rows, (shape, code): ``assign`` puts each candidate row in its group once (the
     codes are fixed for the pass), the pass marks groups dead as it learns, and a check is
-    one lookup per row (``dead_g[group_of_row[rows]]``)."""
+    one lookup per row (``dead_g[group_of_row[row]]``)."""
 
     def __init__(self, shape_of, shape_specs, codes: _SlowCodes, bits: int, view) -> None:
         self.shape_of = shape_of
@@ -698,11 +698,9 @@ class _DeadRows:
         self.too_big = K.too_big(self.sizes, self.ever, max_share, max_whole, EPS)
         self._refresh()
 
-    def __call__(self, rows: np.ndarray) -> np.ndarray:
-        return self.dead_g[self.group_of_row[rows]]
-
     def live(self, rows: np.ndarray) -> np.ndarray:
-        """The rows of ``rows`` not dead, in the order given (``rows[~self(rows)]``)."""
+        """The rows of ``rows`` not dead, in the order given
+        (``rows[~dead_g[group_of_row[rows]]]``)."""
         return K.live_rows(rows, self.group_of_row, self.dead_g)
 
 

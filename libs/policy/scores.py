@@ -1,6 +1,8 @@
 """Placement score terms (Kubernetes "Score" + "NormalizeScore"): each a named function giving,
 for the feasible nodes, a value in [0, 1] (1 = best). ``placement.place`` weighs them with the
-``PolicyConfig`` weights.
+``PolicyConfig`` weights. These functions are the definitions; ``place`` computes the same
+terms for all feasible nodes in one compiled loop (``kernels.score_nodes``), which
+``tests/policy/test_kernels.py`` checks against them.
 
 The packing term is FGD-like (Weng et al., "Beware of Fragmentation", ATC'23): the fragmentation
 of a node is the free GPU capacity that a request drawn from the pending size mix could NOT use;

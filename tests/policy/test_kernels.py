@@ -359,23 +359,19 @@ def test_a_tie_in_totals_goes_to_the_first_node_whatever_the_last_bits() -> None
     view = ClusterView.build(nodes_)
     spec = JobSpec(id="j", tenant="t", gpus=1.0, gpu_mem_gb=8.0)
     assert place(spec, view, P, CFG).node_index == 0  # identical nodes: the first
-    total = np.array([0.5, 0.5 + SCORE_TIE / 4, 0.5 - SCORE_TIE / 4])
-    # one GPU model per node with these speeds; speed only (weight 1): total = speed / best
-    got = K.score_nodes(
-        np.arange(3), np.ones((3, 1)), np.full((3, 1), 80.0), np.full(3, 80.0),
-        np.arange(3, dtype=np.int64), np.full(3, np.nan), False, total[:, None],
-        np.ones((3, 1)), 0, False, 1, 1.0, 8.0, np.array([1.0]), np.array([1.0]),
-        np.array([1.0, 0.0, 0.0, 0.0, 0.0]), 1.0, 85.0, 55.0, 1e-9, SCORE_TIE,
-    )  # fmt: skip
-    assert got[3] == 0
-    far = np.array([0.5, 0.5 + 10 * SCORE_TIE, 0.5])
-    got = K.score_nodes(
-        np.arange(3), np.ones((3, 1)), np.full((3, 1), 80.0), np.full(3, 80.0),
-        np.arange(3, dtype=np.int64), np.full(3, np.nan), False, far[:, None],
-        np.ones((3, 1)), 0, False, 1, 1.0, 8.0, np.array([1.0]), np.array([1.0]),
-        np.array([1.0, 0.0, 0.0, 0.0, 0.0]), 1.0, 85.0, 55.0, 1e-9, SCORE_TIE,
-    )  # fmt: skip
-    assert got[3] == 1
+
+    def best_of(speeds: np.ndarray) -> int:
+        """Three one-GPU nodes, one GPU model each with these speeds; speed weight only, so
+        each total is its speed over the best."""
+        return K.score_nodes(
+            np.arange(3), np.ones((3, 1)), np.full((3, 1), 80.0), np.full(3, 80.0),
+            np.arange(3, dtype=np.int64), np.full(3, np.nan), False, speeds[:, None],
+            np.ones((3, 1)), 0, False, 1, 1.0, 8.0, np.array([1.0]), np.array([1.0]),
+            np.array([1.0, 0.0, 0.0, 0.0, 0.0]), 1.0, 85.0, 55.0, 1e-9, SCORE_TIE,
+        )[3]  # fmt: skip
+
+    assert best_of(np.array([0.5, 0.5 + SCORE_TIE / 4, 0.5 - SCORE_TIE / 4])) == 0
+    assert best_of(np.array([0.5, 0.5 + 10 * SCORE_TIE, 0.5])) == 1
 
 
 @settings(max_examples=300, deadline=None)

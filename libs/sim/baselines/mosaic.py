@@ -212,17 +212,7 @@ class Mosaic(BasePolicy):
         last = self._last_step
         if last is not None and last[0] == key and (last[1] is None or now < last[1]):
             return [], [], last[1]
-        # one compiled pass over the nodes: which are due to sleep, is any asleep, and when
-        # the next awake idle node becomes due (the numpy expressions of kernels.power_due)
-        due, any_asleep, any_due, nxt = K.power_due(
-            now,
-            self._idle_since,
-            self._suspended,
-            self._resuming,
-            self.view.whole_free,
-            self.view.gpu_total,
-            self.cfg.suspend_after_s,
-        )
+        due, any_asleep, any_due, nxt = self._due(now)
         if any_asleep or any_due:
             p = self._power_plan(now - self._idle_since, due)
         else:  # nothing asleep and nothing to put to sleep (power.plan would say so)
@@ -235,18 +225,23 @@ class Mosaic(BasePolicy):
             self._suspended[i] = False
             self._resuming[i] = True
         if p.suspend or p.resume:  # next look: when the next awake idle node becomes due
-            nxt = K.power_due(
-                now,
-                self._idle_since,
-                self._suspended,
-                self._resuming,
-                self.view.whole_free,
-                self.view.gpu_total,
-                self.cfg.suspend_after_s,
-            )[3]
+            nxt = self._due(now)[3]
         nxt = None if nxt == np.inf else float(nxt)
         self._last_step = None if p.suspend or p.resume else (key, nxt)
         return [ids[i] for i in p.suspend], [ids[i] for i in p.resume], nxt
+
+    def _due(self, now: float) -> tuple[np.ndarray, bool, bool, float]:
+        """(nodes due to sleep, any asleep, any due, when the next awake idle node becomes
+        due or inf): one compiled pass over the nodes (``kernels.power_due``)."""
+        return K.power_due(
+            now,
+            self._idle_since,
+            self._suspended,
+            self._resuming,
+            self.view.whole_free,
+            self.view.gpu_total,
+            self.cfg.suspend_after_s,
+        )
 
     def _power_plan(self, idle: np.ndarray, due: np.ndarray) -> power.PowerPlan:
         """``power.plan`` for the blocked jobs still queued: green jobs' demand first wakes
