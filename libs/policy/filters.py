@@ -159,12 +159,16 @@ def fit_now(spec: JobSpec, view: ClusterView, cfg: PolicyConfig) -> np.ndarray:
 
 
 def shape_requests(specs: Sequence[JobSpec]) -> np.ndarray:
-    """float[shape, 4] of request shapes (one spec each): fractional (1.0) or not, whole GPUs,
-    host memory, CPUs: the numbers ``fit_now_shapes`` compares, built once per shape."""
+    """float[shape, 5] of request shapes (one spec each): fractional (1.0) or not, whole GPUs
+    (``whole_gpus``), host memory, CPUs, GPUs asked: the numbers ``fit_now_shapes`` and the
+    scheduler's largest-free-block check compare, built once per shape."""
     return np.array(
-        [(float(is_fractional(sp)), whole_gpus(sp), sp.host_mem_gb, sp.cpus) for sp in specs],
+        [
+            (float(is_fractional(sp)), whole_gpus(sp), sp.host_mem_gb, sp.cpus, sp.gpus)
+            for sp in specs
+        ],
         dtype=float,
-    ).reshape(len(specs), 4)
+    ).reshape(len(specs), 5)
 
 
 def fit_now_shapes(

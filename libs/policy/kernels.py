@@ -119,9 +119,10 @@ def rows_ranked_after(rows, s, e, q, s0, e0, q0, after):
 @_compiled
 def fit_whole(shapes, static, req, available, whole_free, host_free, cpus_free, eps):
     """bool[len(shapes), N]: the whole-GPU request shapes ``shapes`` (rows of ``static``,
-    bool[shape, node], and of ``req``, float[shape, 4]: fractional flag, whole GPUs, host
-    memory, CPUs) fit on each node now: ``filters.dynamic_mask``'s comparisons on the
-    shape's static nodes. Rows of fractional shapes are left False (the caller fills them)."""
+    bool[shape, node], and of ``req``, ``filters.shape_requests``: fractional flag, whole
+    GPUs, host memory, CPUs, ...) fit on each node now: ``filters.dynamic_mask``'s
+    comparisons on the shape's static nodes. Rows of fractional shapes are left False (the
+    caller fills them)."""
     n_nodes = len(available)
     out = np.zeros((len(shapes), n_nodes), dtype=np.bool_)
     for i in range(len(shapes)):
@@ -239,17 +240,18 @@ def hold_waits(
 
 
 @_compiled
-def too_big(sizes, ever, max_share, max_whole, eps):
+def too_big(req, ever, max_share, max_whole, eps):
     """bool per shape: larger than the largest free block (a fractional ask above the largest
     free share, a whole one above the most free GPUs on a node) and not a shape no node could
-    ever hold. ``sizes``: float[shape, 3] GPUs asked, fractional flag, whole GPUs."""
+    ever hold. ``req``: ``filters.shape_requests`` (fractional flag, whole GPUs, ..., GPUs
+    asked)."""
     out = np.empty(len(ever), dtype=np.bool_)
     share = max_share + eps
     for s in range(len(ever)):
-        if sizes[s, 1] != 0.0:
-            out[s] = sizes[s, 0] > share and ever[s]
+        if req[s, 0] != 0.0:
+            out[s] = req[s, 4] > share and ever[s]
         else:
-            out[s] = sizes[s, 2] > max_whole and ever[s]
+            out[s] = req[s, 1] > max_whole and ever[s]
     return out
 
 
@@ -319,8 +321,9 @@ def score_nodes(
 ):
     """``placement.place``'s score of each feasible node: terms[5, n] (speed, energy, pack,
     thermal, memory fit, as ``libs.policy.scores`` defines them), the weighted total, the
-    first best node (``np.argmax``) and, for a fractional job, the GPU slot it takes on each
-    node (the best fit, first on ties). Every step is elementwise or an exact min/max/arg-min
+    chosen node (the first within ``tie`` of the best total; with a NaN total, the first NaN,
+    as ``np.argmax``) and, for a fractional job, the GPU slot it takes on each node (the best
+    fit, first on ties). Every step is elementwise or an exact min/max/arg-min
     in numpy's order, except the fragmentation sums (see ``_fragmentation``)."""
     n = len(nodes)
     n_slots = gpu_free.shape[1]
@@ -406,9 +409,9 @@ def score_nodes(
 
 
 @_compiled
-def power_due(now, idle_since, suspended, resuming, whole_free, gpu_total, suspend_after):
+def power_due(now, idle_since, suspended, resuming, empty, suspend_after):
     """(due, any asleep, any due, next due time or inf) of the power step: a node is due to
-    sleep when it is awake (neither suspended nor resuming), empty (every GPU whole-free) and
+    sleep when it is awake (neither suspended nor resuming), empty (``power.empty_nodes``) and
     idle at least ``suspend_after`` (``now - idle_since``; NaN while it holds a job); the next
     due time is the earliest ``idle_since + suspend_after`` after ``now`` among awake idle
     nodes. The comparisons and sums of the numpy expressions, node by node."""
@@ -423,7 +426,7 @@ def power_due(now, idle_since, suspended, resuming, whole_free, gpu_total, suspe
             continue
         if resuming[i] or np.isnan(idle_since[i]):
             continue
-        if now - idle_since[i] >= suspend_after and whole_free[i] >= gpu_total[i]:
+        if now - idle_since[i] >= suspend_after and empty[i]:
             due[i] = True
             any_due = True
         t = idle_since[i] + suspend_after

@@ -608,8 +608,8 @@ class _DeadRows:
         self.shape_of = shape_of
         self.codes = codes
         self.bits = bits
-        # per shape: GPUs asked, fractional (1.0) or not, whole GPUs (np.round of the ask)
-        self.sizes = _per_shape(view, "sizes", shape_specs, _shape_sizes)
+        # per shape: fractional or not, whole GPUs, ..., GPUs asked (filters.shape_requests)
+        self.requests = _per_shape(view, "requests", shape_specs, F.shape_requests)
         self.ever = _per_shape(
             view,
             "ever",
@@ -635,7 +635,7 @@ class _DeadRows:
         shape_dead = self.failed | self.too_big
         self.codes.fill(rows, shape_dead)
         keys = K.row_keys(rows, self.shape_of, shape_dead, self.codes.cache, self.bits)
-        uniq, inv = _unique_small(keys, len(self.sizes) << self.bits)
+        uniq, inv = _unique_small(keys, len(self.requests) << self.bits)
         self.group_of_row[rows] = inv
         self.g_key = uniq
         self.g_shape = uniq >> self.bits
@@ -660,8 +660,7 @@ class _DeadRows:
             return
         shapes, inv = _unique_sorted(self.g_shape[gi])  # g_shape is sorted (by g_key)
         static = _per_shape(view, "static_masks", shape_specs, _static_masks(view))
-        requests = _per_shape(view, "requests", shape_specs, F.shape_requests)
-        fits = F.fit_now_shapes(shapes, shape_specs, view, cfg, static, requests)
+        fits = F.fit_now_shapes(shapes, shape_specs, view, cfg, static, self.requests)
         fit_any = fits.any(axis=1)
         bad = np.flatnonzero(~fit_any)
         if len(bad):
@@ -695,7 +694,7 @@ class _DeadRows:
 
     def block(self, max_share: float, max_whole: int) -> None:
         """The largest free blocks shrank: shapes above them cannot start in this pass."""
-        self.too_big = K.too_big(self.sizes, self.ever, max_share, max_whole, EPS)
+        self.too_big = K.too_big(self.requests, self.ever, max_share, max_whole, EPS)
         self._refresh()
 
     def live(self, rows: np.ndarray) -> np.ndarray:
@@ -727,12 +726,6 @@ def _held_nodes(codes: np.ndarray, view: ClusterView) -> np.ndarray:
     """bool[code, node]: the node's GPU model is held by that slow-model code (bit m: model
     m of the view, see ``_slow_codes``)."""
     return ((codes[:, None] >> view.model_idx[None, :]) & 1) == 1
-
-
-def _shape_sizes(specs: list) -> np.ndarray:
-    """float[shape, 3]: GPUs asked, 1.0 if fractional, the whole GPUs (``np.round``)."""
-    gpus = np.array([sp.gpus for sp in specs], dtype=float)
-    return np.stack([gpus, (gpus < 1.0 - EPS).astype(float), np.round(gpus)], axis=1)
 
 
 def _static_masks(view: ClusterView):

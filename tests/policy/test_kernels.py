@@ -251,12 +251,12 @@ def test_kernels_compile_where_no_cache_location_is_writable() -> None:
 def test_too_big_and_dead_groups_match_numpy(gpus, max_share, max_whole, data):
     n = len(gpus)
     specs = [msgspec.structs.replace(_SPEC, gpus=g) for g in gpus]
-    sizes = scheduler._shape_sizes(specs)
+    req = F.shape_requests(specs)
     ever = np.array(data.draw(st.lists(st.booleans(), min_size=n, max_size=n)))
     g = np.array(gpus)
     frac = g < 1.0 - 1e-9
     want = np.where(frac, g > max_share + 1e-9, np.round(g) > max_whole) & ever
-    got = K.too_big(sizes, ever, max_share, max_whole, 1e-9)
+    got = K.too_big(req, ever, max_share, max_whole, 1e-9)
     assert got.tolist() == want.tolist()
     n_g = data.draw(st.integers(0, 10))
     g_shape = np.array(data.draw(st.lists(st.integers(0, n - 1), min_size=n_g, max_size=n_g)))
@@ -393,11 +393,10 @@ def test_power_due_matches_numpy(data):
         gpu_total, np.array(data.draw(st.lists(st.integers(0, 8), min_size=n, max_size=n)))
     )
     after = float(data.draw(st.sampled_from([0.0, 300.0])))
-    due, asleep, any_due, nxt = K.power_due(
-        now, idle_since, suspended, resuming, whole_free, gpu_total, after
-    )
+    empty = whole_free >= gpu_total  # power.empty_nodes
+    due, asleep, any_due, nxt = K.power_due(now, idle_since, suspended, resuming, empty, after)
     awake = ~suspended & ~resuming
-    want = awake & (now - idle_since >= after) & (whole_free >= gpu_total)
+    want = awake & (now - idle_since >= after) & empty
     assert due.tolist() == want.tolist()
     assert asleep == bool(suspended.any()) and any_due == bool(want.any())
     idle = awake & ~np.isnan(idle_since)

@@ -238,8 +238,7 @@ class Mosaic(BasePolicy):
             self._idle_since,
             self._suspended,
             self._resuming,
-            self.view.whole_free,
-            self.view.gpu_total,
+            power.empty_nodes(self.view),
             self.cfg.suspend_after_s,
         )
 
