@@ -433,3 +433,100 @@ def power_due(now, idle_since, suspended, resuming, empty, suspend_after):
         if t > now and t < nxt:
             nxt = t
     return due, any_asleep, any_due, nxt
+
+
+@_compiled
+def _clip01(x):
+    """``np.clip(x, 0.0, 1.0)`` of one number (NaN stays NaN)."""
+    return 0.0 if x < 0.0 else (1.0 if x > 1.0 else x)
+
+
+@_compiled
+def urgency_of(deadline, now, remaining, scale, missed):
+    """The deadline urgency of one job (``priority.urgency``): 0 without a deadline (NaN),
+    ``missed`` once the slack is negative, else exp(-slack / scale)."""
+    if np.isnan(deadline):
+        return 0.0
+    slack = deadline - now - remaining
+    if slack < 0.0:
+        return missed
+    return np.exp(-slack / scale)
+
+
+@_compiled
+def urgency_many(deadline, now, remaining, scale, missed):
+    """``urgency_of`` per row."""
+    out = np.empty(len(deadline))
+    for i in range(len(deadline)):
+        out[i] = urgency_of(deadline[i], now, remaining[i], scale, missed)
+    return out
+
+
+@_compiled
+def priority_terms(
+    prio,
+    es,
+    enq,
+    est,
+    prog,
+    deadline,
+    cls,
+    tenant,
+    tenant_dom,
+    n_tenants,
+    best,
+    now,
+    aging_per_h,
+    urgency_scale_s,
+    urgency_missed,
+    w_fair,
+    w_energy,
+    w_deadline,
+    w_priority,
+):
+    """float[6, rows]: the terms of ``priority.score_arrays`` per queued row (base, fair share,
+    energy, urgency, aging) and the score, base x (w_fair fair + w_energy energy + w_deadline
+    urgency + w_priority) + aging. ``tenant_dom``: dominant share per tenant index; ``best``:
+    the fastest speed per workload class. The operations, and their order, of the numpy
+    expressions the module docstring of ``priority`` writes down, one row at a time: a pass
+    scores the one or two jobs queued since the last, where numpy's fixed cost per call was
+    most of the time."""
+    n = len(prio)
+    out = np.empty((6, n))
+    for i in range(n):
+        base = (prio[i] + 1.0) / 10.0
+        fair = 1.0 / (1.0 + tenant_dom[tenant[i]] * n_tenants)
+        energy = 1.0 - _clip01(es[i])
+        remaining = est[i] * _clip01(1.0 - prog[i]) / best[cls[i]]
+        urg = urgency_of(deadline[i], now, remaining, urgency_scale_s, urgency_missed)
+        waited = now - enq[i]
+        aging = aging_per_h * (0.0 if waited < 0.0 else waited) / 3600.0
+        mix = w_fair * fair + w_energy * energy + w_deadline * urg + w_priority
+        out[0, i] = base
+        out[1, i] = fair
+        out[2, i] = energy
+        out[3, i] = urg
+        out[4, i] = aging
+        out[5, i] = base * mix + aging
+    return out
+
+
+@_compiled
+def dominant_shares(usage, capacity):
+    """float[T]: per row of ``usage`` (float[T, R]), the largest share of any resource with
+    capacity (``usage / capacity`` over the resources with capacity > 0, maximum; 0 when no
+    resource has capacity): DRF's dominant share (``priority.dominant_share``)."""
+    out = np.zeros(usage.shape[0])
+    for t in range(usage.shape[0]):
+        first = True
+        m = 0.0
+        for r in range(usage.shape[1]):
+            if capacity[r] > 0.0:
+                v = usage[t, r] / capacity[r]
+                if first or v > m or np.isnan(v):
+                    m = v
+                    first = False
+                if np.isnan(m):
+                    break
+        out[t] = m
+    return out

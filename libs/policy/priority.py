@@ -24,6 +24,7 @@ from typing import Any
 
 import numpy as np
 
+from libs.policy import kernels as K
 from libs.policy.cluster import RESOURCES
 from libs.policy.config import PolicyConfig, RegimeWeights
 from libs.policy.profiles import ProfileTable
@@ -78,14 +79,16 @@ def dominant_shares(
     return {t: dominant_share(u, capacity) for t, u in tenant_usage.items()}
 
 
-def _usage_matrix(tenant_usage: Mapping[str, np.ndarray | float]) -> np.ndarray:
-    """float[T, len(RESOURCES)] in ``tenant_usage`` order (a bare number = GPUs only)."""
-    vals = list(tenant_usage.values())
-    if all(isinstance(u, (int, float)) for u in vals):
-        m = np.zeros((len(vals), len(RESOURCES)))
-        m[:, 0] = vals
+def _usage_matrix(usages: Sequence[np.ndarray | float]) -> np.ndarray:
+    """float[T, len(RESOURCES)], one row per usage (a bare number = GPUs only)."""
+    width = len(RESOURCES)
+    if all(type(u) is np.ndarray and u.shape == (width,) for u in usages):
+        return np.array(usages, dtype=float)
+    if all(isinstance(u, (int, float)) for u in usages):
+        m = np.zeros((len(usages), width))
+        m[:, 0] = usages
         return m
-    return np.array([usage_vector(u) for u in vals], dtype=float).reshape(-1, len(RESOURCES))
+    return np.array([usage_vector(u) for u in usages], dtype=float).reshape(-1, width)
 
 
 def tenants_present(q: QueueArrays) -> np.ndarray:
@@ -95,40 +98,34 @@ def tenants_present(q: QueueArrays) -> np.ndarray:
     return np.zeros(len(q.tenants), dtype=bool)
 
 
-def fair_share_terms(
+def tenant_dominant_shares(
+    q: QueueArrays, tenant_usage: Mapping[str, np.ndarray | float], capacity: np.ndarray
+) -> np.ndarray:
+    """float per index of ``q.tenants``: the dominant share (``dominant_shares``) of each tenant
+    with a job in ``q`` (0 for a tenant without usage, and for the others), in one compiled
+    loop (``kernels.dominant_shares``)."""
+    dom = np.zeros(len(q.tenants))
+    names = q.tenants
+    used = [k for k in set(q.tenant.tolist()) if names[k] in tenant_usage]
+    if used:
+        u = _usage_matrix([tenant_usage[names[k]] for k in used])
+        dom[used] = K.dominant_shares(u, np.asarray(capacity, dtype=float))
+    return dom
+
+
+def tenant_count(
     q: QueueArrays,
     tenant_usage: Mapping[str, np.ndarray | float],
-    capacity: np.ndarray,
     present: np.ndarray | None = None,
-    n_tenants: int | None = None,
-) -> np.ndarray:
-    """Per job, 1 / (1 + dominant share of its tenant x number of tenants): the same numbers
-    as ``dominant_shares``, computed for all tenants with one matrix operation. The number of
-    tenants counts those with usage or queued jobs (``present``, default the tenants of
-    ``q``); a caller that keeps it passes ``n_tenants`` (``PendingQueue.tenant_count``)."""
-    cap = np.asarray(capacity, dtype=float)
-    if len(q.tenant) == 0:
-        return np.zeros(0)
-    mine = tenants_present(q)
-    if n_tenants is None:
-        if present is None:
-            present = mine
-        # the count covers every tenant with usage or queued jobs; only the tenants of
-        # ``q``'s rows need their share
-        n_tenants = len(tenant_usage) + sum(
-            1 for k in np.flatnonzero(present).tolist() if q.tenants[k] not in tenant_usage
-        )
-    n_tenants = max(n_tenants, 1)
-    tenant_dom = np.zeros(len(q.tenants))
-    idx = np.flatnonzero(mine).tolist()
-    names = [q.tenants[k] for k in idx]
-    used = [(k, tenant_usage[t]) for k, t in zip(idx, names, strict=True) if t in tenant_usage]
-    if used:
-        u = _usage_matrix(dict(used))
-        ok = cap > 0
-        if ok.any():
-            tenant_dom[[k for k, _ in used]] = (u[:, ok] / cap[ok]).max(axis=1)
-    return 1.0 / (1.0 + tenant_dom[q.tenant] * n_tenants)
+) -> int:
+    """The number of tenants the fair-share term counts: those with usage or queued jobs
+    (``present``: bool per index of ``q.tenants``, default the tenants of ``q``'s rows). A
+    caller that keeps the queue knows it already (``PendingQueue.tenant_count``)."""
+    if present is None:
+        present = tenants_present(q)
+    return len(tenant_usage) + sum(
+        1 for k in np.flatnonzero(present).tolist() if q.tenants[k] not in tenant_usage
+    )
 
 
 def _capacity_and_models(capacity: Any, models: Sequence[str] | None) -> tuple[np.ndarray, list]:
@@ -245,33 +242,51 @@ def score_arrays(
     n_tenants: int | None = None,
 ) -> tuple[np.ndarray, dict[str, np.ndarray], str]:
     """(scores, terms, regime) of the rows of ``q``. ``present`` (bool per tenant index): the
-    tenants of the whole queue, when ``q`` is a subset of it (tenant count for fair share),
-    or ``n_tenants``, that count itself (see ``fair_share_terms``)."""
+    tenants of the whole queue, when ``q`` is a subset of it (the fair share's tenant count,
+    ``tenant_count``), or ``n_tenants``, that count itself.
+
+    The arithmetic is one compiled loop over the rows (``kernels.priority_terms``, checked
+    against the numpy expressions of the module docstring): a pass scores the one or two jobs
+    queued since the last, and a dozen numpy calls on one row cost ten times the loop."""
     cap, mods = _capacity_and_models(capacity, models)
     reg, w = regime_weights(load, cfg)
-    fair = fair_share_terms(q, tenant_usage, cap, present, n_tenants)
-    prio, es, enq, est, prog, dl, cls_idx = q.prio, q.es, q.enq, q.est, q.prog, q.deadline, q.cls
-
-    best = best_speed_per_class(profiles, mods)[cls_idx]
-    remaining = est * np.clip(1.0 - prog, 0.0, 1.0) / best
-    urg = urgency(dl, now, remaining, cfg)
-    base = (prio + 1.0) / 10.0
-    energy = 1.0 - np.clip(es, 0.0, 1.0)
-    aging = cfg.aging_per_h * np.maximum(now - enq, 0.0) / 3600.0
-    mix = w.fair_share * fair + w.energy * energy + w.deadline * urg + w.priority
-    scores = base * mix + aging
-    terms = {"base": base, "fair_share": fair, "energy": energy, "urgency": urg, "aging": aging}
-    return scores, terms, reg
+    if len(q.tenant) == 0:
+        empty = np.zeros(0)
+        return empty, {t: empty for t in TERMS}, reg
+    n = max(tenant_count(q, tenant_usage, present) if n_tenants is None else n_tenants, 1)
+    out = K.priority_terms(
+        q.prio,
+        q.es,
+        q.enq,
+        q.est,
+        q.prog,
+        q.deadline,
+        q.cls,
+        q.tenant,
+        tenant_dominant_shares(q, tenant_usage, cap),
+        float(n),
+        best_speed_per_class(profiles, mods),
+        float(now),
+        float(cfg.aging_per_h),
+        float(cfg.urgency_scale_s),
+        float(cfg.urgency_missed),
+        float(w.fair_share),
+        float(w.energy),
+        float(w.deadline),
+        float(w.priority),
+    )
+    return out[5], dict(zip(TERMS, out[:5], strict=True)), reg
 
 
 def urgency(
     deadline: np.ndarray, now: float, remaining_s: np.ndarray, cfg: PolicyConfig
 ) -> np.ndarray:
-    """0 without a deadline (NaN), rising to 1 as slack shrinks to 0; ``urgency_missed`` after."""
-    slack = deadline - now - remaining_s
-    if np.isnan(deadline).all():
-        return np.zeros(len(deadline))  # no deadlines (the common case): skip the arithmetic
-    with np.errstate(invalid="ignore", over="ignore"):
-        u = np.exp(-np.maximum(slack, 0.0) / cfg.urgency_scale_s)
-    u = np.where(slack < 0, cfg.urgency_missed, u)
-    return np.where(np.isnan(deadline), 0.0, u)
+    """0 without a deadline (NaN), rising to 1 as slack shrinks to 0; ``urgency_missed`` after
+    (``kernels.urgency_of`` per job, the term ``score_arrays`` uses)."""
+    return K.urgency_many(
+        np.asarray(deadline, dtype=float),
+        float(now),
+        np.asarray(remaining_s, dtype=float),
+        float(cfg.urgency_scale_s),
+        float(cfg.urgency_missed),
+    )

@@ -87,6 +87,7 @@ class PendingQueue(Sequence[PendingJob]):
         self._jobs: list[PendingJob] = []
         self._pos: dict[str, int] = {}
         self._tenants: dict[str, int] = {}
+        self._tenant_names: list[str] = []  # by tenant index: ``QueueArrays.tenants`` (shared)
         self._data = np.zeros((max(16, len(jobs)), len(_COLUMNS)))
         # cached priority score per row (NaN = not scored since added); owned by the scheduler's
         # rank epochs (libs.policy.scheduler), moved with its row
@@ -161,6 +162,8 @@ class PendingQueue(Sequence[PendingJob]):
             self._book_discard(jid)
             self._jobs[i] = job
         self._data[i] = _row(job, self._tenants)
+        if len(self._tenants) > len(self._tenant_names):  # a new tenant: its index is the next
+            self._tenant_names.append(job.spec.tenant)
         key = shape_key(job.spec)
         sid = self._shape_ids.get(key)
         if sid is None:
@@ -228,7 +231,7 @@ class PendingQueue(Sequence[PendingJob]):
 
     def tenant_count(self, usage: Mapping[str, object]) -> int:
         """Tenants with queued jobs or in ``usage``: the fair-share term's tenant count
-        (``priority.fair_share_terms``), from the kept set of queued tenants in C-level set
+        (``priority.tenant_count``), from the kept set of queued tenants in C-level set
         operations instead of a Python step per tenant."""
         return len(usage.keys() | self._present_names)
 
@@ -239,7 +242,7 @@ class PendingQueue(Sequence[PendingJob]):
             *(d[:, k] for k in range(7)),
             d[:, 7].astype(np.int64),
             d[:, 8].astype(np.int64),
-            list(self._tenants),
+            self._tenant_names,
         )
 
     def unscored_rows(self) -> np.ndarray:
@@ -348,5 +351,5 @@ class PendingQueue(Sequence[PendingJob]):
             *(d[:, k] for k in range(7)),
             d[:, 7].astype(np.int64),
             d[:, 8].astype(np.int64),
-            list(self._tenants),
+            self._tenant_names,
         )

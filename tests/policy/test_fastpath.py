@@ -393,9 +393,9 @@ def test_bulk_walk_hands_out_the_live_rows_in_rank_order(keys, chunk, data):
 )
 def test_queue_tenant_count_is_the_fair_share_count(specs, used, leave):
     """``PendingQueue.tenant_count`` (kept set of queued tenants) equals the count
-    ``fair_share_terms`` makes from the tenant columns, as jobs join and leave, and scores
+    ``priority.tenant_count`` makes from the tenant columns, as jobs join and leave, and scores
     computed with it are the same numbers."""
-    from libs.policy.priority import fair_share_terms
+    from libs.policy.priority import score_arrays, tenant_count
 
     q = PendingQueue([PendingJob(s, 0.0) for s in specs])
     usage = {t: np.array([1.0, 8.0, 4.0, 2.0]) for t in used}
@@ -407,8 +407,9 @@ def test_queue_tenant_count_is_the_fair_share_count(specs, used, leave):
         want = len(usage) + sum(
             1 for k in np.flatnonzero(present).tolist() if qa.tenants[k] not in usage
         )
-        assert q.tenant_count(usage) == want
+        assert q.tenant_count(usage) == want == tenant_count(qa, usage, present)
         cap = np.array([64.0, 512.0, 1024.0, 256.0])
-        a = fair_share_terms(qa, usage, cap, present)
-        b = fair_share_terms(qa, usage, cap, n_tenants=q.tenant_count(usage))
-        assert np.array_equal(a, b)
+        kw = {"now": 0.0, "load": 0.5, "tenant_usage": usage, "capacity": cap, "cfg": CFG}
+        a = score_arrays(qa, profiles=P, present=present, **kw)
+        b = score_arrays(qa, profiles=P, n_tenants=q.tenant_count(usage), **kw)
+        assert np.array_equal(a[0], b[0]) and np.array_equal(a[1]["fair_share"], b[1]["fair_share"])

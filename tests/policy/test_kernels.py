@@ -403,3 +403,67 @@ def test_power_due_matches_numpy(data):
     times = idle_since[idle] + after
     later = times[times > now]
     assert nxt == (float(later.min()) if len(later) else np.inf)
+
+
+def score_arrays_numpy(q, *, now, load, tenant_usage, cap, cfg, best):
+    """The priority score as numpy wrote it before ``kernels.priority_terms`` (the oracle):
+    fair share from the tenants' dominant shares, urgency, aging, weighted by the regime."""
+    from libs.policy.priority import regime_weights, tenant_count
+
+    _, w = regime_weights(load, cfg)
+    n = max(tenant_count(q, tenant_usage), 1)
+    dom = np.zeros(len(q.tenants))
+    used = [k for k in range(len(q.tenants)) if q.tenants[k] in tenant_usage]
+    ok = cap > 0
+    if used and ok.any():
+        u = np.array([tenant_usage[q.tenants[k]] for k in used], dtype=float)
+        dom[used] = (u[:, ok] / cap[ok]).max(axis=1)
+    fair = 1.0 / (1.0 + dom[q.tenant] * n)
+    remaining = q.est * np.clip(1.0 - q.prog, 0.0, 1.0) / best[q.cls]
+    slack = q.deadline - now - remaining
+    with np.errstate(invalid="ignore", over="ignore"):
+        u = np.exp(-np.maximum(slack, 0.0) / cfg.urgency_scale_s)
+    u = np.where(slack < 0, cfg.urgency_missed, u)
+    urg = np.where(np.isnan(q.deadline), 0.0, u)
+    base = (q.prio + 1.0) / 10.0
+    energy = 1.0 - np.clip(q.es, 0.0, 1.0)
+    aging = cfg.aging_per_h * np.maximum(now - q.enq, 0.0) / 3600.0
+    mix = w.fair_share * fair + w.energy * energy + w.deadline * urg + w.priority
+    terms = {"base": base, "fair_share": fair, "energy": energy, "urgency": urg, "aging": aging}
+    return base * mix + aging, terms
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    jobs(prefix="q"),
+    st.lists(st.sampled_from(["a", "b", "c", "t0", "t1"]), max_size=4, unique=True),
+    st.floats(0.0, 1.0),
+    st.data(),
+)
+def test_priority_terms_bit_for_bit_as_numpy(specs, used, load, data):
+    from libs.policy.priority import best_speed_per_class, score_arrays
+
+    f = st.floats(-1e6, 1e7, allow_nan=False, allow_infinity=False)
+    rows = []
+    for s in specs:  # deadlines near and far, missed, absent; progress beyond [0, 1]; late enq
+        dl = data.draw(st.one_of(st.none(), f))
+        prog = data.draw(st.sampled_from([0.0, 0.3, 1.0, 1.5, -0.2, np.nan]))
+        spec = msgspec.structs.replace(s, deadline=dl)
+        rows.append(PendingJob(spec, data.draw(f), progress=prog))
+    q = QueueArrays.from_jobs(rows)
+    usage = {t: np.array(data.draw(st.lists(f, min_size=4, max_size=4))) for t in used}
+    cap = np.array(data.draw(st.sampled_from([[64.0, 512.0, 0.0, 256.0], [0.0] * 4, [8.0] * 4])))
+    models = ["A100-80GB", "T4-16GB"]
+    now = data.draw(f)
+    cfg = dataclasses.replace(CFG, aging_per_h=data.draw(st.sampled_from([0.05, 1.0, 7.0])))
+    got, terms, _ = score_arrays(
+        q, now=now, load=load, tenant_usage=usage, capacity=cap, cfg=cfg, profiles=P,
+        models=models,
+    )
+    best = best_speed_per_class(P, models)
+    want, want_terms = score_arrays_numpy(
+        q, now=now, load=load, tenant_usage=usage, cap=cap, cfg=cfg, best=best
+    )
+    assert np.array_equal(got, want, equal_nan=True)
+    for k, v in want_terms.items():
+        assert np.array_equal(terms[k], v, equal_nan=True), k
