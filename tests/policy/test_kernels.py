@@ -457,7 +457,13 @@ def test_priority_terms_bit_for_bit_as_numpy(specs, used, load, data):
     now = data.draw(f)
     cfg = dataclasses.replace(CFG, aging_per_h=data.draw(st.sampled_from([0.05, 1.0, 7.0])))
     got, terms, _ = score_arrays(
-        q, now=now, load=load, tenant_usage=usage, capacity=cap, cfg=cfg, profiles=P,
+        q,
+        now=now,
+        load=load,
+        tenant_usage=usage,
+        capacity=cap,
+        cfg=cfg,
+        profiles=P,
         models=models,
     )
     best = best_speed_per_class(P, models)
