@@ -37,10 +37,31 @@ def _compiled(fn: Callable) -> Callable:
 
 
 @_compiled
-def kept_codes(rows, shape_of, shape_dead, cache, kept, enq, now):
-    """Fill ``cache[r]`` from the kept code of each row of ``rows`` whose shape is not dead and
-    whose cache is empty, where the kept window still holds (``since <= now - enq < until``);
-    return the rows left without a code, in the order given."""
+def _code_from_waits(r, waits, waited, cache, kept):
+    """Row ``r``'s slow-model code after ``waited`` seconds (bit m: ``waits[r, m] > waited``),
+    into ``cache[r]``, and the window it holds for, into ``kept[r]``: (code, since = waited,
+    until = the smallest threshold still ahead, inf if none)."""
+    code = 0
+    until = np.inf
+    for m in range(waits.shape[1]):
+        w = waits[r, m]
+        if w > waited:
+            code += np.int64(1) << m
+            if w < until:
+                until = w
+    cache[r] = code
+    kept[r, 0] = code
+    kept[r, 1] = waited
+    kept[r, 2] = until
+
+
+@_compiled
+def row_codes(rows, shape_of, shape_dead, cache, kept, waits, enq, now):
+    """Fill ``cache[r]`` (the slow-model code) of each row of ``rows`` whose shape is not dead
+    and whose cache is empty: from its kept window where that still holds (``since <= now -
+    enq < until``), else from its hold waits (``_code_from_waits``). Return the rows whose
+    hold waits are not known yet (NaN), in the order given: the caller computes them and
+    asks ``codes_from_waits``."""
     out = np.empty(len(rows), dtype=np.int64)
     n = 0
     for r in rows:
@@ -49,10 +70,19 @@ def kept_codes(rows, shape_of, shape_dead, cache, kept, enq, now):
         waited = now - enq[r]
         if kept[r, 1] <= waited and waited < kept[r, 2]:  # NaN (never computed): no
             cache[r] = np.int64(kept[r, 0])
+        elif waits.shape[1] == 0 or not np.isnan(waits[r, 0]):
+            _code_from_waits(r, waits, waited, cache, kept)
         else:
             out[n] = r
             n += 1
     return out[:n]
+
+
+@_compiled
+def codes_from_waits(rows, waits, enq, now, cache, kept):
+    """``_code_from_waits`` of each row of ``rows`` (their hold waits now known)."""
+    for r in rows:
+        _code_from_waits(r, waits, now - enq[r], cache, kept)
 
 
 @_compiled

@@ -724,7 +724,7 @@ def _unique_sorted(a: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 
 def _held_nodes(codes: np.ndarray, view: ClusterView) -> np.ndarray:
     """bool[code, node]: the node's GPU model is held by that slow-model code (bit m: model
-    m of the view, see ``_slow_codes``)."""
+    m of the view, see ``_hold_waits``)."""
     return ((codes[:, None] >> view.model_idx[None, :]) & 1) == 1
 
 
@@ -749,21 +749,21 @@ def _shapes_of(jobs: Sequence[PendingJob]) -> tuple[np.ndarray, list[tuple], lis
 
 
 class _SlowCodes:
-    """``_slow_codes`` of the queue's rows, computed for the rows asked only (one numpy call
-    per batch: a row at a time in the row-by-row walk, all candidates at once in bulk) and kept
-    for the pass: a long queue is never scanned whole for it. The part that does not move with
+    """The slow-model codes of the queue's rows (bit m: GPU model m of the view is held off for
+    now, ``_hold_waits``), computed for the rows asked only (one compiled call per batch: a
+    row at a time in the row-by-row walk, all candidates at once in bulk) and kept for the
+    pass: a long queue is never scanned whole for it. The part that does not move with
     time (``_hold_waits``: per row and model, how long the job is held) is kept ACROSS passes
     in a ``PendingQueue`` column, so a pass only compares it with each row's wait."""
 
     def __init__(self, pending, q, shape_of, shape_specs, view, ctx, cfg, now) -> None:
         self.pending, self.q, self.shape_of = pending, q, shape_of
-        self.view, self.ctx, self.cfg, self.now = view, ctx, cfg, now
+        self.view, self.ctx, self.cfg, self.now = view, ctx, cfg, float(now)
         self.cache = np.full(len(pending), -1, dtype=np.int64)
         self.present = _per_shape(
             view, "present_models", shape_specs, lambda specs: _present_models(specs, view)
         )
         n_models = len(view.models)
-        self.bits = np.int64(1) << np.arange(n_models, dtype=np.int64)
         self.no_dead = np.zeros(len(shape_specs), dtype=bool)
         if isinstance(pending, PendingQueue):
             # valid while the profile tables, the config and the nodes' specs are the same
@@ -786,27 +786,17 @@ class _SlowCodes:
     def fill(self, rows: np.ndarray, shape_dead: np.ndarray) -> None:
         """Put the code of each row of ``rows`` whose shape is not dead (``shape_dead``: bool
         per shape) in ``self.cache``."""
-        miss = K.kept_codes(
-            rows, self.shape_of, shape_dead, self.cache, self.kept, self.enq, float(self.now)
+        waits = self.waits
+        new = K.row_codes(
+            rows, self.shape_of, shape_dead, self.cache, self.kept, waits, self.enq, self.now
         )
-        if len(miss):
-            waited = self.now - self.enq[miss]
-            waits = self.waits
-            new = miss[np.isnan(waits[miss, 0])] if waits.shape[1] else miss[:0]
-            if len(new):
-                if isinstance(self.pending, PendingQueue):
-                    qa = self.pending.rows(new)
-                else:
-                    qa = take(self.q, new)
-                waits[new] = _hold_waits(qa, self.present[self.shape_of[new]], self.ctx, self.cfg)
-            w = waits[miss]
-            code = _codes_at(w, waited, self.bits)
-            self.cache[miss] = code
-            kept = self.kept
-            held = w > waited[:, None]  # the comparison _codes_at makes
-            kept[miss, 0] = code
-            kept[miss, 1] = waited
-            kept[miss, 2] = np.where(held, w, np.inf).min(axis=1, initial=np.inf)
+        if len(new):  # queued since their hold waits were last needed
+            if isinstance(self.pending, PendingQueue):
+                qa = self.pending.rows(new)
+            else:
+                qa = take(self.q, new)
+            waits[new] = _hold_waits(qa, self.present[self.shape_of[new]], self.ctx, self.cfg)
+            K.codes_from_waits(new, waits, self.enq, self.now, self.cache, self.kept)
 
     def row(self, i: int) -> int:
         c = int(self.cache[i])
@@ -844,45 +834,26 @@ def _present_models(shape_specs: list, view: ClusterView) -> np.ndarray:
     return present
 
 
-def _slow_codes(
-    q: QueueArrays,
-    present: np.ndarray,
-    view: ClusterView,
-    ctx: PlaceContext,
-    cfg: PolicyConfig,
-    now: float,
-) -> np.ndarray:
-    """Per queued row, the GPU models it may not use right now, as a bit mask (bit m: model m
-    of the view; 0: every model may be used): the slow-GPU guard, the energy guard and the
-    green-job rules (see ``PolicyConfig``), for jobs of at least ``slow_guard_runtime_s``.
-    With g the job's green tolerance (``scores.green_tolerance``) and loss the extra runtime
-    on a model vs the fastest model that can hold it, a model is "worth it" when
-    1 - energy/energy of the fastest >= (1 - green_worth x g) x (1 - speed/fastest speed)
-    (energy per unit of work of its class). Held: a slow model (< slow_guard_min_speed x
-    fastest) or a slower-and-hungrier one that is not worth it, until the job waited
-    energy_guard_factor x loss; another slow model until it waited the loss, except for a
-    green job (``scores.is_green``), which takes it at once; and, for a green job that waited
-    less than green_wait_s, any model over green_energy_slack x the greenest model's energy.
-    ``present``: bool[row, model], that model could hold the row's shape. One numpy pass over
-    the rows asked instead of a Python call per row (tests/policy/test_slow_codes.py checks
-    it against the rule written per job)."""
-    bits = np.int64(1) << np.arange(len(view.models), dtype=np.int64)
-    return _codes_at(_hold_waits(q, present, ctx, cfg), now - q.enq, bits)
-
-
-def _codes_at(waits: np.ndarray, waited: np.ndarray, bits: np.ndarray) -> np.ndarray:
-    """Bit mask per row of the models still held after ``waited`` seconds of waiting."""
-    return ((waits > waited[:, None]) * bits).sum(axis=1, dtype=np.int64)
-
-
 def _hold_waits(
     q: QueueArrays, present: np.ndarray, ctx: PlaceContext, cfg: PolicyConfig
 ) -> np.ndarray:
     """float[row, model]: the job is held off that model while it has waited less than this
-    (-inf: never held). The rule of ``_slow_codes`` with the wait left out: every hold there
-    ends after a wait fixed by the job and the model, so this is computed once per queued
-    job and a pass only compares it with the job's wait (the comparison is the same
-    expression, ``threshold > waited``, so the answer is bit for bit the same). One compiled
+    (-inf: never held). The rule: the slow-GPU guard, the energy guard and the green-job rules
+    (see ``PolicyConfig``), for jobs of at least ``slow_guard_runtime_s``. With g the job's
+    green tolerance (``scores.green_tolerance``) and loss the extra runtime on a model vs the
+    fastest model that can hold it, a model is "worth it" when 1 - energy/energy of the
+    fastest >= (1 - green_worth x g) x (1 - speed/fastest speed) (energy per unit of work of
+    its class). Held: a slow model (< slow_guard_min_speed x fastest) or a
+    slower-and-hungrier one that is not worth it, until the job waited energy_guard_factor x
+    loss; another slow model until it waited the loss, except for a green job
+    (``scores.is_green``), which takes it at once; and, for a green job that waited less than
+    green_wait_s, any model over green_energy_slack x the greenest model's energy.
+    ``present``: bool[row, model], that model could hold the row's shape.
+
+    Every hold ends after a wait fixed by the job and the model, so this is computed once per
+    queued job and a pass only compares it with the job's wait (``kernels.row_codes``: bit m
+    of the slow-model code is ``threshold > waited``; tests/policy/test_slow_codes.py checks
+    the codes against the rule written per job). One compiled
     loop per row and model (``kernels.hold_waits``): a pass asks it for the one or two jobs
     queued since the last, where numpy's fixed cost per call was most of the time."""
     return K.hold_waits(

@@ -85,23 +85,47 @@ def groups(draw):
 
 @settings(max_examples=200, deadline=None)
 @given(groups(), st.integers(0, 200), st.data())
-def test_kept_codes_and_row_keys_match_numpy(g, now, data):
+def test_row_codes_and_row_keys_match_numpy(g, now, data):
     shape_of, dead, cache, kept, enq, bits = g
     n = len(shape_of)
     rows = np.array(data.draw(st.permutations(range(n))), dtype=np.int64)
-    # oracle: the numpy expressions of _SlowCodes.rows / _DeadRows.assign
-    want_cache = cache.copy()
+    # hold waits per row and model: known for some rows, not yet (NaN) for the others
+    waits = np.array(
+        data.draw(
+            st.lists(
+                st.lists(
+                    st.sampled_from([-np.inf, 0.0, 7.0, 40.0, 150.0]), min_size=bits, max_size=bits
+                ),
+                min_size=n,
+                max_size=n,
+            )
+        )
+    )
+    unknown = np.array(data.draw(st.lists(st.booleans(), min_size=n, max_size=n)))
+    waits[unknown] = np.nan
+    # oracle: the numpy expressions _SlowCodes.fill used (kept window, then codes from waits)
+    want_cache, want_kept = cache.copy(), kept.copy()
     live = rows[~dead[shape_of[rows]]]
     miss = live[want_cache[live] < 0]
     waited = now - enq[miss]
     ok = (kept[miss, 1] <= waited) & (waited < kept[miss, 2])
     want_cache[miss[ok]] = kept[miss[ok], 0].astype(np.int64)
-    want_miss = miss[~ok]
-    got_cache = cache.copy()
-    got_miss = K.kept_codes(rows, shape_of, dead, got_cache, kept, enq, float(now))
-    assert got_miss.tolist() == want_miss.tolist()
+    miss, waited = miss[~ok], waited[~ok]
+    want_new = miss[np.isnan(waits[miss, 0])]
+    w = np.where(np.isnan(waits[miss]), 1e9, waits[miss])  # as if computed: any value will do
+    filled = waits.copy()
+    filled[want_new] = w[np.isnan(waits[miss, 0])]
+    code = ((w > waited[:, None]) * (np.int64(1) << np.arange(bits))).sum(axis=1)
+    want_cache[miss] = code
+    want_kept[miss, 0] = code
+    want_kept[miss, 1] = waited
+    want_kept[miss, 2] = np.where(w > waited[:, None], w, np.inf).min(axis=1, initial=np.inf)
+    got_cache, got_kept = cache.copy(), kept.copy()
+    got_new = K.row_codes(rows, shape_of, dead, got_cache, got_kept, waits, enq, float(now))
+    assert got_new.tolist() == want_new.tolist()
+    K.codes_from_waits(got_new, filled, enq, float(now), got_cache, got_kept)
     assert got_cache.tolist() == want_cache.tolist()
-    got_cache[got_miss] = 0  # every live row has a code now (as _SlowCodes.fill leaves it)
+    assert np.array_equal(got_kept, want_kept, equal_nan=True)
     shape = shape_of[rows]
     keys = shape << bits
     keys[~dead[shape]] += got_cache[rows][~dead[shape]]

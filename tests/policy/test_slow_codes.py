@@ -1,5 +1,5 @@
-"""The slow-GPU / energy guard computed for many queued jobs at once (``scheduler._slow_codes``,
-numpy) says exactly what the rule says for each job on its own, written here plainly per job and
+"""The slow-GPU / energy guard computed for many queued jobs at once (``scheduler._SlowCodes``,
+compiled) says exactly what the rule says for each job on its own, written here plainly per job and
 per GPU model as the specification (see ``PolicyConfig``: slow-GPU guard, energy guard, green
 jobs)."""
 
