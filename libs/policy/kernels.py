@@ -560,3 +560,81 @@ def dominant_shares(usage, capacity):
                     break
         out[t] = m
     return out
+
+
+@_compiled
+def _ranks_before(s, e, q, a, b):
+    """Row ``a`` comes before row ``b`` in rank order: higher score, then earlier enqueue, then
+    lower tie number (``priority.order_of``)."""
+    if s[a] != s[b]:
+        return s[a] > s[b]
+    if e[a] != e[b]:
+        return e[a] < e[b]
+    return q[a] < q[b]
+
+
+@_compiled
+def _sort_rows(rows, s, e, q):
+    """``rows`` in rank order, a stable merge sort (equal keys keep the order given, as
+    ``np.lexsort`` keeps it)."""
+    n = len(rows)
+    a = rows.copy()
+    b = np.empty_like(a)
+    width = 1
+    while width < n:
+        for lo in range(0, n, 2 * width):
+            mid = min(lo + width, n)
+            hi = min(lo + 2 * width, n)
+            i, j, k = lo, mid, lo
+            while i < mid and j < hi:
+                if _ranks_before(s, e, q, a[j], a[i]):
+                    b[k] = a[j]
+                    j += 1
+                else:
+                    b[k] = a[i]
+                    i += 1
+                k += 1
+            while i < mid:
+                b[k] = a[i]
+                i += 1
+                k += 1
+            while j < hi:
+                b[k] = a[j]
+                j += 1
+                k += 1
+        a, b = b, a
+        width *= 2
+    return a
+
+
+@_compiled
+def top_rows(rows, s, e, q, k):
+    """(best, rest, ok): ``best`` = the rows of ``rows`` scoring at least the ``k``-th best
+    score (every row when k >= len(rows)), in rank order; ``rest`` = the others, in the order
+    given. The same rows and order as ``priority.order_of(s[rows], e[rows], k, q[rows])``
+    (which keeps every tie of its last score). ``ok`` False (and nothing computed) when a key
+    is NaN: the caller then asks numpy, whose sorts put NaN last."""
+    n = len(rows)
+    for r in rows:
+        if np.isnan(s[r]) or np.isnan(e[r]) or np.isnan(q[r]):
+            return rows[:0], rows[:0], False
+    if k <= 0:
+        return rows[:0], rows.copy(), True
+    if k >= n:
+        return _sort_rows(rows, s, e, q), rows[:0], True
+    neg = np.empty(n)
+    for i in range(n):
+        neg[i] = -s[rows[i]]
+    thr = -np.partition(neg, k - 1)[k - 1]
+    best = np.empty(n, dtype=np.int64)
+    rest = np.empty(n, dtype=np.int64)
+    nb = 0
+    nr = 0
+    for r in rows:
+        if s[r] >= thr:
+            best[nb] = r
+            nb += 1
+        else:
+            rest[nr] = r
+            nr += 1
+    return _sort_rows(best[:nb], s, e, q), rest[:nr], True

@@ -448,8 +448,20 @@ class _Walk:
         return K.rows_ranked_after(rows, s, e, q, s[row], e[row], q[row], after)
 
     def _sorted(self, rows: np.ndarray) -> np.ndarray:
+        return self._top(rows, len(rows))[0]
+
+    def _top(self, rows: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
+        """(the rows of ``rows`` scoring at least the k-th best score, in rank order; the
+        others, in the order given): ``order_of(..., top=k)`` of the rows, in one compiled
+        call (``kernels.top_rows``) or, when a key is NaN, through numpy."""
         s, e, q = self._keys
-        return rows[order_of(s[rows], e[rows], None, q[rows])]
+        best, rest, ok = K.top_rows(rows, s, e, q, k)
+        if ok:
+            return best, rest
+        part = order_of(s[rows], e[rows], k if k < len(rows) else None, q[rows])
+        left = np.ones(len(rows), dtype=bool)
+        left[part] = False
+        return rows[part], rows[left]
 
     def skip_dead(self, dead, full) -> None:
         """From now on hand out only the rows ``dead.live(rows)`` keeps, and end the walk
@@ -501,15 +513,9 @@ class _Walk:
         pool = self._pool
         if len(pool):
             pool = self._dead.live(pool)
-        if len(pool) <= 2 * _BULK_CHUNK:
-            self._live, self._pool = self._sorted(pool), pool[:0]
-        else:
-            s, e, q = self._keys
-            part = order_of(s[pool], e[pool], _BULK_CHUNK, q[pool])
-            self._live = pool[part]
-            rest = np.ones(len(pool), dtype=bool)
-            rest[part] = False
-            self._pool = pool[rest]
+        self._live, self._pool = self._top(
+            pool, len(pool) if len(pool) <= 2 * _BULK_CHUNK else _BULK_CHUNK
+        )
         self._j = 0
 
     def walked_in_bulk(self, limit: int | None = None) -> np.ndarray:
@@ -522,9 +528,7 @@ class _Walk:
         if limit is not None and limit <= 0:
             return rows[:0]
         if limit is not None and len(rows) > limit:
-            s, e, q = self._keys
-            part = order_of(s[rows], e[rows], limit, q[rows])
-            return rows[part][:limit]
+            return self._top(rows, limit)[0][:limit]
         return self._sorted(rows)
 
 

@@ -497,3 +497,23 @@ def test_priority_terms_bit_for_bit_as_numpy(specs, used, load, data):
     assert np.array_equal(got, want, equal_nan=True)
     for k, v in want_terms.items():
         assert np.array_equal(terms[k], v, equal_nan=True), k
+
+
+@settings(max_examples=300, deadline=None)
+@given(rank_keys(), st.integers(0, 70), st.booleans(), st.data())
+def test_top_rows_is_order_of_with_top(keys, k, int_tie, data):
+    s, e, q = keys
+    q = q.astype(np.int64) if int_tie else q
+    n = len(s)
+    rows = np.array(sorted(data.draw(st.sets(st.integers(0, n - 1), min_size=1))), np.int64)
+    rows = rows[np.array(data.draw(st.permutations(range(len(rows)))), dtype=np.int64)]
+    best, rest, ok = K.top_rows(rows, s, e, q, k)
+    assert ok
+    part = order_of(s[rows], e[rows], k if k < len(rows) else None, q[rows]) if k > 0 else []
+    assert best.tolist() == rows[part].tolist()
+    left = np.ones(len(rows), dtype=bool)
+    left[part] = False
+    assert rest.tolist() == rows[left].tolist()
+    s2 = s.copy()
+    s2[rows[0]] = np.nan  # numpy sorts NaN last: the kernel leaves that to numpy
+    assert not K.top_rows(rows, s2, e, q, k)[2]
