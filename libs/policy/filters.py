@@ -283,11 +283,13 @@ def _dynamic_reasons(
     """Why each row of ``static`` (bool[shape, node], nodes whose shape could hold it) gets
     no node now: all of them cordoned, or all uncordoned ones too hot, or else no free
     resources. The cordon and thermal filters read only the node, not ``spec``."""
-    uncordoned = static & f_cordon(spec, view)
-    cool = uncordoned & f_thermal(spec, view, cfg)
+    usable = (static & available(view, cfg)).any(axis=1)  # some node up and cool: busy
+    if usable.all():  # the usual answer, from the memoised cordon and thermal mask
+        return ["Resources"] * len(usable)
+    uncordoned = (static & f_cordon(spec, view)).any(axis=1)
     return [
-        "Cordoned" if not u else "Resources" if c else "Thermal"
-        for u, c in zip(uncordoned.any(axis=1).tolist(), cool.any(axis=1).tolist(), strict=True)
+        "Resources" if c else "Thermal" if u else "Cordoned"
+        for u, c in zip(uncordoned.tolist(), usable.tolist(), strict=True)
     ]
 
 

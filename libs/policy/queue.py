@@ -101,12 +101,13 @@ class PendingQueue(Sequence[PendingJob]):
         self._seq = np.zeros(len(self._data))
         self._next_seq = 0
         self._unscored: set[str] = set()
-        # the "book": sorted (-score, enq, seq, id) of every queued job whose key is at most
+        # the "book": sorted (-score, enq, seq) of every queued job whose key is at most
         # ``_floor`` (all jobs when ``_floor`` is None), kept across passes of one rank epoch so
-        # a pass reads the head of the order without touching the whole queue
+        # a pass reads the head of the order without touching the whole queue; a key names its
+        # row through the insertion sequence (unique per entry: ``_row_of_seq``)
         self._book: list[tuple] = []
-        self._book_key: dict[str, tuple] = {}
         self._floor: tuple | None = None
+        self._row_of_seq: dict[float, int] = {}
         self._tenant_jobs: dict[int, int] = {}  # tenant index -> queued jobs
         self._present_names: set[str] = set()  # tenants with queued jobs
         # request shape per row (an index into ``_shape_keys``): the scheduler skips the rows
@@ -156,10 +157,11 @@ class PendingQueue(Sequence[PendingJob]):
             self._jobs.append(job)
             self._pos[jid] = i
             self._seq[i] = self._next_seq
+            self._row_of_seq[float(self._next_seq)] = i
             self._next_seq += 1
         else:
             self._count(self._jobs[i], -1)
-            self._book_discard(jid)
+            self._book_discard(i)
             self._jobs[i] = job
         self._data[i] = _row(job, self._tenants)
         if len(self._tenants) > len(self._tenant_names):  # a new tenant: its index is the next
@@ -182,13 +184,15 @@ class PendingQueue(Sequence[PendingJob]):
         i = self._pos.pop(job_id)
         job = self._jobs[i]
         self._count(job, -1)
+        self._book_discard(i)
         self._unscored.discard(job_id)
-        self._book_discard(job_id)
+        del self._row_of_seq[float(self._seq[i])]
         last = len(self._jobs) - 1
         if i != last:
             moved = self._jobs[last]
             self._jobs[i] = moved
             self._pos[moved.spec.id] = i
+            self._row_of_seq[float(self._seq[last])] = i
             self._data[i] = self._data[last]
             self._score[i] = self._score[last]
             self._seq[i] = self._seq[last]
@@ -268,37 +272,48 @@ class PendingQueue(Sequence[PendingJob]):
 
     # --- the book (see __init__); maintained by libs.policy.scheduler ---------------------
     def _key(self, i: int) -> tuple:
-        return (-float(self._score[i]), float(self._data[i, 2]), float(self._seq[i]), None)
+        return (-float(self._score[i]), float(self._data[i, 2]), float(self._seq[i]))
 
     def book_reset(self, rows: np.ndarray) -> None:
         """The book becomes ``rows`` (a prefix of the full order, best first)."""
-        r = rows.tolist()
-        jobs = self._jobs
         self._book = list(
             zip(
                 (-self._score[rows]).tolist(),
                 self._data[rows, 2].tolist(),
                 self._seq[rows].tolist(),
-                [jobs[i].spec.id for i in r],
                 strict=True,
             )
         )
-        self._book_key = {k[3]: k for k in self._book}
         self._floor = self._book[-1] if len(rows) < len(self._jobs) and self._book else None
         self._unscored.clear()
 
     def book_insert(self, i: int) -> None:
         """Row ``i`` was (re)scored: file it if it belongs to the book's prefix."""
-        jid = self._jobs[i].spec.id
-        k = (*self._key(i)[:3], jid)
+        k = self._key(i)
         if self._floor is None or k < self._floor:
             bisect.insort(self._book, k)
-            self._book_key[jid] = k
 
-    def _book_discard(self, jid: str) -> None:
-        k = self._book_key.pop(jid, None)
-        if k is not None:
-            del self._book[bisect.bisect_left(self._book, k)]
+    def _book_discard(self, i: int) -> None:
+        """Take row ``i`` out of the book if it is there (its key is its score, enqueue time and
+        sequence as filed: a row is rescored only after it left the book)."""
+        book = self._book
+        if self._jobs[i].spec.id in self._unscored:
+            return
+        if self._score[i] != self._score[i]:  # a NaN score sorts nowhere: find it by its
+            seq = float(self._seq[i])  # sequence
+            for j, b in enumerate(book):
+                if b[2] == seq:
+                    del book[j]
+                    return
+            return
+        k = self._key(i)
+        j = bisect.bisect_left(book, k)
+        if j < len(book) and book[j] == k:
+            del book[j]
+
+    def book_row(self, key: tuple) -> int:
+        """The row of the job a book key names."""
+        return self._row_of_seq[key[2]]
 
     def book(self) -> tuple[list[tuple], bool]:
         """(sorted keys, complete): complete when every queued job is in it."""

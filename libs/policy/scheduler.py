@@ -349,12 +349,6 @@ _BULK_SKIP = True  # tests turn it off to compare the bulk walk with the row-by-
 _BULK_CHUNK = 64  # rows the bulk walk sorts at a time
 
 
-def _book_row(pending: PendingQueue):
-    """Book key -> queue row (the book files jobs by id: rows move when jobs leave)."""
-    pos = pending.position
-    return lambda k: pos(k[3])
-
-
 def _full_walk(prefix: np.ndarray, scores: np.ndarray, enq: np.ndarray, tie=None) -> _Walk:
     """The computed prefix, then (only if the pass gets that far) the rest of the full order."""
     n = len(prefix)
@@ -589,7 +583,7 @@ def _rank(
     # the book is a snapshot (the pass does not change the queue) and exactly the order's prefix
     n_book = len(book)
     tail = None if complete else (lambda: order_of(col, enq, None, seq)[n_book:])
-    walk = _Walk(list(book), _book_row(pending), tail, (col, enq, seq))
+    walk = _Walk(list(book), pending.book_row, tail, (col, enq, seq))
     return RankResult(np.zeros(0, dtype=np.int64), col.copy(), {}, reg), walk
 
 
