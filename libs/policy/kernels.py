@@ -638,3 +638,128 @@ def top_rows(rows, s, e, q, k):
             rest[nr] = r
             nr += 1
     return _sort_rows(best[:nb], s, e, q), rest[:nr], True
+
+
+@_compiled
+def size_mix_of_counts(counts):
+    """(sizes, probabilities) of a histogram of request size codes (``scores.SizeMix.
+    size_code``: 1..10 tenths of a GPU, 10 + k for k whole GPUs), codes in increasing order;
+    a "1.0" fraction (code 10) counts as one whole GPU (code 11) when both occur. Empty when
+    the histogram is. The counts are whole numbers, so their float sum is exact in any order
+    and the shares are those numpy's expressions give."""
+    n = 0
+    for code in range(len(counts)):
+        if counts[code] != 0:
+            n += 1
+    merge = len(counts) > 11 and counts[10] != 0 and counts[11] != 0
+    if merge:
+        n -= 1
+    sizes = np.empty(n)
+    c = np.empty(n)
+    j = 0
+    for code in range(len(counts)):
+        if counts[code] == 0 or (merge and code == 10):
+            continue
+        if code == 10:
+            sizes[j] = 1.0
+        elif code < 10:
+            sizes[j] = code / 10.0
+        else:
+            sizes[j] = code - 10.0
+        c[j] = float(counts[code])
+        if merge and code == 11:
+            c[j] += float(counts[10])
+        j += 1
+    total = 0.0
+    for k in range(n):
+        total += c[k]
+    for k in range(n):
+        c[k] = c[k] / total
+    return sizes, c
+
+
+@_compiled
+def largest_free(whole_free, gpu_free):
+    """(the most whole free GPUs on one node, the largest free share of one GPU): the
+    ``max()`` of each array (NaN propagates, as numpy's does), 0 for an empty one."""
+    w = 0
+    for i in range(len(whole_free)):
+        if i == 0 or whole_free[i] > w:
+            w = whole_free[i]
+    share = 0.0
+    first = True
+    for v in gpu_free.flat:
+        if first or v > share or np.isnan(v):
+            share = v
+            first = False
+        if np.isnan(share):
+            break
+    return int(w), float(share)
+
+
+@_compiled
+def unique_sorted(a):
+    """``np.unique(a, return_inverse=True)`` for a non-empty sorted ``a``, without sorting."""
+    inv = np.empty(len(a), dtype=np.int64)
+    n = 0
+    for i in range(len(a)):
+        if i > 0 and a[i] != a[i - 1]:
+            n += 1
+        inv[i] = n
+    uniq = np.empty(n + 1, dtype=a.dtype)
+    for i in range(len(a)):
+        uniq[inv[i]] = a[i]
+    return uniq, inv
+
+
+@_compiled
+def power_resume(static, counts, needs, claim, down, rank, gpu_total, eps):
+    """The resume half of ``power.plan``: for each group of blocked jobs in order (``static``:
+    bool[group, node], where its shape fits; ``counts``: jobs; ``needs``: GPUs each asks),
+    every job first takes unclaimed GPUs of a node already booting (the first such node, in
+    index order: ``claim`` >= need), else wakes the first suspended node (``down``) it fits, in
+    ``rank`` order, which it claims minus its need, while some node is left to wake or to
+    claim. Returns (nodes to resume, in order; nodes some group fits). ``claim`` and ``down``
+    are updated in place."""
+    n = static.shape[1]
+    resume = np.empty(n, dtype=np.int64)
+    n_resume = 0
+    needed = np.zeros(n, dtype=np.bool_)
+    waking = False
+    for i in range(n):
+        if down[i] or claim[i] > 0:
+            waking = True
+            break
+    for g in range(static.shape[0]):
+        for i in range(n):
+            if static[g, i]:
+                needed[i] = True
+        if not waking:
+            continue
+        need = needs[g]
+        for _ in range(counts[g]):
+            up = -1
+            for i in range(n):
+                if static[g, i] and claim[i] >= need - eps:
+                    up = i
+                    break
+            if up >= 0:
+                claim[up] -= need
+                continue
+            k = -1
+            for p in range(n):
+                if static[g, rank[p]] and down[rank[p]]:
+                    k = rank[p]
+                    break
+            if k < 0:
+                break
+            down[k] = False
+            claim[k] = float(gpu_total[k]) - need
+            resume[n_resume] = k
+            n_resume += 1
+        waking = False
+        for i in range(n):
+            if down[i] or claim[i] > 0:
+                waking = True
+                break
+    return resume[:n_resume], needed

@@ -96,6 +96,7 @@ class PendingQueue(Sequence[PendingJob]):
         # histogram of request sizes (scores.SizeMix.size_code), kept in step with the rows
         self._size_counts = np.zeros(64, dtype=np.int64)
         self._sizes: dict[float, int] = {}  # exact request size -> jobs (for min_request)
+        self._min_req: tuple | None = None  # (eps, min_request(eps)) until a size comes or goes
         self._mix: tuple | None = None  # (fallback, size_mix) until the histogram changes
         # insertion sequence per row (rank tie-break that survives row swaps), rows to score
         self._seq = np.zeros(len(self._data))
@@ -206,6 +207,8 @@ class PendingQueue(Sequence[PendingJob]):
         g = job.spec.gpus
         self._count_size(g, d)
         n = self._sizes.get(g, 0) + d
+        if n == d or not n:  # a size appears or goes: the smallest requests may change
+            self._min_req = None
         if n:
             self._sizes[g] = n
         else:
@@ -221,10 +224,15 @@ class PendingQueue(Sequence[PendingJob]):
 
     def min_request(self, eps: float = 1e-9) -> tuple[float, float]:
         """(smallest fractional request, smallest whole-GPU request), inf when none: the
-        scheduler's O(distinct sizes) "can anything fit at all" check."""
-        frac = [g for g in self._sizes if g < 1.0 - eps]
-        whole = [g for g in self._sizes if g >= 1.0 - eps]
-        return (min(frac, default=float("inf")), min(whole, default=float("inf")))
+        scheduler's "can anything fit at all" check (memoised until a request size comes or
+        goes)."""
+        hit = self._min_req
+        if hit is None or hit[0] != eps:
+            frac = [g for g in self._sizes if g < 1.0 - eps]
+            whole = [g for g in self._sizes if g >= 1.0 - eps]
+            out = (min(frac, default=float("inf")), min(whole, default=float("inf")))
+            hit = self._min_req = (eps, out)
+        return hit[1]
 
     def tenants_present(self) -> np.ndarray:
         """bool per tenant index (``arrays().tenants``): has at least one queued job."""

@@ -85,8 +85,7 @@ def schedule(
         return CycleResult([], None, {}, regime(load, cfg))
     is_queue = isinstance(pending, PendingQueue)
     q = None if is_queue else QueueArrays.from_jobs(pending)  # a PendingQueue builds lazily
-    max_whole = int(view.whole_free.max()) if len(view.node_ids) else 0
-    max_share = float(view.gpu_free.max()) if view.gpu_free.size else 0.0
+    max_whole, max_share = K.largest_free(view.whole_free, view.gpu_free)
     if is_queue:
         min_frac, min_whole = pending.min_request(EPS)
         fits_somewhere = min_frac <= max_share + EPS or min_whole <= max_whole + EPS
@@ -305,8 +304,7 @@ def schedule(
             started.append(rj)
             if rel is not None and rel_owned:
                 rel.add(rj)
-            max_whole = int(view.whole_free.max())
-            max_share = float(view.gpu_free.max())
+            max_whole, max_share = K.largest_free(view.whole_free, view.gpu_free)
             if dead is not None:
                 dead.block(max_share, max_whole)
                 walked.refilter()
@@ -656,7 +654,7 @@ class _DeadRows:
         gi = np.flatnonzero(~self.dead_g)
         if not len(gi):
             return
-        shapes, inv = _unique_sorted(self.g_shape[gi])  # g_shape is sorted (by g_key)
+        shapes, inv = K.unique_sorted(self.g_shape[gi])  # g_shape is sorted (by g_key)
         static = _per_shape(view, "static_masks", shape_specs, _static_masks(view))
         fits = F.fit_now_shapes(shapes, shape_specs, view, cfg, static, self.requests)
         fit_any = fits.any(axis=1)
@@ -710,14 +708,6 @@ def _unique_small(keys: np.ndarray, span: int) -> tuple[np.ndarray, np.ndarray]:
     if span > _DENSE_KEYS:
         return np.unique(keys, return_inverse=True)
     return K.unique_small(keys, span)
-
-
-def _unique_sorted(a: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """``np.unique(a, return_inverse=True)`` for a non-empty sorted ``a``, without sorting."""
-    first = np.empty(len(a), dtype=bool)
-    first[0] = True
-    np.not_equal(a[1:], a[:-1], out=first[1:])
-    return a[first], np.cumsum(first) - 1
 
 
 def _held_nodes(codes: np.ndarray, view: ClusterView) -> np.ndarray:

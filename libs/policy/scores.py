@@ -18,6 +18,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from libs.policy import kernels as K
 from libs.policy.cluster import EPS, ClusterView
 from libs.policy.config import PolicyConfig
 from libs.policy.profiles import ProfileTable
@@ -76,18 +77,10 @@ class SizeMix:
     def from_code_counts(cls, counts: np.ndarray, fallback: SizeMix) -> SizeMix:
         """The mix from a histogram of ``size_code`` values (kept incrementally by
         ``PendingQueue``)."""
-        counts = np.asarray(counts)
-        nz = np.flatnonzero(counts)
-        if len(nz) == 0:
+        sizes, probs = K.size_mix_of_counts(np.asarray(counts))
+        if len(sizes) == 0:
             return fallback
-        sizes = np.where(nz <= 10, nz / 10.0, nz - 10.0)
-        sizes = np.where(nz == 10, 1.0, sizes)
-        c = counts[nz].astype(float)
-        if (nz == 10).any() and (nz == 11).any():  # a "1.0" fraction is one whole GPU
-            c[nz == 11] += c[nz == 10]
-            keep = nz != 10
-            sizes, c = sizes[keep], c[keep]
-        return cls(sizes, c / c.sum())
+        return cls(sizes, probs)
 
 
 @dataclass(frozen=True, slots=True)

@@ -11,6 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from libs.policy import filters as F
+from libs.policy import kernels as K
 from libs.policy import scheduler
 from libs.policy.cluster import ClusterView
 from libs.policy.config import PolicyConfig
@@ -327,7 +328,7 @@ def test_grouping_helpers_equal_np_unique(keys, span):
     a = np.array(keys, dtype=np.int64)
     for got, arr in (
         (scheduler._unique_small(a, span), a),
-        (scheduler._unique_sorted(np.sort(a)), np.sort(a)),
+        (K.unique_sorted(np.sort(a)), np.sort(a)),
     ):
         want = np.unique(arr, return_inverse=True)
         assert np.array_equal(got[0], want[0]) and np.array_equal(got[1], want[1])

@@ -517,3 +517,99 @@ def test_top_rows_is_order_of_with_top(keys, k, int_tie, data):
     s2 = s.copy()
     s2[rows[0]] = np.nan  # numpy sorts NaN last: the kernel leaves that to numpy
     assert not K.top_rows(rows, s2, e, q, k)[2]
+
+
+def size_mix_numpy(counts):
+    """``SizeMix.from_code_counts`` as numpy wrote it (the oracle); None for an empty one."""
+    nz = np.flatnonzero(counts)
+    if len(nz) == 0:
+        return None
+    sizes = np.where(nz <= 10, nz / 10.0, nz - 10.0)
+    sizes = np.where(nz == 10, 1.0, sizes)
+    c = counts[nz].astype(float)
+    if (nz == 10).any() and (nz == 11).any():
+        c[nz == 11] += c[nz == 10]
+        keep = nz != 10
+        sizes, c = sizes[keep], c[keep]
+    return sizes, c / c.sum()
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.sampled_from([0, 0, 0, 1, 2, 7, 1000, 123457]), min_size=1, max_size=40))
+def test_size_mix_of_counts_matches_numpy(counts):
+    counts = np.array(counts, dtype=np.int64)
+    sizes, probs = K.size_mix_of_counts(counts)
+    want = size_mix_numpy(counts)
+    if want is None:
+        assert len(sizes) == 0 and len(probs) == 0
+    else:
+        assert sizes.tolist() == want[0].tolist() and probs.tolist() == want[1].tolist()
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    st.lists(st.integers(0, 8), max_size=30),
+    st.lists(st.sampled_from([0.0, 0.25, 0.5, 1.0, np.nan]), max_size=24),
+    st.integers(1, 4),
+)
+def test_largest_free_is_the_maxima(whole, shares, width):
+    whole = np.array(whole, dtype=np.int64)
+    free = np.array(shares[: len(shares) // width * width], dtype=float).reshape(-1, width)
+    got = K.largest_free(whole, free)
+    want_w = int(whole.max()) if len(whole) else 0
+    want_s = float(free.max()) if free.size else 0.0
+    assert got[0] == want_w
+    assert got[1] == want_s or (np.isnan(got[1]) and np.isnan(want_s))
+
+
+def power_resume_numpy(static, counts, needs, claim, down, rank, gpu_total, eps):
+    """The resume loop of ``power.plan`` as it was written in numpy (the oracle)."""
+    resume = []
+    needed = np.zeros(static.shape[1], dtype=bool)
+    waking = bool(down.any() or (claim > 0).any())
+    for g in range(len(static)):
+        needed |= static[g]
+        if not waking:
+            continue
+        for _ in range(counts[g]):
+            up = np.flatnonzero(static[g] & (claim >= needs[g] - eps))
+            if len(up):
+                claim[up[0]] -= needs[g]
+                continue
+            dn = np.flatnonzero((static[g] & down)[rank])
+            if len(dn) == 0:
+                break
+            k = int(rank[dn[0]])
+            down[k] = False
+            claim[k] = float(gpu_total[k]) - needs[g]
+            resume.append(k)
+        waking = bool(down.any() or (claim > 0).any())
+    return resume, needed
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.integers(1, 12), st.integers(0, 6), st.data())
+def test_power_resume_matches_numpy(n, n_groups, data):
+    def bools(k):
+        return np.array(data.draw(st.lists(st.booleans(), min_size=k, max_size=k)), dtype=bool)
+
+    static = np.array([bools(n) for _ in range(n_groups)], dtype=bool).reshape(n_groups, n)
+    counts = np.array(data.draw(st.lists(st.integers(0, 5), min_size=n_groups, max_size=n_groups)))
+    needs = np.array(
+        data.draw(
+            st.lists(
+                st.sampled_from([0.5, 1.0, 2.0, 4.0, 8.0]), min_size=n_groups, max_size=n_groups
+            )
+        ),
+        dtype=float,
+    )
+    gpu_total = np.array(data.draw(st.lists(st.sampled_from([4, 8]), min_size=n, max_size=n)))
+    resuming = bools(n)
+    down = bools(n) & ~resuming
+    claim = np.where(resuming, gpu_total, 0).astype(float)
+    rank = np.array(data.draw(st.permutations(range(n))), dtype=np.int64)
+    c1, d1, c2, d2 = claim.copy(), down.copy(), claim.copy(), down.copy()
+    want = power_resume_numpy(static, counts, needs, c1, d1, rank, gpu_total, 1e-9)
+    got = K.power_resume(static, counts.astype(np.int64), needs, c2, d2, rank, gpu_total, 1e-9)
+    assert got[0].tolist() == want[0] and got[1].tolist() == want[1].tolist()
+    assert c1.tolist() == c2.tolist() and d1.tolist() == d2.tolist()
