@@ -31,6 +31,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from libs.policy import filters as F
+from libs.policy import kernels as K
 from libs.policy.cluster import EPS, ClusterView
 from libs.policy.config import PolicyConfig
 from proto.jobs import JobSpec
@@ -123,31 +124,27 @@ def plan(
     if not isinstance(blocked, Demand):
         blocked = Demand.of(blocked, cfg.power_demand_cap)
     # --- resume: blocked jobs that some suspended node could hold --------------------------
-    resume: list[int] = []
-    needed = np.zeros(n, dtype=bool)  # nodes whose shape could hold some blocked job
+    groups = blocked.groups
+    static = (
+        np.stack([F.static_mask(spec, view) for spec, _ in groups])
+        if groups
+        else np.zeros((0, n), dtype=bool)
+    )
     claim = np.where(resuming, view.gpu_total, 0).astype(float)  # unclaimed GPUs booting
-    down = suspended.copy()
     rank = np.arange(n) if prefer is None else np.asarray(prefer, dtype=np.int64)
-    waking = bool(down.any() or (claim > 0).any())  # a node left to wake or to claim
-    for spec, count in blocked.groups:
-        static = F.static_mask(spec, view)
-        needed |= static
-        if not waking:
-            continue
-        need = float(spec.gpus)
-        for _ in range(count):
-            up = np.flatnonzero(static & (claim >= need - EPS))
-            if len(up):
-                claim[up[0]] -= need
-                continue
-            dn = np.flatnonzero((static & down)[rank])
-            if len(dn) == 0:
-                break
-            k = int(rank[dn[0]])
-            down[k] = False
-            claim[k] = float(view.gpu_total[k]) - need
-            resume.append(k)
-        waking = bool(down.any() or (claim > 0).any())
+    # one compiled loop over the blocked jobs (a Python step with two numpy calls per job
+    # was most of a plan's time while nodes were down)
+    woken, needed = K.power_resume(
+        static,
+        np.array([c for _, c in groups], dtype=np.int64),
+        np.array([float(spec.gpus) for spec, _ in groups], dtype=float),
+        claim,
+        suspended.copy(),
+        rank,
+        view.gpu_total,
+        EPS,
+    )
+    resume = woken.tolist()
     # --- suspend: idle awake nodes beyond the warm reserve ----------------------------------
     cand &= ~needed
     if not cand.any():
