@@ -144,7 +144,9 @@ class ClusterView:
         """Take ``alloc``'s resources. Raises ValueError if a GPU share would go above 1."""
         i = self._row(alloc)
         idx = list(alloc.gpu_indices)
-        if idx and np.any(self.gpu_free[i, idx] < alloc.gpu_share - EPS):
+        row = self.gpu_free[i]
+        need = alloc.gpu_share - EPS
+        if any(row[j] < need for j in idx):  # a few slots: plain Python beats a numpy call
             raise ValueError(
                 f"allocation {alloc.job_id}: GPUs {idx} on {alloc.node} do not have "
                 f"{alloc.gpu_share:g} free (double booking)"
@@ -175,7 +177,8 @@ class ClusterView:
                     m = cap if abs(m - cap) < 1e-6 else m
                 row[j] = v
                 mrow[j] = m
-            self.whole_free[i] = int(np.count_nonzero(row >= 1.0 - EPS))
+            one = 1.0 - EPS
+            self.whole_free[i] = sum(1 for v in row.tolist() if v >= one)
         h = float(self.host_mem_free_gb[i]) + host
         c = float(self.cpus_free[i]) + cpu
         if host > 0 and abs(h - self.host_mem_gb[i]) < 1e-6:
@@ -205,7 +208,11 @@ class ClusterView:
         return self.whole_free
 
     def total_gpus(self) -> int:
-        return int(self.gpu_total.sum())
+        """GPUs in the view (memoised: node specs never change in a view)."""
+        hit = self.static_cache.get("total_gpus")
+        if hit is None:
+            hit = self.static_cache["total_gpus"] = int(self.gpu_total.sum())
+        return hit
 
     def load(self) -> float:
         """Allocated GPU share / total GPUs (0 for an empty cluster); memoised until the view

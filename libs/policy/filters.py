@@ -146,16 +146,22 @@ def fit_now(spec: JobSpec, view: ClusterView, cfg: PolicyConfig) -> np.ndarray:
     request shape until the view's next change (``view.gen``): a pass tries many jobs of few
     shapes, and a pass on an unchanged view (no event freed or took anything) asks the same
     questions again. Read-only."""
-    hit = view.dyn_cache.get("fit_now")
-    if hit is None or hit[0] != view.gen or hit[1] != cfg.thermal_max_c:
-        hit = view.dyn_cache["fit_now"] = (view.gen, cfg.thermal_max_c, {})
+    memo = _fit_now_memo(view, cfg)
     key = shape_key(spec)
-    m = hit[2].get(key)
+    m = memo.get(key)
     if m is None:
         m = static_mask(spec, view) & dynamic_mask(spec, view, cfg)
         m.setflags(write=False)
-        hit[2][key] = m
+        memo[key] = m
     return m
+
+
+def _fit_now_memo(view: ClusterView, cfg: PolicyConfig) -> dict:
+    """``fit_now``'s memo (shape key -> mask) for the view as it is now."""
+    hit = view.dyn_cache.get("fit_now")
+    if hit is None or hit[0] != view.gen or hit[1] != cfg.thermal_max_c:
+        hit = view.dyn_cache["fit_now"] = (view.gen, cfg.thermal_max_c, {})
+    return hit[2]
 
 
 def shape_requests(specs: Sequence[JobSpec]) -> np.ndarray:
@@ -183,7 +189,8 @@ def fit_now_shapes(
     indices into ``specs`` (one spec per shape), into ``static`` (their ``static_mask`` rows)
     and into ``requests`` (``shape_requests(specs)``); the caller keeps all three. Whole-GPU
     shapes are answered in one compiled loop making the comparisons ``dynamic_mask`` makes,
-    so the answers are the same; fractional ones go through ``fit_now``."""
+    so the answers are the same; fractional ones go through ``fit_now``. Read-only; every row
+    is filed in ``fit_now``'s memo for the view as it is."""
     out = K.fit_whole(
         shapes,
         static,
@@ -196,6 +203,12 @@ def fit_now_shapes(
     )
     for i in np.flatnonzero(requests[shapes, 0] != 0.0).tolist():
         out[i] = fit_now(specs[int(shapes[i])], view, cfg)
+    # the same masks fit_now would give: file them in its memo (the pass places rows of these
+    # shapes next, on this same view)
+    out.setflags(write=False)
+    memo = _fit_now_memo(view, cfg)
+    for i, k in enumerate(shapes.tolist()):
+        memo.setdefault(shape_key(specs[k]), out[i])
     return out
 
 

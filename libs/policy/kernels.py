@@ -763,3 +763,15 @@ def power_resume(static, counts, needs, claim, down, rank, gpu_total, eps):
                 waking = True
                 break
     return resume[:n_resume], needed
+
+
+@_compiled
+def feasible_nodes(fit, mask):
+    """``np.flatnonzero(fit & mask)``: the nodes a job fits now and may use."""
+    out = np.empty(len(fit), dtype=np.int64)
+    n = 0
+    for i in range(len(fit)):
+        if fit[i] and mask[i]:
+            out[n] = i
+            n += 1
+    return out[:n]

@@ -89,8 +89,7 @@ def place(
     (the scheduler uses it to keep backfill off a reserved node)."""
     ctx = ctx or PlaceContext.build(view, profiles, cfg)
     fit = F.fit_now(spec, view, cfg)
-    feasible = fit if mask is None else fit & mask
-    nodes = np.flatnonzero(feasible)
+    nodes = K.feasible_nodes(fit, fit if mask is None else mask)
     if len(nodes) == 0:
         per_node = F.explain_nodes(spec, view, cfg) if explain else {}
         if mask is not None and fit.any():
@@ -140,8 +139,9 @@ def place(
     if frac:
         gpu_idx: tuple[int, ...] = (int(slot[best]),)
         share = float(spec.gpus)
-    else:  # the lowest-numbered fully free GPUs
-        gpu_idx = tuple(np.flatnonzero(view.gpu_free[n] >= 1.0 - EPS)[:k].tolist())
+    else:  # the lowest-numbered fully free GPUs (a few slots: plain Python)
+        one = 1.0 - EPS
+        gpu_idx = tuple([j for j, v in enumerate(view.gpu_free[n].tolist()) if v >= one][:k])
         share = 1.0
     cands: tuple[Candidate, ...] = ()
     if explain:
@@ -161,7 +161,7 @@ def place(
         gpu_indices=gpu_idx,
         gpu_share=share,
         score=float(total[best]),
-        terms={t: float(term_rows[j, best]) for j, t in enumerate(TERMS)},
+        terms=dict(zip(TERMS, term_rows[:, best].tolist(), strict=True)),
         candidates=cands,
     )
 
