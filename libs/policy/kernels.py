@@ -28,7 +28,7 @@ import numpy as np
 from numba import njit
 
 
-def _compiled(fn: Callable) -> Callable:
+def compiled(fn: Callable) -> Callable:
     """``njit`` with the on-disk cache where a location is writable (see the module note)."""
     try:
         return njit(cache=True, nogil=True)(fn)
@@ -36,7 +36,7 @@ def _compiled(fn: Callable) -> Callable:
         return njit(nogil=True)(fn)
 
 
-@_compiled
+@compiled
 def _code_from_waits(r, waits, waited, cache, kept):
     """Row ``r``'s slow-model code after ``waited`` seconds (bit m: ``waits[r, m] > waited``),
     into ``cache[r]``, and the window it holds for, into ``kept[r]``: (code, since = waited,
@@ -55,7 +55,7 @@ def _code_from_waits(r, waits, waited, cache, kept):
     kept[r, 2] = until
 
 
-@_compiled
+@compiled
 def row_codes(rows, shape_of, shape_dead, cache, kept, waits, enq, now):
     """Fill ``cache[r]`` (the slow-model code) of each row of ``rows`` whose shape is not dead
     and whose cache is empty: from its kept window where that still holds (``since <= now -
@@ -78,14 +78,14 @@ def row_codes(rows, shape_of, shape_dead, cache, kept, waits, enq, now):
     return out[:n]
 
 
-@_compiled
+@compiled
 def codes_from_waits(rows, waits, enq, now, cache, kept):
     """``_code_from_waits`` of each row of ``rows`` (their hold waits now known)."""
     for r in rows:
         _code_from_waits(r, waits, now - enq[r], cache, kept)
 
 
-@_compiled
+@compiled
 def row_keys(rows, shape_of, shape_dead, cache, bits):
     """(shape << bits) + slow-model code per row; code 0 for a row whose shape is dead."""
     keys = np.empty(len(rows), dtype=np.int64)
@@ -96,7 +96,7 @@ def row_keys(rows, shape_of, shape_dead, cache, bits):
     return keys
 
 
-@_compiled
+@compiled
 def unique_small(keys, span):
     """``np.unique(keys, return_inverse=True)`` for keys in [0, span), with a presence table."""
     seen = np.zeros(span, dtype=np.bool_)
@@ -118,7 +118,7 @@ def unique_small(keys, span):
     return uniq, inv
 
 
-@_compiled
+@compiled
 def live_rows(rows, group_of_row, dead_g):
     """``rows[~dead_g[group_of_row[rows]]]``."""
     out = np.empty(len(rows), dtype=np.int64)
@@ -130,7 +130,7 @@ def live_rows(rows, group_of_row, dead_g):
     return out[:n]
 
 
-@_compiled
+@compiled
 def rows_ranked_after(rows, s, e, q, s0, e0, q0, after):
     """The rows of ``rows`` ranked after the key (s0, e0, q0) (``after=False``: the others),
     in the order given. Ranked after: a lower score, or the same score and a later enqueue
@@ -146,7 +146,7 @@ def rows_ranked_after(rows, s, e, q, s0, e0, q0, after):
     return out[:n]
 
 
-@_compiled
+@compiled
 def fit_whole(shapes, static, req, available, whole_free, host_free, cpus_free, eps):
     """bool[len(shapes), N]: the whole-GPU request shapes ``shapes`` (rows of ``static``,
     bool[shape, node], and of ``req``, ``filters.shape_requests``: fractional flag, whole
@@ -173,7 +173,7 @@ def fit_whole(shapes, static, req, available, whole_free, host_free, cpus_free, 
     return out
 
 
-@_compiled
+@compiled
 def groups_fit(fits, inv, codes, model_idx, allowed):
     """bool per group: its shape (row ``inv[g]`` of ``fits``) fits some node now; for a group
     whose slow-model code holds some models (bit m: model m), some node of a model not held
@@ -190,7 +190,7 @@ def groups_fit(fits, inv, codes, model_idx, allowed):
     return out
 
 
-@_compiled
+@compiled
 def hold_waits(
     cls,
     est,
@@ -269,7 +269,7 @@ def hold_waits(
     return out
 
 
-@_compiled
+@compiled
 def too_big(req, ever, max_share, max_whole, eps):
     """bool per shape: larger than the largest free block (a fractional ask above the largest
     free share, a whole one above the most free GPUs on a node) and not a shape no node could
@@ -285,7 +285,7 @@ def too_big(req, ever, max_share, max_whole, eps):
     return out
 
 
-@_compiled
+@compiled
 def dead_groups(g_shape, failed, too_big, g_pair, g_nofit):
     """bool per group: its shape failed or is too big, or the group itself was refused."""
     out = np.empty(len(g_shape), dtype=np.bool_)
@@ -295,7 +295,7 @@ def dead_groups(g_shape, failed, too_big, g_pair, g_nofit):
     return out
 
 
-@_compiled
+@compiled
 def _fragmentation(free, sizes, probs, eps):
     """``scores.fragmentation`` of one node's free shares (float[G]): the free share a request
     drawn from the size mix could not use. Sums run in a fixed order (GPU slots in order; whole
@@ -324,7 +324,7 @@ def _fragmentation(free, sizes, probs, eps):
     return out_whole + out_frac
 
 
-@_compiled
+@compiled
 def score_nodes(
     nodes,
     gpu_free,
@@ -438,7 +438,7 @@ def score_nodes(
     return total, terms, slot, best
 
 
-@_compiled
+@compiled
 def power_due(now, idle_since, suspended, resuming, empty, suspend_after):
     """(due, any asleep, any due, next due time or inf) of the power step: a node is due to
     sleep when it is awake (neither suspended nor resuming), empty (``power.empty_nodes``) and
@@ -465,13 +465,13 @@ def power_due(now, idle_since, suspended, resuming, empty, suspend_after):
     return due, any_asleep, any_due, nxt
 
 
-@_compiled
+@compiled
 def _clip01(x):
     """``np.clip(x, 0.0, 1.0)`` of one number (NaN stays NaN)."""
     return 0.0 if x < 0.0 else (1.0 if x > 1.0 else x)
 
 
-@_compiled
+@compiled
 def urgency_of(deadline, now, remaining, scale, missed):
     """The deadline urgency of one job (``priority.urgency``): 0 without a deadline (NaN),
     ``missed`` once the slack is negative, else exp(-slack / scale)."""
@@ -483,7 +483,7 @@ def urgency_of(deadline, now, remaining, scale, missed):
     return np.exp(-slack / scale)
 
 
-@_compiled
+@compiled
 def urgency_many(deadline, now, remaining, scale, missed):
     """``urgency_of`` per row."""
     out = np.empty(len(deadline))
@@ -492,7 +492,7 @@ def urgency_many(deadline, now, remaining, scale, missed):
     return out
 
 
-@_compiled
+@compiled
 def priority_terms(
     prio,
     es,
@@ -541,7 +541,7 @@ def priority_terms(
     return out
 
 
-@_compiled
+@compiled
 def dominant_shares(usage, capacity):
     """float[T]: per row of ``usage`` (float[T, R]), the largest share of any resource with
     capacity (``usage / capacity`` over the resources with capacity > 0, maximum; 0 when no
@@ -562,7 +562,7 @@ def dominant_shares(usage, capacity):
     return out
 
 
-@_compiled
+@compiled
 def _ranks_before(s, e, q, a, b):
     """Row ``a`` comes before row ``b`` in rank order: higher score, then earlier enqueue, then
     lower tie number (``priority.order_of``)."""
@@ -573,7 +573,7 @@ def _ranks_before(s, e, q, a, b):
     return q[a] < q[b]
 
 
-@_compiled
+@compiled
 def _sort_rows(rows, s, e, q):
     """``rows`` in rank order, a stable merge sort (equal keys keep the order given, as
     ``np.lexsort`` keeps it)."""
@@ -607,7 +607,7 @@ def _sort_rows(rows, s, e, q):
     return a
 
 
-@_compiled
+@compiled
 def top_rows(rows, s, e, q, k):
     """(best, rest, ok): ``best`` = the rows of ``rows`` scoring at least the ``k``-th best
     score (every row when k >= len(rows)), in rank order; ``rest`` = the others, in the order
@@ -640,7 +640,7 @@ def top_rows(rows, s, e, q, k):
     return _sort_rows(best[:nb], s, e, q), rest[:nr], True
 
 
-@_compiled
+@compiled
 def size_mix_of_counts(counts):
     """(sizes, probabilities) of a histogram of request size codes (``scores.SizeMix.
     size_code``: 1..10 tenths of a GPU, 10 + k for k whole GPUs), codes in increasing order;
@@ -678,7 +678,7 @@ def size_mix_of_counts(counts):
     return sizes, c
 
 
-@_compiled
+@compiled
 def largest_free(whole_free, gpu_free):
     """(the most whole free GPUs on one node, the largest free share of one GPU): the
     ``max()`` of each array (NaN propagates, as numpy's does), 0 for an empty one."""
@@ -697,7 +697,7 @@ def largest_free(whole_free, gpu_free):
     return int(w), float(share)
 
 
-@_compiled
+@compiled
 def unique_sorted(a):
     """``np.unique(a, return_inverse=True)`` for a non-empty sorted ``a``, without sorting."""
     inv = np.empty(len(a), dtype=np.int64)
@@ -712,7 +712,7 @@ def unique_sorted(a):
     return uniq, inv
 
 
-@_compiled
+@compiled
 def power_resume(static, counts, needs, claim, down, rank, gpu_total, eps):
     """The resume half of ``power.plan``: for each group of blocked jobs in order (``static``:
     bool[group, node], where its shape fits; ``counts``: jobs; ``needs``: GPUs each asks),
@@ -765,7 +765,7 @@ def power_resume(static, counts, needs, claim, down, rank, gpu_total, eps):
     return resume[:n_resume], needed
 
 
-@_compiled
+@compiled
 def feasible_nodes(fit, mask):
     """``np.flatnonzero(fit & mask)``: the nodes a job fits now and may use."""
     out = np.empty(len(fit), dtype=np.int64)
@@ -775,3 +775,26 @@ def feasible_nodes(fit, mask):
             out[n] = i
             n += 1
     return out[:n]
+
+
+@compiled
+def groups_in_order(ids):
+    """(distinct values of ``ids`` in order of first appearance, how often each occurs): what
+    ``np.unique(ids, return_index=True, return_counts=True)`` reordered by first index gives,
+    without sorting (``ids``: small non-negative integers, request-shape indices)."""
+    span = 0
+    for v in ids:
+        if v + 1 > span:
+            span = v + 1
+    slot = np.full(span, -1, dtype=np.int64)
+    first = np.empty(len(ids), dtype=np.int64)
+    counts = np.zeros(len(ids), dtype=np.int64)
+    n = 0
+    for v in ids:
+        s = slot[v]
+        if s < 0:
+            s = slot[v] = n
+            first[n] = v
+            n += 1
+        counts[s] += 1
+    return first[:n], counts[:n]

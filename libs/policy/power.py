@@ -73,13 +73,9 @@ class Demand:
         ids = np.asarray(shape_ids, dtype=np.int64)[:cap]
         if not len(ids):
             return cls(())
-        uniq, first, counts = np.unique(ids, return_index=True, return_counts=True)
-        order = np.argsort(first)
+        uniq, counts = K.groups_in_order(ids)
         return cls(
-            tuple(
-                (shape_specs[u], c)
-                for u, c in zip(uniq[order].tolist(), counts[order].tolist(), strict=True)
-            )
+            tuple((shape_specs[u], c) for u, c in zip(uniq.tolist(), counts.tolist(), strict=True))
         )
 
 

@@ -945,9 +945,13 @@ def _running_set(
     running: Sequence[RunningJob] | B.RunningSet,
     started: list[RunningJob],
 ) -> tuple[B.RunningSet, bool]:
-    """The running jobs plus those started in this pass, without mutating the caller's set."""
+    """The running jobs plus those started in this pass, without mutating the caller's set
+    (owned: ours, to add the pass's later starts to). Nothing started yet: the caller's own
+    set, not owned, whose per-node lists and first ends are already built."""
     if owned and rel is not None:
         return rel, True
+    if isinstance(running, B.RunningSet) and not started:
+        return running, False
     if isinstance(running, B.RunningSet):
         return B.RunningSet(started, base=running), True
     return B.RunningSet([*running, *started]), True

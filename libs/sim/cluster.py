@@ -15,6 +15,7 @@ from collections.abc import Callable, Sequence
 
 import numpy as np
 
+from libs.policy.kernels import compiled
 from proto.gpus import matches
 from proto.jobs import JobSpec
 from proto.ledger import Allocation
@@ -58,9 +59,8 @@ class SimCluster:
         self._tiers = np.unique(self.gpu_mem_gb)  # distinct GPU memory sizes, ascending
         self._tier_list = [float(m) for m in self._tiers]
         self._widest: dict[tuple[str, ...], int] = {}
-        self._tier_nodes = [self.gpu_mem_gb >= m for m in self._tiers]
         self._version = 0
-        self._tier_cache: tuple[int, np.ndarray, np.ndarray] | None = None
+        self._tier_cache: tuple | None = None
         self.policy_view = None  # a libs.policy ClusterView, when a policy needs one
         self._view_hooks: list[Callable[[str, Allocation], None]] = []
 
@@ -131,18 +131,29 @@ class SimCluster:
         """Cheap necessary condition for a single-node fit: some node with ``mem_gb`` per GPU
         has ``gpus`` whole GPUs (or, for a fraction, that share of one GPU) free. Plain Python
         on a per-version cache: it runs once per waiting job per pass."""
-        cache = self._tier_cache
-        if cache is None or cache[0] != self._version:
-            frac = self.free_share.max(axis=1)
-            whole = [int(self._whole_free[m].max()) for m in self._tier_nodes]
-            share = [float(frac[m].max()) for m in self._tier_nodes]
-            cache = self._tier_cache = (self._version, whole, share)
+        cache = self._tiers_now()
         k = bisect.bisect_left(self._tier_list, mem_gb - EPS)
         if k >= len(self._tier_list):
             return False
         if gpus < 1.0:
             return cache[2][k] >= gpus - EPS
         return cache[1][k] >= gpus
+
+    def total_whole_free(self) -> int:
+        """Whole free GPUs in the cluster (per-version cache, as ``might_fit``'s)."""
+        return self._tiers_now()[3]
+
+    def _tiers_now(self) -> tuple:
+        """(version, per GPU-memory tier: the most whole free GPUs on one node and the largest
+        free share of one GPU among nodes of at least that memory, total whole free GPUs),
+        computed once per version in one compiled pass over the nodes."""
+        cache = self._tier_cache
+        if cache is None or cache[0] != self._version:
+            whole, share, total = _tier_maxima(
+                self._whole_free, self.free_share, self.gpu_mem_gb, self._tiers
+            )
+            cache = self._tier_cache = (self._version, whole.tolist(), share.tolist(), total)
+        return cache
 
     def widest(self, constraints: tuple[str, ...]) -> int:
         """The most GPUs one admissible node has (a wider job must span nodes)."""
@@ -286,3 +297,29 @@ class SimCluster:
         if single.any():
             return True
         return int(self.gpu_count[mask].sum()) >= need
+
+
+@compiled
+def _tier_maxima(whole_free, free_share, gpu_mem_gb, tiers):
+    """Per tier t (ascending GPU memory sizes): the max of ``whole_free`` and of each node's
+    largest free share over the nodes with ``gpu_mem_gb >= tiers[t]``; and the sum of
+    ``whole_free``. Exact (maxima and an integer sum)."""
+    n_t = len(tiers)
+    whole = np.zeros(n_t, dtype=np.int64)
+    share = np.zeros(n_t)
+    seen = np.zeros(n_t, dtype=np.bool_)
+    total = 0
+    for i in range(len(whole_free)):
+        total += whole_free[i]
+        row = free_share[i, 0]
+        for g in range(1, free_share.shape[1]):
+            if free_share[i, g] > row:
+                row = free_share[i, g]
+        for t in range(n_t):
+            if gpu_mem_gb[i] >= tiers[t]:
+                if not seen[t] or whole_free[i] > whole[t]:
+                    whole[t] = whole_free[i]
+                if not seen[t] or row > share[t]:
+                    share[t] = row
+                seen[t] = True
+    return whole, share, int(total)

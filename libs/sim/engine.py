@@ -295,7 +295,7 @@ class Engine:
         for gpus, mem in self._shapes:
             if gpus > self._narrowest:
                 if total_free is None:
-                    total_free = int(c.free_whole().sum())
+                    total_free = c.total_whole_free()
                 if total_free >= gpus:
                     return True
             elif c.might_fit(gpus, mem if mem_aware else 0.0):

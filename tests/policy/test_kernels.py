@@ -615,3 +615,13 @@ def test_power_resume_matches_numpy(n, n_groups, data):
     got = K.power_resume(static, counts.astype(np.int64), needs, c2, d2, rank, gpu_total, 1e-9)
     assert got[0].tolist() == want[0] and got[1].tolist() == want[1].tolist()
     assert c1.tolist() == c2.tolist() and d1.tolist() == d2.tolist()
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.integers(0, 30), min_size=1, max_size=80))
+def test_groups_in_order_matches_np_unique(ids):
+    ids = np.array(ids, dtype=np.int64)
+    uniq, first, counts = np.unique(ids, return_index=True, return_counts=True)
+    order = np.argsort(first)
+    got = K.groups_in_order(ids)
+    assert got[0].tolist() == uniq[order].tolist() and got[1].tolist() == counts[order].tolist()

@@ -137,3 +137,54 @@ def test_unplaceable_job_fails_once_with_reason():
     nodes = [node("t", "t4", 1, 16.0)]
     r = simulate([job("huge", 0, 10.0, mem=60.0)], nodes, make_policy("mosaic"), PROFILES)
     assert r.jobs[0].state == FAILED and "unschedulable" in r.jobs[0].reason
+
+
+def test_might_fit_tiers_match_the_ledger_as_allocations_come_and_go():
+    """``SimCluster.might_fit``'s per-tier maxima (one compiled pass per ledger version) equal
+    the numpy maxima over the nodes of each GPU-memory tier, and the total of whole free
+    GPUs the engine reads equals the sum, after every allocation and release."""
+    from libs.sim.cluster import SimCluster
+    from proto.ledger import Allocation
+
+    nodes = [
+        node(f"n{i}", gpus=g, mem=m)
+        for i, (g, m) in enumerate([(4, 16.0), (8, 80.0), (4, 32.0), (8, 16.0), (2, 80.0)])
+    ]
+    c = SimCluster(nodes)
+    rng = np.random.default_rng(7)
+    live: list[Allocation] = []
+    for step in range(300):
+        if live and rng.random() < 0.4:
+            c.release(live.pop(int(rng.integers(len(live)))))
+        else:
+            n = int(rng.integers(len(nodes)))
+            free = np.flatnonzero(c.free_share[n] >= 0.5 - 1e-9)
+            if len(free):
+                share = 0.5 if rng.random() < 0.5 else 1.0
+                ok = [j for j in free.tolist() if c.free_share[n, j] >= share - 1e-9]
+                if ok:
+                    a = Allocation(
+                        job_id=f"j{step}",
+                        node=nodes[n].id,
+                        gpu_indices=(ok[0],),
+                        gpu_share=share,
+                        gpu_mem_gb=1.0,
+                        host_mem_gb=0.0,
+                        cpus=0.0,
+                        time=0.0,
+                        attempt=1,
+                    )
+                    c.allocate(a)
+                    live.append(a)
+        frac = c.free_share.max(axis=1)
+        for mem in (8.0, 16.0, 32.0, 80.0, 81.0):
+            for gpus in (0.5, 1.0, 2.0, 4.0, 8.0):
+                tier = c.gpu_mem_gb >= mem - 1e-9
+                if not tier.any():
+                    want = False
+                elif gpus < 1.0:
+                    want = float(frac[tier].max()) >= gpus - 1e-9
+                else:
+                    want = int(c.free_whole()[tier].max()) >= gpus
+                assert c.might_fit(gpus, mem) == want
+        assert c.total_whole_free() == int(c.free_whole().sum())
