@@ -132,15 +132,6 @@ def available(view: ClusterView, cfg: PolicyConfig) -> np.ndarray:
     return hit[1]
 
 
-def dynamic_mask(spec: JobSpec, view: ClusterView, cfg: PolicyConfig) -> np.ndarray:
-    return (
-        available(view, cfg)
-        & f_free_gpus(spec, view)
-        & f_host_memory(spec, view)
-        & f_cpus(spec, view)
-    )
-
-
 def fit_now(spec: JobSpec, view: ClusterView, cfg: PolicyConfig) -> np.ndarray:
     """Nodes that could take ``spec`` right now (static and dynamic filters), memoised per
     request shape until the view's next change (``view.gen``): a pass tries many jobs of few
@@ -150,10 +141,28 @@ def fit_now(spec: JobSpec, view: ClusterView, cfg: PolicyConfig) -> np.ndarray:
     key = shape_key(spec)
     m = memo.get(key)
     if m is None:
-        m = static_mask(spec, view) & dynamic_mask(spec, view, cfg)
+        m = K.fit_one(
+            static_mask(spec, view),
+            _request_row(spec, key, view),
+            available(view, cfg),
+            view.whole_free,
+            view.host_mem_free_gb,
+            view.cpus_free,
+            view.gpu_free,
+            view.gpu_mem_free_gb,
+            EPS,
+        )
         m.setflags(write=False)
         memo[key] = m
     return m
+
+
+def _request_row(spec: JobSpec, key: tuple, view: ClusterView) -> np.ndarray:
+    """``shape_requests([spec])[0]``, memoised per request shape on the view."""
+    hit = view.static_cache.get(("request", key))
+    if hit is None:
+        hit = view.static_cache[("request", key)] = shape_requests([spec])[0]
+    return hit
 
 
 def _fit_now_memo(view: ClusterView, cfg: PolicyConfig) -> dict:
@@ -165,16 +174,24 @@ def _fit_now_memo(view: ClusterView, cfg: PolicyConfig) -> dict:
 
 
 def shape_requests(specs: Sequence[JobSpec]) -> np.ndarray:
-    """float[shape, 5] of request shapes (one spec each): fractional (1.0) or not, whole GPUs
-    (``whole_gpus``), host memory, CPUs, GPUs asked: the numbers ``fit_now_shapes`` and the
-    scheduler's largest-free-block check compare, built once per shape."""
+    """float[shape, 6] of request shapes (one spec each): fractional (1.0) or not, whole GPUs
+    (``whole_gpus``), host memory, CPUs, GPUs asked, GPU memory: the numbers the dynamic
+    filters (``kernels.fit_one``, ``fit_whole``) and the scheduler's largest-free-block check
+    compare, built once per shape."""
     return np.array(
         [
-            (float(is_fractional(sp)), whole_gpus(sp), sp.host_mem_gb, sp.cpus, sp.gpus)
+            (
+                float(is_fractional(sp)),
+                whole_gpus(sp),
+                sp.host_mem_gb,
+                sp.cpus,
+                sp.gpus,
+                sp.gpu_mem_gb,
+            )
             for sp in specs
         ],
         dtype=float,
-    ).reshape(len(specs), 5)
+    ).reshape(len(specs), 6)
 
 
 def fit_now_shapes(
@@ -188,8 +205,8 @@ def fit_now_shapes(
     """``fit_now`` of several request shapes at once, bool[len(shapes), node]. ``shapes``:
     indices into ``specs`` (one spec per shape), into ``static`` (their ``static_mask`` rows)
     and into ``requests`` (``shape_requests(specs)``); the caller keeps all three. Whole-GPU
-    shapes are answered in one compiled loop making the comparisons ``dynamic_mask`` makes,
-    so the answers are the same; fractional ones go through ``fit_now``. Read-only; every row
+    shapes are answered in one compiled loop (the comparisons ``fit_now`` makes, so the
+    answers are the same); fractional ones go through ``fit_now``. Read-only; every row
     is filed in ``fit_now``'s memo for the view as it is."""
     out = K.fit_whole(
         shapes,

@@ -163,7 +163,17 @@ def test_fit_now_shapes_and_groups_fit_match_fit_now(vr, specs, data):
     fresh = view.copy()  # fit_now_shapes files its rows in the view's fit_now memo
     fits = F.fit_now_shapes(shapes, shape_specs, view, CFG, static, req)
     for i, s in enumerate(shapes.tolist()):
-        assert fits[i].tolist() == F.fit_now(shape_specs[s], fresh, CFG).tolist()
+        sp = shape_specs[s]
+        want = (  # the named filters, in numpy: the oracle
+            F.static_mask(sp, view)
+            & F.f_cordon(sp, view)
+            & F.f_thermal(sp, view, CFG)
+            & F.f_free_gpus(sp, view)
+            & F.f_host_memory(sp, view)
+            & F.f_cpus(sp, view)
+        )
+        assert fits[i].tolist() == want.tolist()
+        assert F.fit_now(sp, fresh, CFG).tolist() == want.tolist()
         assert req[s, 0] != 0.0 or np.shares_memory(F.fit_now(shape_specs[s], view, CFG), fits)
     # groups: (shape row of fits, slow-model code), the screen's numpy expression as oracle
     n_g = data.draw(st.integers(1, 8))
