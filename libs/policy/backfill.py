@@ -54,6 +54,7 @@ class RunningSet:
         self._node_of: dict[str, int] = {}
         self._built: dict[int, list[RunningJob]] = {}
         self._first: dict[int, float] | None = None  # node -> earliest expected end, lazily
+        self._first_arr: np.ndarray | None = None  # the same per node index, inf where none
         by_node, node_of = self._by_node, self._node_of
         for r in running:  # the body of ``add``, inlined: built once per pass from a list
             n = r.node_index
@@ -69,7 +70,8 @@ class RunningSet:
         self._built.pop(r.node_index, None)
         if self._first is not None:
             old = self._first.get(r.node_index, float("inf"))
-            self._first[r.node_index] = min(old, r.expected_end)
+            self._first[r.node_index] = m = min(old, r.expected_end)
+            self._set_first(r.node_index, m)
 
     def remove(self, job_id: str) -> RunningJob:
         n = self._node_of.pop(job_id)
@@ -79,12 +81,22 @@ class RunningSet:
             # the node's earliest end may have moved later: recompute that node only
             d = self._by_node[n]
             if self._base is not None:
-                self._first = None
+                self._first = self._first_arr = None
             elif d:
-                self._first[n] = min(j.expected_end for j in d.values())
+                self._first[n] = m = min(j.expected_end for j in d.values())
+                self._set_first(n, m)
             else:
                 del self._first[n]
+                self._set_first(n, float("inf"))
         return r
+
+    def _set_first(self, node: int, end: float) -> None:
+        arr = self._first_arr
+        if arr is not None:
+            if node < len(arr):
+                arr[node] = end
+            else:
+                self._first_arr = None
 
     def __len__(self) -> int:
         return len(self._node_of) + (len(self._base) if self._base is not None else 0)
@@ -121,6 +133,20 @@ class RunningSet:
                     first[n] = min(m, first.get(n, m))
             self._first = first
         return self._first
+
+    def first_end_array(self, n_nodes: int) -> np.ndarray:
+        """float[n_nodes]: ``first_ends`` as an array (inf for a node without jobs), kept up to
+        date with it by ``add``/``remove`` once built: a reservation reads it whole, and a set
+        kept across passes changes on a node or two between them. Read-only."""
+        arr = self._first_arr
+        if arr is None or len(arr) != n_nodes:
+            arr = np.full(n_nodes, float("inf"))
+            first = self.first_ends()
+            if first:
+                k = len(first)
+                arr[np.fromiter(first.keys(), np.int64, k)] = np.fromiter(first.values(), float, k)
+            self._first_arr = arr
+        return arr
 
     def first_end(self, node: int) -> float:
         return self.first_ends().get(node, float("inf"))
@@ -271,13 +297,7 @@ def reserve(
         best = (now, int(eligible[now_ok[0]]))
     if best is None:
         memo = view.dyn_cache.setdefault("earliest_start", {})
-        first = rel.first_ends()
-        inf = float("inf")
-        ends = np.full(len(view.node_ids), inf)
-        if first:
-            k = len(first)
-            ends[np.fromiter(first.keys(), np.int64, k)] = np.fromiter(first.values(), float, k)
-        lbs = np.maximum(ends[eligible], now)
+        lbs = np.maximum(rel.first_end_array(len(view.node_ids))[eligible], now)
         by = np.lexsort((eligible, lbs))  # by (bound, node), as sorted() of the pairs would
         for lb, n in zip(lbs[by].tolist(), eligible[by].tolist(), strict=True):
             if lb == float("inf") or (best is not None and (lb, n) > best):

@@ -258,3 +258,34 @@ def test_a_long_job_that_fits_nowhere_waits_on_resources_and_gets_the_reservatio
     res = _sched([PendingJob(spec, 0.0)], v, running, want_reservation=True)
     assert res.waiting == {"long": "Resources"}
     assert res.reservation is not None and res.reservation.job_id == "long"
+
+
+@settings(max_examples=100, deadline=None)
+@given(
+    st.lists(
+        st.tuples(st.booleans(), st.integers(0, 5), st.sampled_from([5.0, 10.0, 10.0, 30.0])),
+        min_size=1,
+        max_size=40,
+    ),
+    st.booleans(),
+)
+def test_running_set_first_end_array_follows_the_jobs(ops, overlay):
+    """``RunningSet.first_end_array`` (kept up to date by add/remove once built) always equals
+    the earliest expected end per node computed from the jobs on it, also for an overlay."""
+    base = RunningSet()
+    rs = RunningSet(base=base) if overlay else base
+    live: dict[str, RunningJob] = {}
+    for k, (add, node, end) in enumerate(ops):
+        if add or not live:
+            spec = JobSpec(id=f"j{k}", tenant="t", gpus=1.0, gpu_mem_gb=1.0)
+            r = RunningJob(spec, node, (0,), 1.0, end)
+            rs.add(r)
+            live[r.spec.id] = r
+        else:
+            jid = sorted(live)[k % len(live)]
+            rs.remove(jid)
+            del live[jid]
+        want = np.full(6, np.inf)
+        for r in live.values():
+            want[r.node_index] = min(want[r.node_index], r.expected_end)
+        assert rs.first_end_array(6).tolist() == want.tolist()
