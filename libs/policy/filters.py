@@ -201,10 +201,12 @@ def fit_now_shapes(
     cfg: PolicyConfig,
     static: np.ndarray,
     requests: np.ndarray,
+    keys: Sequence[tuple] | None = None,
 ) -> np.ndarray:
     """``fit_now`` of several request shapes at once, bool[len(shapes), node]. ``shapes``:
-    indices into ``specs`` (one spec per shape), into ``static`` (their ``static_mask`` rows)
-    and into ``requests`` (``shape_requests(specs)``); the caller keeps all three. Whole-GPU
+    indices into ``specs`` (one spec per shape), into ``static`` (their ``static_mask`` rows),
+    into ``requests`` (``shape_requests(specs)``) and into ``keys`` (their ``shape_key``s, or
+    None); the caller keeps them all. Whole-GPU
     shapes are answered in one compiled loop (the comparisons ``fit_now`` makes, so the
     answers are the same); fractional ones go through ``fit_now``. Read-only; every row
     is filed in ``fit_now``'s memo for the view as it is."""
@@ -225,7 +227,7 @@ def fit_now_shapes(
     out.setflags(write=False)
     memo = _fit_now_memo(view, cfg)
     for i, k in enumerate(shapes.tolist()):
-        memo.setdefault(shape_key(specs[k]), out[i])
+        memo.setdefault(shape_key(specs[k]) if keys is None else keys[k], out[i])
     return out
 
 

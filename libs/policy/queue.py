@@ -22,6 +22,8 @@ from libs.policy.types import PendingJob
 from proto.jobs import WORKLOAD_CLASSES
 
 CLASS_INDEX = {c: i for i, c in enumerate(WORKLOAD_CLASSES)}
+_NO_ROWS = np.zeros(0, dtype=np.int64)
+_NO_ROWS.setflags(write=False)
 _COLUMNS = ("prio", "es", "enq", "est", "prog", "deadline", "gpus", "cls", "tenant")
 
 
@@ -260,6 +262,8 @@ class PendingQueue(Sequence[PendingJob]):
     def unscored_rows(self) -> np.ndarray:
         """Rows added (or replaced) since the scheduler last scored them (then marked scored:
         the caller writes their scores into ``cached_scores``)."""
+        if not self._unscored:  # most passes: nothing joined since the last
+            return _NO_ROWS
         rows = np.array(sorted(self._pos[j] for j in self._unscored), dtype=np.int64)
         self._unscored.clear()
         return rows

@@ -656,7 +656,7 @@ class _DeadRows:
             return
         shapes, inv = K.unique_sorted(self.g_shape[gi])  # g_shape is sorted (by g_key)
         static = _per_shape(view, "static_masks", shape_specs, _static_masks(view))
-        fits = F.fit_now_shapes(shapes, shape_specs, view, cfg, static, self.requests)
+        fits = F.fit_now_shapes(shapes, shape_specs, view, cfg, static, self.requests, shape_keys)
         fit_any = fits.any(axis=1)
         bad = np.flatnonzero(~fit_any)
         if len(bad):
