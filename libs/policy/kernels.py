@@ -147,49 +147,56 @@ def rows_ranked_after(rows, s, e, q, s0, e0, q0, after):
 
 
 @compiled
-def _fits_node(n, available, whole_free, host_free, cpus_free, gpu_free, gpu_mem_free, req, eps):
-    """A request (``req``: ``filters.shape_requests``' row: fractional flag, whole GPUs, host
-    memory, CPUs, GPUs asked, then GPU memory) fits on node ``n`` now, given that the node's
-    shape can hold it: the comparisons of the dynamic filters (``filters.f_cordon``,
-    ``f_thermal`` through ``available``, ``f_free_gpus``, ``f_host_memory``, ``f_cpus``)."""
-    if not available[n] or host_free[n] < req[2] - eps or cpus_free[n] < req[3] - eps:
-        return False
-    if req[0] != 0.0:  # fractional: one GPU slot with the share and the GPU memory free
-        for g in range(gpu_free.shape[1]):
-            if gpu_free[n, g] >= req[4] - eps and gpu_mem_free[n, g] >= req[5] - eps:
-                return True
-        return False
-    return whole_free[n] >= req[1]
-
-
-@compiled
 def fit_one(static, req, available, whole_free, host_free, cpus_free, gpu_free, gpu_mem_free, eps):
-    """bool[N]: the request ``req`` (one row of ``filters.shape_requests``) fits on each node
-    now (``static``: its nodes' shapes can hold it)."""
+    """bool[N]: the request ``req`` (one row of ``filters.shape_requests``: fractional flag,
+    whole GPUs, host memory, CPUs, GPU share, GPU memory) fits on each node now: the
+    comparisons of the dynamic filters (``filters.f_cordon``, ``f_thermal`` through
+    ``available``, ``f_free_gpus``, ``f_host_memory``, ``f_cpus``) on the nodes whose shape
+    can hold it (``static``). The loop is written out here and in ``fit_whole`` (a call per
+    node to a shared helper cost ten times the loop)."""
     n_nodes = len(available)
+    frac = req[0] != 0.0
+    k = req[1]
+    host = req[2] - eps
+    cpus = req[3] - eps
+    share = req[4] - eps
+    mem = req[5] - eps
     out = np.zeros(n_nodes, dtype=np.bool_)
     for n in range(n_nodes):
-        out[n] = static[n] and _fits_node(
-            n, available, whole_free, host_free, cpus_free, gpu_free, gpu_mem_free, req, eps
-        )
+        if not (static[n] and available[n] and host_free[n] >= host and cpus_free[n] >= cpus):
+            continue
+        if frac:
+            for g in range(gpu_free.shape[1]):
+                if gpu_free[n, g] >= share and gpu_mem_free[n, g] >= mem:
+                    out[n] = True
+                    break
+        else:
+            out[n] = whole_free[n] >= k
     return out
 
 
 @compiled
 def fit_whole(shapes, static, req, available, whole_free, host_free, cpus_free, eps):
     """bool[len(shapes), N]: the whole-GPU request shapes ``shapes`` (rows of ``static``,
-    bool[shape, node], and of ``req``, ``filters.shape_requests``) fit on each node now
-    (``_fits_node``). Rows of fractional shapes are left False (the caller fills them)."""
+    bool[shape, node], and of ``req``, ``filters.shape_requests``) fit on each node now:
+    ``fit_one``'s comparisons for each shape. Rows of fractional shapes are left False (the
+    caller fills them)."""
     n_nodes = len(available)
     out = np.zeros((len(shapes), n_nodes), dtype=np.bool_)
-    no_slots = np.zeros((n_nodes, 0))
     for i in range(len(shapes)):
         s = shapes[i]
         if req[s, 0] != 0.0:
             continue
+        k = req[s, 1]
+        host = req[s, 2] - eps
+        cpus = req[s, 3] - eps
         for n in range(n_nodes):
-            out[i, n] = static[s, n] and _fits_node(
-                n, available, whole_free, host_free, cpus_free, no_slots, no_slots, req[s], eps
+            out[i, n] = (
+                static[s, n]
+                and available[n]
+                and whole_free[n] >= k
+                and host_free[n] >= host
+                and cpus_free[n] >= cpus
             )
     return out
 
