@@ -206,10 +206,9 @@ def fit_now_shapes(
     """``fit_now`` of several request shapes at once, bool[len(shapes), node]. ``shapes``:
     indices into ``specs`` (one spec per shape), into ``static`` (their ``static_mask`` rows),
     into ``requests`` (``shape_requests(specs)``) and into ``keys`` (their ``shape_key``s, or
-    None); the caller keeps them all. Whole-GPU
-    shapes are answered in one compiled loop (the comparisons ``fit_now`` makes, so the
-    answers are the same); fractional ones go through ``fit_now``. Read-only; every row
-    is filed in ``fit_now``'s memo for the view as it is."""
+    None); the caller keeps them all. Whole-GPU shapes are answered in one compiled loop (the
+    comparisons ``fit_now`` makes, so the answers are the same); fractional ones go through
+    ``fit_now``. Read-only; every row is filed in ``fit_now``'s memo for the view as it is."""
     out = K.fit_whole(
         shapes,
         static,

@@ -8,9 +8,10 @@ the caller commits with ``view.allocate(to_allocation(...))``.
 GPU slots inside the chosen node: a gang takes the lowest-numbered fully free GPUs; a fractional
 job takes the best-fit GPU (the one with the least free share that still fits), so halves pack.
 
-The filters are numpy masks (memoised per request shape on the view); the score terms of
-``libs.policy.scores`` are computed for all feasible nodes in one compiled loop
-(``kernels.score_nodes``), and totals within ``SCORE_TIE`` of the best go to the first node.
+The nodes a request fits now come from ``filters.fit_now`` (one compiled pass over the nodes,
+memoised per request shape until the view changes); the score terms of ``libs.policy.scores``
+are computed for all feasible nodes in one compiled loop (``kernels.score_nodes``), and totals
+within ``SCORE_TIE`` of the best go to the first node.
 """
 
 from __future__ import annotations

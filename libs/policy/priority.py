@@ -62,21 +62,22 @@ def usage_vector(usage: np.ndarray | float) -> np.ndarray:
 
 
 def dominant_share(usage: np.ndarray | float, capacity: np.ndarray) -> float:
-    """DRF: the largest share of any resource this usage holds (resources with 0 capacity skip)."""
-    cap = np.asarray(capacity, dtype=float)
-    if isinstance(usage, (int, float)) and cap[0] > 0 and float(usage) >= 0:
-        return float(usage) / float(cap[0])  # GPUs only: the GPU share is the dominant one
-    u = usage_vector(usage)
-    ok = cap > 0
-    if not ok.any():
-        return 0.0
-    return float(np.max(u[ok] / cap[ok]))
+    """DRF: the largest share of any resource this usage holds (resources with 0 capacity skip).
+    The loop the priority score uses (``kernels.dominant_shares``)."""
+    return dominant_shares({"": usage}, capacity)[""]
 
 
 def dominant_shares(
     tenant_usage: Mapping[str, np.ndarray | float], capacity: np.ndarray
 ) -> dict[str, float]:
-    return {t: dominant_share(u, capacity) for t, u in tenant_usage.items()}
+    """``dominant_share`` of each tenant, in one compiled loop."""
+    cap = np.asarray(capacity, dtype=float)
+    if cap.shape != (len(RESOURCES),):
+        raise ValueError(f"capacity must be {len(RESOURCES)} totals {RESOURCES}")
+    if not tenant_usage:
+        return {}
+    shares = K.dominant_shares(_usage_matrix(list(tenant_usage.values())), cap)
+    return dict(zip(tenant_usage, shares.tolist(), strict=True))
 
 
 def _usage_matrix(usages: Sequence[np.ndarray | float]) -> np.ndarray:
@@ -101,7 +102,7 @@ def tenants_present(q: QueueArrays) -> np.ndarray:
 def tenant_dominant_shares(
     q: QueueArrays, tenant_usage: Mapping[str, np.ndarray | float], capacity: np.ndarray
 ) -> np.ndarray:
-    """float per index of ``q.tenants``: the dominant share (``dominant_shares``) of each tenant
+    """float per index of ``q.tenants``: the dominant share (``dominant_share``) of each tenant
     with a job in ``q`` (0 for a tenant without usage, and for the others), in one compiled
     loop (``kernels.dominant_shares``)."""
     dom = np.zeros(len(q.tenants))
