@@ -16,6 +16,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from libs.policy import filters as F
+from libs.policy import kernels as K
 from libs.policy.cluster import EPS, ClusterView
 from libs.policy.config import PolicyConfig
 from libs.policy.types import Reservation, RunningJob
@@ -278,29 +279,31 @@ def reserve(
     enough (e.g. every eligible node is cordoned). ``exclude`` (bool[N]): nodes another
     reservation already holds."""
     rel = running if isinstance(running, RunningSet) else RunningSet(running)
-    # nodes that could hold it and are neither cordoned nor hot (F.available: the cordon and
-    # thermal filters, memoised on the view)
-    ok = F.static_mask(spec, view) & F.available(view, cfg)
-    if exclude is not None:
-        ok = ok & ~exclude
-    eligible = np.flatnonzero(ok)
-    # a node that cannot take the job now needs at least its first release: visit nodes by
-    # that lower bound and stop once it is no better than the best exact start found. Ties
-    # go to the lowest node index whatever the visiting order: the visiting order moves with
-    # ``now`` (an overdue job counts as ending now), the answer must not, or a reservation
-    # memoised in an earlier pass (scheduler._reserve) would differ from a fresh one
+    # eligible: nodes that could hold it and are neither cordoned nor hot (F.available: the
+    # cordon and thermal filters, memoised on the view), and not ``exclude``. One that fits
+    # now (F.fit_now: memoised per shape until the view changes; the pass already asked it
+    # for this job) starts it now: the lowest such node. Otherwise a node needs at least its
+    # first release: visit nodes by that lower bound and stop once it is no better than the
+    # best exact start found. Ties go to the lowest node index whatever the visiting order:
+    # the visiting order moves with ``now`` (an overdue job counts as ending now), the answer
+    # must not, or a reservation memoised in an earlier pass (scheduler._reserve) would
+    # differ from a fresh one
+    n_nodes = len(view.node_ids)
+    now_node, lbs, nodes = K.reserve_candidates(
+        F.static_mask(spec, view),
+        F.available(view, cfg),
+        _no_exclusion(n_nodes) if exclude is None else exclude,
+        F.fit_now(spec, view, cfg),
+        rel.first_end_array(n_nodes),
+        float(now),
+    )
     best: tuple[float, int] | None = None
-    # fit_now = static & dynamic filters (memoised per shape until the view changes; the pass
-    # already asked it for this job), and eligible nodes pass the static ones
-    now_ok = np.flatnonzero(F.fit_now(spec, view, cfg)[eligible])
-    if len(now_ok):
-        best = (now, int(eligible[now_ok[0]]))
-    if best is None:
+    if now_node >= 0:
+        best = (now, int(now_node))
+    else:
         memo = view.dyn_cache.setdefault("earliest_start", {})
-        lbs = np.maximum(rel.first_end_array(len(view.node_ids))[eligible], now)
-        by = np.lexsort((eligible, lbs))  # by (bound, node), as sorted() of the pairs would
-        for lb, n in zip(lbs[by].tolist(), eligible[by].tolist(), strict=True):
-            if lb == float("inf") or (best is not None and (lb, n) > best):
+        for lb, n in zip(lbs.tolist(), nodes.tolist(), strict=True):
+            if best is not None and (lb, n) > best:
                 break
             t = _earliest_start_memo(spec, view, n, rel.on_node(n), now, memo)
             if t < float("inf") and (best is None or (t, n) < best):
@@ -308,6 +311,18 @@ def reserve(
     if best is None:
         return None
     return Reservation(job_id, best[1], view.node_ids[best[1]], best[0])
+
+
+def _no_exclusion(n: int) -> np.ndarray:
+    """bool[n] all False, shared (read-only)."""
+    hit = _NO_EXCLUSION.get(n)
+    if hit is None:
+        hit = _NO_EXCLUSION[n] = np.zeros(n, dtype=bool)
+        hit.setflags(write=False)
+    return hit
+
+
+_NO_EXCLUSION: dict[int, np.ndarray] = {}
 
 
 def delays(

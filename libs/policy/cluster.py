@@ -220,7 +220,7 @@ class ClusterView:
         hit = self.dyn_cache.get("load")
         if hit is not None and hit[0] == self.gen:
             return hit[1]
-        total = float(self.gpu_total.sum())
+        total = float(self.total_gpus())
         load = 0.0 if total <= 0 else float(1.0 - self.gpu_free.sum() / total)
         self.dyn_cache["load"] = (self.gen, load)
         return load

@@ -636,3 +636,33 @@ def test_groups_in_order_matches_np_unique(ids):
     order = np.argsort(first)
     got = K.groups_in_order(ids)
     assert got[0].tolist() == uniq[order].tolist() and got[1].tolist() == counts[order].tolist()
+
+
+def reserve_candidates_numpy(static, available, exclude, fit, first_end, now):
+    """The node selection of ``backfill.reserve`` as it was written in numpy (the oracle)."""
+    eligible = np.flatnonzero(static & available & ~exclude)
+    now_ok = np.flatnonzero(fit[eligible])
+    if len(now_ok):
+        return int(eligible[now_ok[0]]), [], []
+    lbs = np.maximum(first_end[eligible], now)
+    by = np.lexsort((eligible, lbs))
+    keep = [k for k in by.tolist() if lbs[k] < np.inf]
+    return -1, lbs[keep].tolist(), eligible[keep].tolist()
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.integers(1, 40), st.data())
+def test_reserve_candidates_matches_numpy(n, data):
+    def mask(p):
+        return np.array(data.draw(st.lists(st.booleans(), min_size=n, max_size=n))) & (
+            np.array(data.draw(st.lists(st.floats(0, 1), min_size=n, max_size=n))) < p
+        )
+
+    static, available, exclude = mask(0.9), mask(0.9), mask(0.2)
+    fit = mask(0.1) & static & available
+    ends = st.sampled_from([5.0, 10.0, 10.0, 30.0, np.inf])
+    first_end = np.array(data.draw(st.lists(ends, min_size=n, max_size=n)))
+    now = data.draw(st.sampled_from([0.0, 10.0, 20.0]))
+    node, lbs, nodes = K.reserve_candidates(static, available, exclude, fit, first_end, now)
+    want = reserve_candidates_numpy(static, available, exclude, fit, first_end, now)
+    assert (int(node), lbs.tolist(), nodes.tolist()) == want

@@ -61,6 +61,7 @@ class Mosaic(BasePolicy):
         self.by_id: dict[str, SimJob] = {}
         self.running = B.RunningSet()  # kept across passes, as the scheduler asks
         self.usage: dict[str, np.ndarray] = {}
+        self._ever: dict[tuple, bool] = {}  # can_ever_place per request shape
         self._applied: set[tuple] = set()
         n = len(self.view.node_ids)
         self.resume_s = self.cfg.resume_s
@@ -96,7 +97,13 @@ class Mosaic(BasePolicy):
         self._green_wake_order = np.lexsort((np.arange(n), epw[self.view.model_idx]))
 
     def can_ever_place(self, job: SimJob) -> bool:
-        return F.never_fits(job.spec, self.view.nodes) is None
+        # per request shape: the nodes never change in a run (never_fits would check that
+        # the node list is the same, 170 identity tests, on every arrival)
+        key = F.shape_key(job.spec)
+        hit = self._ever.get(key)
+        if hit is None:
+            hit = self._ever[key] = F.never_fits(job.spec, self.view.nodes) is None
+        return hit
 
     # ----- keeping the policy's records in step with the engine ----------------------------
     def _mirror(self, kind: str, alloc: Allocation) -> None:
