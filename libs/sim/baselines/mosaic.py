@@ -77,7 +77,10 @@ class Mosaic(BasePolicy):
         self._blocked_green = np.zeros(0, dtype=bool)
         self._blocked_ver = 0  # bumped when the blocked jobs change (the power memo's key)
         self._plan_key: tuple | None = None  # inputs of the last power plan, when it was empty
-        self._last_step: tuple | None = None  # (inputs, next due time) of an empty power step
+        # (inputs, view.gen or None, next due time) of a power step that decided nothing
+        self._last_step: tuple | None = None
+        self._empty = power.empty_nodes(self.view).copy()  # as last seen (``_note_empty``)
+        self._power_ver = 0  # bumped when a node's emptiness or idle time changes
         self._blocked_starts = 0  # blocked jobs started since (they leave the queue only so)
         # power.Demand of the blocked jobs still queued, by kind, and what they were built for
         self._demands: dict[str, power.Demand] = {}
@@ -111,12 +114,22 @@ class Mosaic(BasePolicy):
         if kind == "allocate":
             if key in self._applied:
                 self._applied.discard(key)  # the scheduler already applied it to the view
+                self._note_empty(self.view.index[alloc.node])
                 return
             self.view.allocate(alloc)
         else:
             self.view.release(alloc)
         if kind == "allocate":
             self._idle_since[self.view.index[alloc.node]] = np.nan
+        self._note_empty(self.view.index[alloc.node])
+
+    def _note_empty(self, i: int) -> None:
+        """Bump ``_power_ver`` when node ``i`` became empty or stopped being empty
+        (``power.empty_nodes``): what the power step reads of the view when no node is due."""
+        empty = bool(self.view.whole_free[i] >= self.view.gpu_total[i])
+        if empty != self._empty[i]:
+            self._empty[i] = empty
+            self._power_ver += 1
 
     def enqueued(self, job: SimJob, now: float) -> None:
         self.by_id[job.spec.id] = job
@@ -214,11 +227,19 @@ class Mosaic(BasePolicy):
         if not self.cfg.power_saving:
             return [], [], None
         # nothing changed since a step that decided nothing, and no node has become due to
-        # sleep since (that happens at the returned time at the earliest): the same answer
-        key = (self.view.gen, self._blocked_ver, self._blocked_starts, self._reserved)
+        # sleep since (that happens at the returned time at the earliest): the same answer.
+        # Of the view, a step reads which nodes are empty (``_power_ver``) and, only when
+        # some node is due to sleep, the free GPUs of the warm reserve (``view.gen``): most
+        # events start or end a job on a node that stays busy, and change neither
+        key = (self._power_ver, self._blocked_ver, self._blocked_starts, self._reserved)
         last = self._last_step
-        if last is not None and last[0] == key and (last[1] is None or now < last[1]):
-            return [], [], last[1]
+        if (
+            last is not None
+            and last[0] == key
+            and (last[1] is None or last[1] == self.view.gen)
+            and (last[2] is None or now < last[2])
+        ):
+            return [], [], last[2]
         due, any_asleep, any_due, nxt = self._due(now)
         if any_asleep or any_due:
             p = self._power_plan(now - self._idle_since, due)
@@ -234,7 +255,8 @@ class Mosaic(BasePolicy):
         if p.suspend or p.resume:  # next look: when the next awake idle node becomes due
             nxt = self._due(now)[3]
         nxt = None if nxt == np.inf else float(nxt)
-        self._last_step = None if p.suspend or p.resume else (key, nxt)
+        gen = self.view.gen if any_due else None
+        self._last_step = None if p.suspend or p.resume else (key, gen, nxt)
         return [ids[i] for i in p.suspend], [ids[i] for i in p.resume], nxt
 
     def _due(self, now: float) -> tuple[np.ndarray, bool, bool, float]:
@@ -334,4 +356,5 @@ class Mosaic(BasePolicy):
         i = self.view.index[node_id]
         self._resuming[i] = False
         self._idle_since[i] = now
+        self._power_ver += 1
         self.view.set_cordoned(node_id, False)
