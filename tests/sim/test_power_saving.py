@@ -14,6 +14,7 @@ from libs.policy.profiles import ProfileTable
 from libs.sim import bounds as B
 from libs.sim import metrics as M
 from libs.sim.baselines import make_policy
+from libs.sim.baselines.mosaic import Mosaic
 from libs.sim.engine import Engine
 from libs.sim.state import COMPLETED
 from tests.sim.helpers import job
@@ -68,3 +69,63 @@ def test_baselines_never_suspend():
     eng = Engine(trace, NODES, make_policy("fifo"), PROFILES)
     m = M.compute(eng.run())
     assert m["node_suspend_hours"] == 0 and m["idle_saved_kwh"] == 0
+
+
+class _NoPowerMemo(Mosaic):
+    """Mosaic with the power step's memos emptied before every step: each step decides from
+    scratch (the oracle for the memoised steps)."""
+
+    def power_step(self, now: float):
+        self._last_step = None
+        self._plan_key = None
+        return super().power_step(now)
+
+
+def _waves() -> list:
+    """Waves of mixed jobs (fractions to whole nodes, minutes to hours) with quiet gaps, so
+    nodes empty at different times, fall asleep and are woken while others stay busy."""
+    out = []
+    for w, t0 in enumerate((0.0, 9_000.0, 30_000.0, 31_000.0, 80_000.0)):
+        for i in range(40):
+            gpus = (0.5, 1.0, 2.0, 4.0, 8.0)[(i * 7 + w) % 5]
+            runtime = 600.0 * (1 + (i * 13 + w) % 9)
+            out.append(job(f"w{w}-{i}", t0 + 37.0 * i, runtime, gpus=gpus, priority=i % 10))
+    return out
+
+
+def test_power_memos_decide_as_a_step_from_scratch():
+    trace = _waves()
+    cfg = PolicyConfig.default()
+    runs = []
+    for policy in (Mosaic(cfg), _NoPowerMemo(cfg)):
+        eng = Engine(trace, NODES, policy, PROFILES)
+        runs.append(eng.run())
+    memo, fresh = runs
+    assert fresh.node_suspend_s > 0  # the trace exercises suspends (and so resumes)
+    assert memo.node_suspend_s == fresh.node_suspend_s
+    assert memo.idle_saved_j == fresh.idle_saved_j
+
+    def life(run):
+        return [(j.spec.id, j.first_start_s, j.end_s, j.model, j.energy_active_j) for j in run.jobs]
+
+    assert life(memo) == life(fresh)
+
+
+def test_power_memo_sees_the_warm_reserve_free_up():
+    """An empty A100 node is due to sleep but the warm reserve keeps it up, while the other
+    A100 node is full; a job ending there (the node stays busy: no node empties) frees enough
+    A100 GPUs for the reserve, and the empty node must go to sleep then, not only when the
+    next node empties."""
+    cfg = dataclasses.replace(PolicyConfig.default(), warm_reserve_frac=0.2)
+    trace = [
+        job("long", 0.0, 10_000.0, gpus=4.0, constraints=("a100",)),
+        job("short", 1.0, 5_000.0, gpus=4.0, constraints=("a100",)),
+        # an event in between, so that a step decides nothing while the A100 node is due
+        job("tick", 1_000.0, 100.0, gpus=1.0, constraints=("t4",)),
+    ]
+    runs = [Engine(trace, NODES, p, PROFILES).run() for p in (Mosaic(cfg), _NoPowerMemo(cfg))]
+    memo, fresh = runs
+    models = {j.spec.id: j.model for j in fresh.jobs}
+    assert models == {"long": "a100-80gb", "short": "a100-80gb", "tick": "t4"}
+    assert memo.node_suspend_s == fresh.node_suspend_s
+    assert memo.idle_saved_j == fresh.idle_saved_j
