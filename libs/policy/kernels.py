@@ -521,6 +521,41 @@ def urgency_many(deadline, now, remaining, scale, missed):
 
 
 @compiled
+def _score_terms(
+    prio,
+    es,
+    enq,
+    est,
+    prog,
+    deadline,
+    dom,
+    n_tenants,
+    best,
+    now,
+    aging_per_h,
+    scale,
+    missed,
+    w_fair,
+    w_energy,
+    w_deadline,
+    w_priority,
+):
+    """(base, fair share, energy, urgency, aging, score) of one queued job: the operations, and
+    their order, of the numpy expressions the module docstring of ``priority`` writes down.
+    ``dom``: its tenant's dominant share; ``best``: the fastest speed for its workload class.
+    The one definition both ``priority_terms`` and ``score_table_rows`` use."""
+    base = (prio + 1.0) / 10.0
+    fair = 1.0 / (1.0 + dom * n_tenants)
+    energy = 1.0 - _clip01(es)
+    remaining = est * _clip01(1.0 - prog) / best
+    urg = urgency_of(deadline, now, remaining, scale, missed)
+    waited = now - enq
+    aging = aging_per_h * (0.0 if waited < 0.0 else waited) / 3600.0
+    mix = w_fair * fair + w_energy * energy + w_deadline * urg + w_priority
+    return base, fair, energy, urg, aging, base * mix + aging
+
+
+@compiled
 def priority_terms(
     prio,
     es,
@@ -544,28 +579,79 @@ def priority_terms(
 ):
     """float[6, rows]: the terms of ``priority.score_arrays`` per queued row (base, fair share,
     energy, urgency, aging) and the score, base x (w_fair fair + w_energy energy + w_deadline
-    urgency + w_priority) + aging. ``tenant_dom``: dominant share per tenant index; ``best``:
-    the fastest speed per workload class. The operations, and their order, of the numpy
-    expressions the module docstring of ``priority`` writes down, one row at a time: a pass
-    scores the one or two jobs queued since the last, where numpy's fixed cost per call was
-    most of the time."""
+    urgency + w_priority) + aging (``_score_terms``). ``tenant_dom``: dominant share per
+    tenant index; ``best``: the fastest speed per workload class. A pass scores the one or
+    two jobs queued since the last, where numpy's fixed cost per call was most of the time."""
     n = len(prio)
     out = np.empty((6, n))
     for i in range(n):
-        base = (prio[i] + 1.0) / 10.0
-        fair = 1.0 / (1.0 + tenant_dom[tenant[i]] * n_tenants)
-        energy = 1.0 - _clip01(es[i])
-        remaining = est[i] * _clip01(1.0 - prog[i]) / best[cls[i]]
-        urg = urgency_of(deadline[i], now, remaining, urgency_scale_s, urgency_missed)
-        waited = now - enq[i]
-        aging = aging_per_h * (0.0 if waited < 0.0 else waited) / 3600.0
-        mix = w_fair * fair + w_energy * energy + w_deadline * urg + w_priority
-        out[0, i] = base
-        out[1, i] = fair
-        out[2, i] = energy
-        out[3, i] = urg
-        out[4, i] = aging
-        out[5, i] = base * mix + aging
+        t = _score_terms(
+            prio[i],
+            es[i],
+            enq[i],
+            est[i],
+            prog[i],
+            deadline[i],
+            tenant_dom[tenant[i]],
+            n_tenants,
+            best[cls[i]],
+            now,
+            aging_per_h,
+            urgency_scale_s,
+            urgency_missed,
+            w_fair,
+            w_energy,
+            w_deadline,
+            w_priority,
+        )
+        for k in range(6):
+            out[k, i] = t[k]
+    return out
+
+
+@compiled
+def score_table_rows(
+    table,
+    rows,
+    tenant_dom,
+    n_tenants,
+    best,
+    now,
+    aging_per_h,
+    urgency_scale_s,
+    urgency_missed,
+    w_fair,
+    w_energy,
+    w_deadline,
+    w_priority,
+):
+    """float[len(rows)]: the score (``_score_terms``) of rows of a queue's table, float[row,
+    column] in ``queue.COLUMNS`` order (prio, es, enq, est, prog, deadline, gpus, cls,
+    tenant): the one or two rows queued since the last pass, read in place instead of
+    through a ``QueueArrays`` of them."""
+    out = np.empty(len(rows))
+    for i in range(len(rows)):
+        r = rows[i]
+        t = _score_terms(
+            table[r, 0],
+            table[r, 1],
+            table[r, 2],
+            table[r, 3],
+            table[r, 4],
+            table[r, 5],
+            tenant_dom[np.int64(table[r, 8])],
+            n_tenants,
+            best[np.int64(table[r, 7])],
+            now,
+            aging_per_h,
+            urgency_scale_s,
+            urgency_missed,
+            w_fair,
+            w_energy,
+            w_deadline,
+            w_priority,
+        )
+        out[i] = t[5]
     return out
 
 

@@ -19,7 +19,7 @@ score = p × (w_fair·fair_share + w_energy·(1 − energy_sensitivity) + w_dead
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -28,11 +28,12 @@ from libs.policy import kernels as K
 from libs.policy.cluster import RESOURCES
 from libs.policy.config import PolicyConfig, RegimeWeights
 from libs.policy.profiles import ProfileTable
-from libs.policy.queue import QueueArrays
+from libs.policy.queue import COLUMNS, PendingQueue, QueueArrays
 from libs.policy.types import PendingJob, RankResult
 from proto.jobs import WORKLOAD_CLASSES
 
 TERMS: tuple[str, ...] = ("base", "fair_share", "energy", "urgency", "aging")
+_TENANT_COLUMN = COLUMNS.index("tenant")
 
 
 def regime(load: float, cfg: PolicyConfig) -> str:
@@ -105,9 +106,19 @@ def tenant_dominant_shares(
     """float per index of ``q.tenants``: the dominant share (``dominant_share``) of each tenant
     with a job in ``q`` (0 for a tenant without usage, and for the others), in one compiled
     loop (``kernels.dominant_shares``)."""
-    dom = np.zeros(len(q.tenants))
-    names = q.tenants
-    used = [k for k in set(q.tenant.tolist()) if names[k] in tenant_usage]
+    return _shares_by_index(set(q.tenant.tolist()), q.tenants, tenant_usage, capacity)
+
+
+def _shares_by_index(
+    indices: Iterable[int],
+    names: Sequence[str],
+    tenant_usage: Mapping[str, np.ndarray | float],
+    capacity: np.ndarray,
+) -> np.ndarray:
+    """float per index of ``names``: the dominant share of each of ``indices`` that has
+    usage, 0 elsewhere."""
+    dom = np.zeros(len(names))
+    used = [k for k in indices if names[k] in tenant_usage]
     if used:
         u = _usage_matrix([tenant_usage[names[k]] for k in used])
         dom[used] = K.dominant_shares(u, np.asarray(capacity, dtype=float))
@@ -277,6 +288,48 @@ def score_arrays(
         float(w.priority),
     )
     return out[5], dict(zip(TERMS, out[:5], strict=True)), reg
+
+
+def score_queue_rows(
+    queue: PendingQueue,
+    rows: np.ndarray,
+    *,
+    now: float,
+    load: float,
+    tenant_usage: Mapping[str, np.ndarray | float],
+    capacity: Any,
+    cfg: PolicyConfig,
+    profiles: ProfileTable,
+    n_tenants: int,
+) -> np.ndarray:
+    """``score_arrays(queue.rows(rows), ..., n_tenants=n_tenants)``'s scores, read from the
+    queue's table in place (``kernels.score_table_rows``, the same per-job arithmetic): a pass
+    scores the one or two jobs queued since the last, and building their columns cost as
+    much as scoring them. ``n_tenants``: the fair share's tenant count of the whole queue."""
+    cap, mods = _capacity_and_models(capacity, None)
+    _, w = regime_weights(load, cfg)
+    table = queue.table()
+    dom = _shares_by_index(
+        set(table[rows, _TENANT_COLUMN].astype(np.int64).tolist()),
+        queue.tenant_names(),
+        tenant_usage,
+        cap,
+    )
+    return K.score_table_rows(
+        table,
+        rows,
+        dom,
+        float(max(n_tenants, 1)),
+        best_speed_per_class(profiles, mods),
+        float(now),
+        float(cfg.aging_per_h),
+        float(cfg.urgency_scale_s),
+        float(cfg.urgency_missed),
+        float(w.fair_share),
+        float(w.energy),
+        float(w.deadline),
+        float(w.priority),
+    )
 
 
 def urgency(

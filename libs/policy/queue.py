@@ -24,7 +24,9 @@ from proto.jobs import WORKLOAD_CLASSES
 CLASS_INDEX = {c: i for i, c in enumerate(WORKLOAD_CLASSES)}
 _NO_ROWS = np.zeros(0, dtype=np.int64)
 _NO_ROWS.setflags(write=False)
-_COLUMNS = ("prio", "es", "enq", "est", "prog", "deadline", "gpus", "cls", "tenant")
+# the queue's table, one float column each (``PendingQueue.table``); kernels.score_table_rows
+# reads it in this order
+COLUMNS = ("prio", "es", "enq", "est", "prog", "deadline", "gpus", "cls", "tenant")
 
 
 @dataclass(slots=True)
@@ -49,7 +51,7 @@ class QueueArrays:
             return jobs.arrays()
         tenants: dict[str, int] = {}
         rows = [_row(j, tenants) for j in jobs]
-        a = np.array(rows, dtype=float).reshape(len(rows), len(_COLUMNS))
+        a = np.array(rows, dtype=float).reshape(len(rows), len(COLUMNS))
         return cls(
             *(a[:, k] for k in range(7)),
             a[:, 7].astype(np.int64),
@@ -61,7 +63,7 @@ class QueueArrays:
 def take(q: QueueArrays, rows: np.ndarray) -> QueueArrays:
     """The rows ``rows`` of ``q`` (same tenant list, so tenant indices keep their meaning)."""
     return QueueArrays(
-        *(getattr(q, c)[rows] for c in _COLUMNS),
+        *(getattr(q, c)[rows] for c in COLUMNS),
         q.tenants,
     )
 
@@ -90,7 +92,7 @@ class PendingQueue(Sequence[PendingJob]):
         self._pos: dict[str, int] = {}
         self._tenants: dict[str, int] = {}
         self._tenant_names: list[str] = []  # by tenant index: ``QueueArrays.tenants`` (shared)
-        self._data = np.zeros((max(16, len(jobs)), len(_COLUMNS)))
+        self._data = np.zeros((max(16, len(jobs)), len(COLUMNS)))
         # cached priority score per row (NaN = not scored since added); owned by the scheduler's
         # rank epochs (libs.policy.scheduler), moved with its row
         self._score = np.full(len(self._data), np.nan)
@@ -258,6 +260,15 @@ class PendingQueue(Sequence[PendingJob]):
             d[:, 8].astype(np.int64),
             self._tenant_names,
         )
+
+    def table(self) -> np.ndarray:
+        """float[row, column], the queued jobs' numbers in ``COLUMNS`` order (a read-only
+        view by convention)."""
+        return self._data[: len(self._jobs)]
+
+    def tenant_names(self) -> list[str]:
+        """Tenant names by the index the table's tenant column holds (shared, read-only)."""
+        return self._tenant_names
 
     def unscored_rows(self) -> np.ndarray:
         """Rows added (or replaced) since the scheduler last scored them (then marked scored:

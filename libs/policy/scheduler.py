@@ -40,7 +40,7 @@ from libs.policy.cluster import EPS, ClusterView
 from libs.policy.config import PolicyConfig
 from libs.policy.filters import shape_key
 from libs.policy.placement import PlaceContext, place, to_allocation
-from libs.policy.priority import order_of, regime, score_arrays
+from libs.policy.priority import order_of, regime, score_arrays, score_queue_rows
 from libs.policy.profiles import ProfileTable
 from libs.policy.queue import PendingQueue, QueueArrays, take
 from libs.policy.scores import SizeMix
@@ -566,10 +566,9 @@ def _rank(
     new = pending.unscored_rows()
     if len(new):
         n_tenants = pending.tenant_count(tenant_usage)
-        sub, _, _ = score_arrays(
-            pending.rows(new), now=epoch[0], load=load, n_tenants=n_tenants, **kw
+        col[new] = score_queue_rows(
+            pending, new, now=epoch[0], load=load, n_tenants=n_tenants, **kw
         )
-        col[new] = sub
         for i in new.tolist():
             pending.book_insert(i)
     book, complete = pending.book()

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import dataclasses
 
+import msgspec
 import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -414,3 +415,40 @@ def test_queue_tenant_count_is_the_fair_share_count(specs, used, leave):
         a = score_arrays(qa, profiles=P, present=present, **kw)
         b = score_arrays(qa, profiles=P, n_tenants=q.tenant_count(usage), **kw)
         assert np.array_equal(a[0], b[0]) and np.array_equal(a[1]["fair_share"], b[1]["fair_share"])
+
+
+@settings(max_examples=100, deadline=None)
+@given(
+    jobs(prefix="q"),
+    st.lists(st.sampled_from(["a", "b", "c", "x", "y"]), max_size=5),
+    st.lists(st.booleans(), min_size=12, max_size=12),
+    st.data(),
+)
+def test_scores_read_from_the_queue_table_are_score_arrays(specs, used, leave, data):
+    """``priority.score_queue_rows`` (read in place from the queue's table, as a pass scores
+    the jobs queued since the last) gives the numbers ``score_arrays`` gives for the same
+    rows' columns, after rows moved (removals swap the last row in)."""
+    from libs.policy.priority import score_arrays, score_queue_rows
+
+    # deadlines from missed to far, so urgency (which reads the runtime) is not 0
+    specs = [
+        msgspec.structs.replace(s, deadline=None if i % 4 == 3 else 2000.0 + 4000.0 * i)
+        for i, s in enumerate(specs)
+    ]
+    q = PendingQueue(
+        [PendingJob(s, enqueued_at=float(i), progress=0.3 * (i % 3)) for i, s in enumerate(specs)]
+    )
+    for s, gone in zip(specs, leave, strict=False):
+        if gone and len(q) > 1:
+            q.remove(s.id)
+    usage = {t: np.array([1.0, 8.0, 4.0, 2.0]) for t in used}
+    rows = np.array(
+        data.draw(st.lists(st.integers(0, len(q) - 1), min_size=1, max_size=4, unique=True)),
+        dtype=np.int64,
+    )
+    cap = np.array([64.0, 512.0, 1024.0, 256.0])
+    kw = {"now": 5000.0, "load": 0.9, "tenant_usage": usage, "capacity": cap, "cfg": CFG}
+    n = q.tenant_count(usage)
+    want = score_arrays(q.rows(rows), profiles=P, n_tenants=n, **kw)[0]
+    got = score_queue_rows(q, rows, profiles=P, n_tenants=n, **kw)
+    assert np.array_equal(got, want)
