@@ -26,7 +26,7 @@ from __future__ import annotations
 import itertools
 import math
 from collections.abc import Collection, Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -53,6 +53,35 @@ class Demand:
     ``plan`` the list each time."""
 
     groups: tuple[tuple[JobSpec, int], ...]  # (a spec of the shape, jobs of that shape)
+    # the groups' static masks, kept for the view they were made for (``static_masks``), and
+    # their job counts and GPUs per job (``counts_and_needs``)
+    _static: list = field(default_factory=list, compare=False, repr=False)
+    _counts: list = field(default_factory=list, compare=False, repr=False)
+
+    def counts_and_needs(self) -> tuple[np.ndarray, np.ndarray]:
+        """(jobs per group, GPUs each job of the group asks), as arrays (kept)."""
+        if not self._counts:
+            self._counts[:] = [
+                np.array([c for _, c in self.groups], dtype=np.int64),
+                np.array([float(spec.gpus) for spec, _ in self.groups], dtype=float),
+            ]
+        return self._counts[0], self._counts[1]
+
+    def static_masks(self, view: ClusterView) -> np.ndarray:
+        """bool[group, node]: ``F.static_mask`` of each group's shape, kept for the last view
+        asked (node specs never change in a view): a caller that keeps its ``Demand`` has
+        ``plan`` asked again as power states change, with the same groups."""
+        memo = self._static
+        if memo and memo[0] is view.static_cache:
+            return memo[1]
+        n = len(view.node_ids)
+        static = (
+            np.stack([F.static_mask(spec, view) for spec, _ in self.groups])
+            if self.groups
+            else np.zeros((0, n), dtype=bool)
+        )
+        memo[:] = [view.static_cache, static]
+        return static
 
     @classmethod
     def of(cls, blocked: Iterable[JobSpec], cap: int) -> Demand:
@@ -120,20 +149,14 @@ def plan(
     if not isinstance(blocked, Demand):
         blocked = Demand.of(blocked, cfg.power_demand_cap)
     # --- resume: blocked jobs that some suspended node could hold --------------------------
-    groups = blocked.groups
-    static = (
-        np.stack([F.static_mask(spec, view) for spec, _ in groups])
-        if groups
-        else np.zeros((0, n), dtype=bool)
-    )
+    static = blocked.static_masks(view)
     claim = np.where(resuming, view.gpu_total, 0).astype(float)  # unclaimed GPUs booting
     rank = np.arange(n) if prefer is None else np.asarray(prefer, dtype=np.int64)
     # one compiled loop over the blocked jobs (a Python step with two numpy calls per job
     # was most of a plan's time while nodes were down)
     woken, needed = K.power_resume(
         static,
-        np.array([c for _, c in groups], dtype=np.int64),
-        np.array([float(spec.gpus) for spec, _ in groups], dtype=float),
+        *blocked.counts_and_needs(),
         claim,
         suspended.copy(),
         rank,
