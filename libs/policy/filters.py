@@ -202,32 +202,43 @@ def fit_now_shapes(
     static: np.ndarray,
     requests: np.ndarray,
     keys: Sequence[tuple] | None = None,
-) -> np.ndarray:
-    """``fit_now`` of several request shapes at once, bool[len(shapes), node]. ``shapes``:
-    indices into ``specs`` (one spec per shape), into ``static`` (their ``static_mask`` rows),
-    into ``requests`` (``shape_requests(specs)``) and into ``keys`` (their ``shape_key``s, or
-    None); the caller keeps them all. Whole-GPU shapes are answered in one compiled loop (the
-    comparisons ``fit_now`` makes, so the answers are the same); fractional ones go through
-    ``fit_now``. Read-only; every row is filed in ``fit_now``'s memo for the view as it is."""
-    out = K.fit_whole(
+) -> tuple[np.ndarray, dict[int, str]]:
+    """(``fit_now`` of several request shapes at once, bool[len(shapes), node]; the shapes
+    that fit no node now, shape index -> ``refusal_reason(spec)[0]``). ``shapes``: indices
+    into ``specs`` (one spec per shape), into ``static`` (their ``static_mask`` rows), into
+    ``requests`` (``shape_requests(specs)``) and into ``keys`` (their ``shape_key``s, or
+    None); the caller keeps them all. One compiled call (``kernels.screen_shapes``: the
+    comparisons ``fit_now`` makes and the reasons ``_dynamic_reasons`` gives, so the answers
+    are the same). Read-only; the rows of the shapes that fit somewhere are filed in
+    ``fit_now``'s memo for the view as it is (the pass places rows of those shapes next)."""
+    out, why = K.screen_shapes(
         shapes,
         static,
         requests,
         available(view, cfg),
+        view.cordoned,
         view.whole_free,
         view.host_mem_free_gb,
         view.cpus_free,
+        view.gpu_free,
+        view.gpu_mem_free_gb,
         EPS,
     )
-    for i in np.flatnonzero(requests[shapes, 0] != 0.0).tolist():
-        out[i] = fit_now(specs[int(shapes[i])], view, cfg)
-    # the same masks fit_now would give: file them in its memo (the pass places rows of these
-    # shapes next, on this same view)
     out.setflags(write=False)
     memo = _fit_now_memo(view, cfg)
-    for i, k in enumerate(shapes.tolist()):
-        memo.setdefault(shape_key(specs[k]) if keys is None else keys[k], out[i])
-    return out
+    refused: dict[int, str] = {}
+    for i, (k, w) in enumerate(zip(shapes.tolist(), why.tolist(), strict=True)):
+        if w == 0:
+            memo.setdefault(shape_key(specs[k]) if keys is None else keys[k], out[i])
+        else:
+            refused[k] = (
+                _REFUSALS[w] if w < len(_REFUSALS) else refusal_reason(specs[k], view, cfg)[0]
+            )
+    return out, refused
+
+
+# the reasons ``kernels.screen_shapes`` codes (0: fits; 4: never, ``refusal_reason`` tells why)
+_REFUSALS = ("", "Resources", "Thermal", "Cordoned")
 
 
 def explain_nodes(spec: JobSpec, view: ClusterView, cfg: PolicyConfig) -> dict[str, str]:
@@ -322,21 +333,6 @@ def _dynamic_reasons(
         "Resources" if c else "Thermal" if u else "Cordoned"
         for u, c in zip(uncordoned.tolist(), usable.tolist(), strict=True)
     ]
-
-
-def refusal_reasons_many(
-    specs: Sequence[JobSpec], view: ClusterView, cfg: PolicyConfig, static: np.ndarray
-) -> list[str]:
-    """``refusal_reason(spec)[0]`` of several request shapes no node can take now, with their
-    ``static_mask`` rows stacked in ``static`` (as ``fit_now_many`` takes them): one pass of
-    the cordon and thermal checks for every shape that some node could ever hold; the others
-    (never placeable, rare in a queue) go through ``refusal_reason``."""
-    if not len(specs):
-        return []
-    out = _dynamic_reasons(specs[0], static, view, cfg)
-    for i in np.flatnonzero(~static.any(axis=1)).tolist():
-        out[i] = refusal_reason(specs[i], view, cfg)[0]
-    return out
 
 
 _NEVER_MEMO: dict[int, tuple[tuple[NodeSpec, ...], list[NodeSpec], dict]] = {}

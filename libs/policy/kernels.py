@@ -202,6 +202,64 @@ def fit_whole(shapes, static, req, available, whole_free, host_free, cpus_free, 
 
 
 @compiled
+def screen_shapes(
+    shapes,
+    static,
+    req,
+    available,
+    cordoned,
+    whole_free,
+    host_free,
+    cpus_free,
+    gpu_free,
+    gpu_mem_free,
+    eps,
+):
+    """(fits, why): ``fits`` bool[len(shapes), N], each shape's ``fit_one`` (``fit_whole``
+    for whole GPUs, ``fit_one`` for a fraction); ``why`` per shape: 0 when it fits some node,
+    else the refusal the dynamic filters give (``filters._dynamic_reasons``): 1 Resources (some
+    node that could hold it is up and cool), 2 Thermal (some is uncordoned, all of those
+    hot), 3 Cordoned; 4 when no node could ever hold it (``static`` row empty: the caller asks
+    ``filters.refusal_reason`` which static filter). The bulk walk's screen in one call."""
+    fits = fit_whole(shapes, static, req, available, whole_free, host_free, cpus_free, eps)
+    n_nodes = len(available)
+    why = np.zeros(len(shapes), dtype=np.int64)
+    for i in range(len(shapes)):
+        s = shapes[i]
+        if req[s, 0] != 0.0:
+            fits[i] = fit_one(
+                static[s],
+                req[s],
+                available,
+                whole_free,
+                host_free,
+                cpus_free,
+                gpu_free,
+                gpu_mem_free,
+                eps,
+            )
+        fit = False
+        for n in range(n_nodes):
+            if fits[i, n]:
+                fit = True
+                break
+        if fit:
+            continue
+        ever = False
+        usable = False
+        uncordoned = False
+        for n in range(n_nodes):
+            if static[s, n]:
+                ever = True
+                if available[n]:
+                    usable = True
+                if not cordoned[n]:
+                    uncordoned = True
+        why[i] = 4 if not ever else (1 if usable else (2 if uncordoned else 3))
+    return fits, why
+
+
+@compiled
 def groups_fit(fits, inv, codes, model_idx, allowed):
     """bool per group: its shape (row ``inv[g]`` of ``fits``) fits some node now; for a group
     whose slow-model code holds some models (bit m: model m), some node of a model not held

@@ -655,15 +655,13 @@ class _DeadRows:
             return
         shapes, inv = K.unique_sorted(self.g_shape[gi])  # g_shape is sorted (by g_key)
         static = _per_shape(view, "static_masks", shape_specs, _static_masks(view))
-        fits = F.fit_now_shapes(shapes, shape_specs, view, cfg, static, self.requests, shape_keys)
-        fit_any = fits.any(axis=1)
-        bad = np.flatnonzero(~fit_any)
-        if len(bad):
-            ks = shapes[bad].tolist()
-            why = F.refusal_reasons_many([shape_specs[k] for k in ks], view, cfg, static[ks])
-            for k, w in zip(ks, why, strict=True):
+        fits, refused = F.fit_now_shapes(
+            shapes, shape_specs, view, cfg, static, self.requests, shape_keys
+        )
+        if refused:
+            for k, w in refused.items():
                 failed[shape_keys[k]] = w
-            self.failed[shapes[bad]] = True
+            self.failed[list(refused)] = True
         allowed = self.all_nodes if allowed_nodes is None else allowed_nodes
         ok = K.groups_fit(fits, inv, self.g_code[gi], view.model_idx, allowed)
         self.g_nofit[gi[~ok]] = True

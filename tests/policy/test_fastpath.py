@@ -310,15 +310,21 @@ def _book_case(view, running, waves, steps, cfg):
     st.lists(st.sampled_from([float("nan"), 40.0, 95.0]), min_size=5, max_size=5),
 )
 def test_refusal_reasons_of_many_shapes_match_one_at_a_time(case, specs, cordon, temps):
-    """The screen's batch of refusal reasons is ``refusal_reason`` for every shape, on views
-    with cordoned and hot nodes."""
+    """The screen's refusal reasons (``fit_now_shapes``, one compiled pass) are
+    ``refusal_reason`` for every shape that fits no node, on views with cordoned and hot
+    nodes."""
     view, _ = case
     for i, nid in enumerate(view.node_ids):
         view.set_cordoned(nid, cordon[i % len(cordon)])
         view.set_temp(nid, temps[i % len(temps)])
     static = np.stack([F.static_mask(sp, view) for sp in specs])
-    many = F.refusal_reasons_many(specs, view, CFG, static)
-    assert many == [F.refusal_reason(sp, view, CFG)[0] for sp in specs]
+    req = F.shape_requests(specs)
+    _, refused = F.fit_now_shapes(np.arange(len(specs)), specs, view, CFG, static, req)
+    for i, sp in enumerate(specs):
+        if F.fit_now(sp, view, CFG).any():
+            assert i not in refused
+        else:
+            assert refused[i] == F.refusal_reason(sp, view, CFG)[0]
 
 
 @settings(max_examples=200, deadline=None)

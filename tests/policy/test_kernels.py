@@ -162,7 +162,7 @@ def test_fit_now_shapes_and_groups_fit_match_fit_now(vr, specs, data):
     )
     fresh = view.copy()  # fit_now_shapes files its rows in the view's fit_now memo
     view.dyn_cache.pop("fit_now", None)  # (building the busy view may have filled it)
-    fits = F.fit_now_shapes(shapes, shape_specs, view, CFG, static, req)
+    fits, refused = F.fit_now_shapes(shapes, shape_specs, view, CFG, static, req)
     for i, s in enumerate(shapes.tolist()):
         sp = shape_specs[s]
         want = (  # the named filters, in numpy: the oracle
@@ -175,7 +175,10 @@ def test_fit_now_shapes_and_groups_fit_match_fit_now(vr, specs, data):
         )
         assert fits[i].tolist() == want.tolist()
         assert F.fit_now(sp, fresh, CFG).tolist() == want.tolist()
-        assert req[s, 0] != 0.0 or np.shares_memory(F.fit_now(shape_specs[s], view, CFG), fits)
+        # a shape that fits nowhere gets the reason refusal_reason gives; one that fits some
+        # node is filed in fit_now's memo
+        assert refused.get(s) == (None if want.any() else F.refusal_reason(sp, view, CFG)[0])
+        assert not want.any() or np.shares_memory(F.fit_now(shape_specs[s], view, CFG), fits)
     # groups: (shape row of fits, slow-model code), the screen's numpy expression as oracle
     n_g = data.draw(st.integers(1, 8))
     inv = np.array(data.draw(st.lists(st.integers(0, len(shapes) - 1), min_size=n_g, max_size=n_g)))
