@@ -59,6 +59,9 @@ class ClusterView:
     # int[N]: moves with every change of that node (``gen`` counts them all): memos of
     # per-node answers (a reservation's earliest start there) stay valid while it stands
     node_gen: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
+    # moves when a node becomes empty (every GPU whole and free) or stops being empty: the
+    # power decision (``power.empty_nodes``) reads the view through that alone
+    empty_gen: int = 0
     dyn_cache: dict = field(default_factory=dict, repr=False, compare=False)
 
     @classmethod
@@ -178,7 +181,11 @@ class ClusterView:
                 row[j] = v
                 mrow[j] = m
             one = 1.0 - EPS
-            self.whole_free[i] = sum(1 for v in row.tolist() if v >= one)
+            whole = sum(1 for v in row.tolist() if v >= one)
+            total = self.gpu_total[i]
+            if (self.whole_free[i] >= total) != (whole >= total):
+                self.empty_gen += 1
+            self.whole_free[i] = whole
         h = float(self.host_mem_free_gb[i]) + host
         c = float(self.cpus_free[i]) + cpu
         if host > 0 and abs(h - self.host_mem_gb[i]) < 1e-6:

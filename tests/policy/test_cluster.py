@@ -83,6 +83,36 @@ def test_allocate_release_round_trip(ns, js, rnd):
     assert v.load() == pytest.approx(0.0, abs=1e-9)
 
 
+@settings(max_examples=40, deadline=None)
+@given(nodes(), jobs(), st.randoms(use_true_random=False))
+def test_empty_gen_moves_exactly_when_a_node_empties_or_fills(ns, js, rnd):
+    """``empty_gen`` (what the power step keys on) counts the changes of the empty-node mask
+    (``power.empty_nodes``) over allocations and releases in any order."""
+    v = ClusterView.build(ns)
+    flips = 0
+    empty = v.whole_free >= v.gpu_total
+
+    def check() -> None:
+        nonlocal flips, empty
+        now = v.whole_free >= v.gpu_total
+        flips += int((now != empty).sum())
+        empty = now
+        assert v.empty_gen == flips
+
+    allocs = []
+    for spec in js:
+        p = place(spec, v, PROFILES, CFG)
+        if isinstance(p, Placement):
+            allocs.append(to_allocation(spec, p, 0.0))
+            v.allocate(allocs[-1])
+            check()
+    rnd.shuffle(allocs)
+    for a in allocs:
+        v.release(a)
+        check()
+    assert not allocs or flips > 0
+
+
 def test_build_with_allocations_equals_allocating_later():
     ns = demo_cluster()
     a = Allocation(

@@ -79,8 +79,7 @@ class Mosaic(BasePolicy):
         self._plan_key: tuple | None = None  # inputs of the last power plan, when it was empty
         # (inputs, view.gen or None, next due time) of a power step that decided nothing
         self._last_step: tuple | None = None
-        self._empty = power.empty_nodes(self.view).copy()  # as last seen (``_note_empty``)
-        self._power_ver = 0  # bumped when a node's emptiness or idle time changes
+        self._power_ver = 0  # bumped when a resumed node comes up (idle from then)
         self._blocked_starts = 0  # blocked jobs started since (they leave the queue only so)
         # power.Demand of the blocked jobs still queued, by kind, and what they were built for
         self._demands: dict[str, power.Demand] = {}
@@ -114,22 +113,12 @@ class Mosaic(BasePolicy):
         if kind == "allocate":
             if key in self._applied:
                 self._applied.discard(key)  # the scheduler already applied it to the view
-                self._note_empty(self.view.index[alloc.node])
                 return
             self.view.allocate(alloc)
         else:
             self.view.release(alloc)
         if kind == "allocate":
             self._idle_since[self.view.index[alloc.node]] = np.nan
-        self._note_empty(self.view.index[alloc.node])
-
-    def _note_empty(self, i: int) -> None:
-        """Bump ``_power_ver`` when node ``i`` became empty or stopped being empty
-        (``power.empty_nodes``): what the power step reads of the view when no node is due."""
-        empty = bool(self.view.whole_free[i] >= self.view.gpu_total[i])
-        if empty != self._empty[i]:
-            self._empty[i] = empty
-            self._power_ver += 1
 
     def enqueued(self, job: SimJob, now: float) -> None:
         self.by_id[job.spec.id] = job
@@ -228,10 +217,17 @@ class Mosaic(BasePolicy):
             return [], [], None
         # nothing changed since a step that decided nothing, and no node has become due to
         # sleep since (that happens at the returned time at the earliest): the same answer.
-        # Of the view, a step reads which nodes are empty (``_power_ver``) and, only when
-        # some node is due to sleep, the free GPUs of the warm reserve (``view.gen``): most
-        # events start or end a job on a node that stays busy, and change neither
-        key = (self._power_ver, self._blocked_ver, self._blocked_starts, self._reserved)
+        # Of the view, a step reads which nodes are empty (``view.empty_gen``; a node's idle
+        # time starts when it empties) and, only when some node is due to sleep, the free
+        # GPUs of the warm reserve (``view.gen``): most events start or end a job on a node
+        # that stays busy, and change neither
+        key = (
+            self.view.empty_gen,
+            self._power_ver,
+            self._blocked_ver,
+            self._blocked_starts,
+            self._reserved,
+        )
         last = self._last_step
         if (
             last is not None
