@@ -208,7 +208,7 @@ def fit_now_shapes(
     into ``specs`` (one spec per shape), into ``static`` (their ``static_mask`` rows), into
     ``requests`` (``shape_requests(specs)``) and into ``keys`` (their ``shape_key``s, or
     None); the caller keeps them all. One compiled call (``kernels.screen_shapes``: the
-    comparisons ``fit_now`` makes and the reasons ``_dynamic_reasons`` gives, so the answers
+    comparisons ``fit_now`` makes and ``refusal_reason``'s dynamic reasons, so the answers
     are the same). Read-only; the rows of the shapes that fit somewhere are filed in
     ``fit_now``'s memo for the view as it is (the pass places rows of those shapes next)."""
     out, why = K.screen_shapes(
@@ -316,23 +316,7 @@ def refusal_reason(spec: JobSpec, view: ClusterView, cfg: PolicyConfig) -> tuple
             if not nxt.any():
                 return reason, True
             m = nxt
-    return _dynamic_reasons(spec, m[None, :], view, cfg)[0], False
-
-
-def _dynamic_reasons(
-    spec: JobSpec, static: np.ndarray, view: ClusterView, cfg: PolicyConfig
-) -> list[str]:
-    """Why each row of ``static`` (bool[shape, node], nodes whose shape could hold it) gets
-    no node now: all of them cordoned, or all uncordoned ones too hot, or else no free
-    resources. The cordon and thermal filters read only the node, not ``spec``."""
-    usable = (static & available(view, cfg)).any(axis=1)  # some node up and cool: busy
-    if usable.all():  # the usual answer, from the memoised cordon and thermal mask
-        return ["Resources"] * len(usable)
-    uncordoned = (static & f_cordon(spec, view)).any(axis=1)
-    return [
-        "Resources" if c else "Thermal" if u else "Cordoned"
-        for u, c in zip(uncordoned.tolist(), usable.tolist(), strict=True)
-    ]
+    return _REFUSALS[K.refusal_code(m, available(view, cfg), view.cordoned)], False
 
 
 _NEVER_MEMO: dict[int, tuple[tuple[NodeSpec, ...], list[NodeSpec], dict]] = {}

@@ -217,9 +217,7 @@ def screen_shapes(
 ):
     """(fits, why): ``fits`` bool[len(shapes), N], each shape's ``fit_one`` (``fit_whole``
     for whole GPUs, ``fit_one`` for a fraction); ``why`` per shape: 0 when it fits some node,
-    else the refusal the dynamic filters give (``filters._dynamic_reasons``): 1 Resources (some
-    node that could hold it is up and cool), 2 Thermal (some is uncordoned, all of those
-    hot), 3 Cordoned; 4 when no node could ever hold it (``static`` row empty: the caller asks
+    else its ``refusal_code`` (4, no node could ever hold it: the caller asks
     ``filters.refusal_reason`` which static filter). The bulk walk's screen in one call."""
     fits = fit_whole(shapes, static, req, available, whole_free, host_free, cpus_free, eps)
     n_nodes = len(available)
@@ -243,20 +241,26 @@ def screen_shapes(
             if fits[i, n]:
                 fit = True
                 break
-        if fit:
-            continue
-        ever = False
-        usable = False
-        uncordoned = False
-        for n in range(n_nodes):
-            if static[s, n]:
-                ever = True
-                if available[n]:
-                    usable = True
-                if not cordoned[n]:
-                    uncordoned = True
-        why[i] = 4 if not ever else (1 if usable else (2 if uncordoned else 3))
+        if not fit:
+            why[i] = refusal_code(static[s], available, cordoned)
     return fits, why
+
+
+@compiled
+def refusal_code(static, available, cordoned):
+    """Why a request fits no node now (``filters.refusal_reason``), from its static mask: 1
+    Resources (some node that could hold it is up and cool: busy), 2 Thermal (some is
+    uncordoned, all of those too hot), 3 Cordoned; 4 when no node could ever hold it."""
+    ever = False
+    uncordoned = False
+    for n in range(len(static)):
+        if static[n]:
+            if available[n]:
+                return 1
+            ever = True
+            if not cordoned[n]:
+                uncordoned = True
+    return 4 if not ever else (2 if uncordoned else 3)
 
 
 @compiled

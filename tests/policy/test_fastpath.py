@@ -320,11 +320,33 @@ def test_refusal_reasons_of_many_shapes_match_one_at_a_time(case, specs, cordon,
     static = np.stack([F.static_mask(sp, view) for sp in specs])
     req = F.shape_requests(specs)
     _, refused = F.fit_now_shapes(np.arange(len(specs)), specs, view, CFG, static, req)
+    up = ~view.cordoned
+    cool = ~(view.temp_c >= CFG.thermal_max_c)
     for i, sp in enumerate(specs):
+        m = F.static_mask(sp, view)
+        # the oracle, in numpy: busy if some node that could hold it is up and cool, else
+        # too hot if some is up, else cordoned; the static filter's name if none could
+        if not m.any():
+            acc = np.ones(len(view.node_ids), dtype=bool)
+            want = ""
+            for name, f in F.STATIC:
+                acc = acc & f(sp, view)
+                if not acc.any():
+                    want = name
+                    break
+        else:
+            want = (
+                "Resources"
+                if (m & up & cool).any()
+                else "Thermal"
+                if (m & up).any()
+                else "Cordoned"
+            )
+        assert F.refusal_reason(sp, view, CFG)[0] == want
         if F.fit_now(sp, view, CFG).any():
             assert i not in refused
         else:
-            assert refused[i] == F.refusal_reason(sp, view, CFG)[0]
+            assert refused[i] == want
 
 
 @settings(max_examples=200, deadline=None)
