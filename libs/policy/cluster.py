@@ -62,6 +62,9 @@ class ClusterView:
     # moves when a node becomes empty (every GPU whole and free) or stops being empty: the
     # power decision (``power.empty_nodes``) reads the view through that alone
     empty_gen: int = 0
+    # moves when a node is cordoned or uncordoned or its temperature changes (``set_cordoned``,
+    # ``set_temp``): the nodes' availability (``filters.available``) reads only that
+    state_gen: int = 0
     dyn_cache: dict = field(default_factory=dict, repr=False, compare=False)
 
     @classmethod
@@ -201,6 +204,7 @@ class ClusterView:
         self.node_gen[i] += 1
         self.gen += 1
         self.freed_gen += 1
+        self.state_gen += 1
 
     def set_temp(self, node_id: str, temp_c: float) -> None:
         i = self.index[node_id]
@@ -208,6 +212,7 @@ class ClusterView:
         self.node_gen[i] += 1
         self.gen += 1
         self.freed_gen += 1
+        self.state_gen += 1
 
     # --- reads ------------------------------------------------------------------------------
     def free_gpus(self) -> np.ndarray:

@@ -122,8 +122,8 @@ def static_mask(spec: JobSpec, view: ClusterView) -> np.ndarray:
 
 def available(view: ClusterView, cfg: PolicyConfig) -> np.ndarray:
     """Nodes neither cordoned nor too hot (memoised until the view's next cordon/temperature
-    change or release, ``view.freed_gen``; read-only)."""
-    key = (view.freed_gen, cfg.thermal_max_c)
+    change, ``view.state_gen``; read-only)."""
+    key = (view.state_gen, cfg.thermal_max_c)
     hit = view.dyn_cache.get("available")
     if hit is None or hit[0] != key:
         m = ~view.cordoned & ~(view.temp_c >= cfg.thermal_max_c)

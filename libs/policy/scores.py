@@ -182,9 +182,9 @@ def s_pack(before: np.ndarray, after: np.ndarray, mix: SizeMix) -> tuple[np.ndar
 
 def temps_unknown(view: ClusterView) -> bool:
     """No node reports a temperature (the simulator): every node counts cool."""
-    hit = view.dyn_cache.get("temps_unknown")  # temperature changes move freed_gen
-    if hit is None or hit[0] != view.freed_gen:
-        hit = view.dyn_cache["temps_unknown"] = (view.freed_gen, bool(np.isnan(view.temp_c).all()))
+    hit = view.dyn_cache.get("temps_unknown")  # temperature changes move state_gen
+    if hit is None or hit[0] != view.state_gen:
+        hit = view.dyn_cache["temps_unknown"] = (view.state_gen, bool(np.isnan(view.temp_c).all()))
     return hit[1]
 
 

@@ -134,3 +134,25 @@ def test_build_with_allocations_equals_allocating_later():
     c = v1.copy()
     c.release(a)
     assert v1.gpu_free[v1.index["t4-1"], 3] == 0.5  # the copy is independent
+
+
+def test_availability_memo_follows_cordons_and_temperatures_only():
+    """``filters.available`` is memoised on ``state_gen``: a cordon or a temperature change
+    shows at once; allocations and releases do not move it."""
+    from libs.policy import filters as F
+
+    v = ClusterView.build(demo_cluster())
+    assert F.available(v, CFG).all()
+    spec = JobSpec(id="a", tenant="t", gpus=1.0, gpu_mem_gb=8.0)
+    a = to_allocation(spec, place(spec, v, PROFILES, CFG), 0.0)
+    gen = v.state_gen
+    v.allocate(a)
+    v.release(a)
+    assert v.state_gen == gen
+    v.set_cordoned("t4-0", True)
+    v.set_temp("a100-0", CFG.thermal_max_c + 1.0)
+    avail = F.available(v, CFG)
+    assert not avail[v.index["t4-0"]] and not avail[v.index["a100-0"]]
+    assert avail.sum() == len(v.node_ids) - 2
+    v.set_cordoned("t4-0", False)
+    assert F.available(v, CFG)[v.index["t4-0"]]

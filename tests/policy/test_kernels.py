@@ -345,7 +345,8 @@ def test_placement_scores_match_the_score_functions(vr, specs, mix_pairs, hot):
 
     view, _ = vr
     if hot:
-        view.temp_c[:] = np.linspace(20.0, 90.0, len(view.temp_c))
+        for nid, t in zip(view.node_ids, np.linspace(20.0, 90.0, len(view.temp_c)), strict=True):
+            view.set_temp(nid, float(t))
     mix = S.SizeMix.of(mix_pairs)
     ctx = PlaceContext(S.ModelTables.build(view, P), mix)
     for spec in specs:
