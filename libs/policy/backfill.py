@@ -251,16 +251,18 @@ def _earliest_start_memo(
     now: float,
     memo: dict,
 ) -> float:
-    """``_earliest_start_jobs``, memoised per (shape, node) while the node is unchanged
-    (``view.node_gen``) and its running jobs are the same list (``RunningSet.on_node`` builds
-    a new one when they change): a reservation is searched again whenever anything in the
-    cluster changed, yet most nodes it visits did not. ``now`` only clamps the answer (an
-    overrun job ends ``now``), so the memo keeps the unclamped one."""
-    key = (F.shape_key(spec), node)
-    hit = memo.get(key)
-    if hit is None or hit[0] != view.node_gen[node] or hit[1] is not jobs:
+    """``_earliest_start_jobs``, memoised per node for one request shape (``memo``: node ->
+    (node_gen, jobs, unclamped start), the shape's entry of the view's memo) while the node
+    is unchanged (``view.node_gen``) and its running jobs are the same list
+    (``RunningSet.on_node`` builds a new one when they change): a reservation is searched
+    again whenever anything in the cluster changed, yet most nodes it visits did not. ``now``
+    only clamps the answer (an overrun job ends ``now``), so the memo keeps the unclamped
+    one."""
+    gen = view.node_gen[node]
+    hit = memo.get(node)
+    if hit is None or hit[0] != gen or hit[1] is not jobs:
         t = _earliest_start_jobs(spec, view, node, jobs, -np.inf)
-        hit = memo[key] = (int(view.node_gen[node]), jobs, t)
+        hit = memo[node] = (int(gen), jobs, t)
     t = hit[2]
     return now if t == -np.inf else max(t, now)
 
@@ -301,7 +303,7 @@ def reserve(
     if now_node >= 0:
         best = (now, int(now_node))
     else:
-        memo = view.dyn_cache.setdefault("earliest_start", {})
+        memo = view.dyn_cache.setdefault("earliest_start", {}).setdefault(F.shape_key(spec), {})
         for lb, n in zip(lbs.tolist(), nodes.tolist(), strict=True):
             if best is not None and (lb, n) > best:
                 break

@@ -380,6 +380,7 @@ class _Walk:
         "_last",
         "_live",
         "_pool",
+        "_pool_clean",
         "_prefix",
         "_row_of",
         "_t",
@@ -404,6 +405,7 @@ class _Walk:
         self._after = np.zeros(0, dtype=np.int64)  # bulk: rows ranked after the switch row
         self._live = np.zeros(0, dtype=np.int64)  # bulk: rows still to hand out, rank order
         self._pool = self._live  # bulk: rows after ``_live``, not sorted yet
+        self._pool_clean = False  # ``_pool`` filtered since the last ``refilter``
         self._j = 0
         self._dirty = False
         self._unsorted = False
@@ -472,6 +474,7 @@ class _Walk:
         """More rows may be dead now (a shape failed, a placement shrank the largest free
         block): drop them from the rows left before the next one is handed out."""
         self._dirty = True
+        self._pool_clean = False
 
     def _next_bulk(self) -> int:
         if self._full():
@@ -483,6 +486,7 @@ class _Walk:
             self._unsorted = False
             self._dirty = False
             self._pool = self._dead.live(self._live)
+            self._pool_clean = True
             self._live = self._pool[:0]
             self._j = 0
         if self._dirty:
@@ -503,11 +507,12 @@ class _Walk:
         """The next rows in rank order from the unsorted pool: an exact prefix of the pool's
         full order (``order_of`` with ``top`` keeps every tie of its last score)."""
         pool = self._pool
-        if len(pool):
+        if len(pool) and not self._pool_clean:
             pool = self._dead.live(pool)
         self._live, self._pool = self._top(
             pool, len(pool) if len(pool) <= 2 * _BULK_CHUNK else _BULK_CHUNK
         )
+        self._pool_clean = True  # what is left of a filtered pool (until ``refilter``)
         self._j = 0
 
     def walked_in_bulk(self, limit: int | None = None) -> np.ndarray:

@@ -61,6 +61,7 @@ class Mosaic(BasePolicy):
         self.by_id: dict[str, SimJob] = {}
         self.running = B.RunningSet()  # kept across passes, as the scheduler asks
         self.usage: dict[str, np.ndarray] = {}
+        self._usage_of: dict[int, np.ndarray] = {}  # usage_vector of each running job
         self._ever: dict[tuple, bool] = {}  # can_ever_place per request shape
         self._applied: set[tuple] = set()
         n = len(self.view.node_ids)
@@ -134,7 +135,9 @@ class Mosaic(BasePolicy):
             self._blocked_starts += 1
             self._blocked_gone[k] = True
         t = job.spec.tenant
-        self.usage[t] = self.usage.get(t, np.zeros(4)) + usage_vector(job)
+        vec = self._usage_of[job.idx] = usage_vector(job)  # kept for ``ended``
+        cur = self.usage.get(t)
+        self.usage[t] = vec.copy() if cur is None else cur + vec
         est_end = now + self.profiles.runtime_s(job.spec, job.model)
         (a,) = job.allocs  # Mosaic places a job on one node
         self.running.add(
@@ -147,7 +150,7 @@ class Mosaic(BasePolicy):
             if self.view.whole_free[i] >= self.view.gpu_total[i]:
                 self._idle_since[i] = now
         t = job.spec.tenant
-        self.usage[t] = np.maximum(self.usage[t] - usage_vector(job), 0.0)
+        self.usage[t] = np.maximum(self.usage[t] - self._usage_of.pop(job.idx), 0.0)
         self.running.remove(job.spec.id)
 
     # ----- the pass ------------------------------------------------------------------------
