@@ -63,6 +63,7 @@ class SimCluster:
         self._tier_cache: tuple | None = None
         self.policy_view = None  # a libs.policy ClusterView, when a policy needs one
         self._view_hooks: list[Callable[[str, Allocation], None]] = []
+        self._tiers_now()  # computed (and its compiled loop loaded) before the run starts
 
     # ----- bookkeeping ---------------------------------------------------------------------
     def add_hook(self, hook: Callable[[str, Allocation], None]) -> None:

@@ -31,6 +31,7 @@ from libs.policy.cadence import BackfillCadence
 from libs.policy.config import PolicyConfig
 from libs.policy.profiles import ProfileTable
 from libs.policy.types import PendingJob
+from libs.policy.warmup import warm_up
 from proto import subjects
 from proto.commands import KillCommand, RunCommand
 from proto.decisions import Decision, RankedQueue
@@ -105,10 +106,14 @@ class Placer:
         self.placed_count = 0  # commits by this replica (tests and logs)
         self._unannounced: set[str] = set()  # committed, but Placed/run not yet published
         self.lease: Lease | None = None
+        self._warming: asyncio.Task | None = None
 
     # --- start-up --------------------------------------------------------------------------
     async def start(self) -> None:
         """Follow nodes, telemetry, queue pokes and the lifecycle stream; wait for the replay."""
+        # load the pass's compiled loops in the background while we catch up, so the first
+        # cycle after a restart does not pay for it (libs.policy.warmup)
+        self._warming = asyncio.create_task(asyncio.to_thread(warm_up, self.policy, self.profiles))
         self.ledger_kv = await self.bus.kv(subjects.KV_LEDGER, Allocation)
         self.queue_kv = await self.bus.kv(subjects.KV_QUEUE, RankedQueue)
         nodes_kv = await self.bus.kv(subjects.KV_NODES, NodeSpec)

@@ -32,6 +32,7 @@ from libs.policy.placement import to_allocation
 from libs.policy.queue import PendingQueue
 from libs.policy.scores import is_green
 from libs.policy.types import PendingJob, RunningJob
+from libs.policy.warmup import warm_up
 from libs.sim.baselines.base import BasePolicy
 from libs.sim.cluster import SimCluster
 from libs.sim.state import Assignment, SimContext, SimJob
@@ -52,6 +53,8 @@ class Mosaic(BasePolicy):
 
     def attach(self, ctx: SimContext) -> None:
         super().attach(ctx)
+        # the pass's compiled loops are loaded now, not inside the replay's first passes
+        warm_up(self.cfg, ctx.profiles)
         cluster: SimCluster = ctx.cluster  # type: ignore[assignment]
         self.view = ClusterView.build(cluster.nodes)
         cluster.policy_view = self.view
