@@ -252,10 +252,13 @@ def score_arrays(
     models: Sequence[str] | None = None,
     present: np.ndarray | None = None,
     n_tenants: int | None = None,
+    tenants_in_q: Iterable[int] | None = None,
 ) -> tuple[np.ndarray, dict[str, np.ndarray], str]:
     """(scores, terms, regime) of the rows of ``q``. ``present`` (bool per tenant index): the
     tenants of the whole queue, when ``q`` is a subset of it (the fair share's tenant count,
-    ``tenant_count``), or ``n_tenants``, that count itself.
+    ``tenant_count``), or ``n_tenants``, that count itself. ``tenants_in_q``: the distinct
+    tenant indices of ``q``'s rows, when the caller keeps them (``PendingQueue.
+    tenant_indices``), instead of a scan of the rows.
 
     The arithmetic is one compiled loop over the rows (``kernels.priority_terms``, checked
     against the numpy expressions of the module docstring): a pass scores the one or two jobs
@@ -275,7 +278,9 @@ def score_arrays(
         q.deadline,
         q.cls,
         q.tenant,
-        tenant_dominant_shares(q, tenant_usage, cap),
+        tenant_dominant_shares(q, tenant_usage, cap)
+        if tenants_in_q is None
+        else _shares_by_index(tenants_in_q, q.tenants, tenant_usage, cap),
         float(n),
         best_speed_per_class(profiles, mods),
         float(now),

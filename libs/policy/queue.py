@@ -245,6 +245,10 @@ class PendingQueue(Sequence[PendingJob]):
             out[list(self._tenant_jobs)] = True
         return out
 
+    def tenant_indices(self) -> list[int]:
+        """The tenant indices (``tenant_names``) of the queued jobs, each once."""
+        return list(self._tenant_jobs)
+
     def tenant_count(self, usage: Mapping[str, object]) -> int:
         """Tenants with queued jobs or in ``usage``: the fair-share term's tenant count
         (``priority.tenant_count``), from the kept set of queued tenants in C-level set

@@ -562,10 +562,17 @@ def _rank(
     enq, seq = pending.enq(), pending.seq()
     if epoch is None or epoch[1] != key or not epoch[0] <= now < epoch[0] + cfg.rerank_interval_s:
         q = pending.arrays()
-        scores, terms, reg = score_arrays(q, now=now, load=load, **kw)
+        scores, terms, reg = score_arrays(
+            q,
+            now=now,
+            load=load,
+            n_tenants=pending.tenant_count(tenant_usage),
+            tenants_in_q=pending.tenant_indices(),
+            **kw,
+        )
         col[:] = scores
         pending.rank_epoch = (now, key)
-        order = order_of(scores, enq, top, seq)
+        order = _order_prefix(scores, enq, top, seq)
         pending.book_reset(order)
         return RankResult(order, scores, terms, reg), _full_walk(order, col, enq, seq)
     new = pending.unscored_rows()
@@ -578,7 +585,7 @@ def _rank(
             pending.book_insert(i)
     book, complete = pending.book()
     if top is None or (not complete and len(book) < top // 2):
-        order = order_of(col, enq, top, seq)  # the book ran low (or every row is needed)
+        order = _order_prefix(col, enq, top, seq)  # the book ran low (or every row is needed)
         pending.book_reset(order)
         return RankResult(order, col.copy(), {}, reg), _full_walk(order, col, enq, seq)
     # rank.order is filled by the pass with the rows it walked (schedule, reasons=False)
@@ -587,6 +594,16 @@ def _rank(
     tail = None if complete else (lambda: order_of(col, enq, None, seq)[n_book:])
     walk = _Walk(list(book), pending.book_row, tail, (col, enq, seq))
     return RankResult(np.zeros(0, dtype=np.int64), col.copy(), {}, reg), walk
+
+
+def _order_prefix(scores: np.ndarray, enq: np.ndarray, top: int | None, seq: np.ndarray):
+    """``order_of(scores, enq, top, seq)``: with ``top``, in one compiled call
+    (``kernels.top_rows``, the same rows and order, ties included) unless a key is NaN."""
+    if top is not None and top < len(scores):
+        best, _, ok = K.top_rows(np.arange(len(scores)), scores, enq, seq, top)
+        if ok:
+            return best
+    return order_of(scores, enq, top, seq)
 
 
 def _context(pending, q, is_queue: bool, view, profiles, cfg) -> PlaceContext:
