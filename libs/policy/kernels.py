@@ -119,6 +119,18 @@ def unique_small(keys, span):
 
 
 @compiled
+def group_rows(rows, shape_of, shape_dead, cache, bits, span, group_of_row):
+    """The bulk walk's groups of ``rows`` (``scheduler._DeadRows.assign``): each row's key
+    (``row_keys``), grouped as ``unique_small`` groups them, each row's group index filed in
+    ``group_of_row[row]``. Returns the distinct keys (ascending), their shapes and codes."""
+    keys = row_keys(rows, shape_of, shape_dead, cache, bits)
+    uniq, inv = unique_small(keys, span)
+    for j in range(len(rows)):
+        group_of_row[rows[j]] = inv[j]
+    return uniq, uniq >> bits, uniq & ((np.int64(1) << bits) - 1)
+
+
+@compiled
 def live_rows(rows, group_of_row, dead_g):
     """``rows[~dead_g[group_of_row[rows]]]``."""
     out = np.empty(len(rows), dtype=np.int64)

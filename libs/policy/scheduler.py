@@ -651,12 +651,24 @@ class _DeadRows:
         # shapes only grow as resources are taken): its slow-model code does not matter
         shape_dead = self.failed | self.too_big
         self.codes.fill(rows, shape_dead)
-        keys = K.row_keys(rows, self.shape_of, shape_dead, self.codes.cache, self.bits)
-        uniq, inv = _unique_small(keys, len(self.requests) << self.bits)
-        self.group_of_row[rows] = inv
+        span = len(self.requests) << self.bits
+        if span <= _DENSE_KEYS:  # one compiled call: keys, groups, each row's group
+            uniq, self.g_shape, self.g_code = K.group_rows(
+                rows,
+                self.shape_of,
+                shape_dead,
+                self.codes.cache,
+                self.bits,
+                span,
+                self.group_of_row,
+            )
+        else:
+            keys = K.row_keys(rows, self.shape_of, shape_dead, self.codes.cache, self.bits)
+            uniq, inv = np.unique(keys, return_inverse=True)
+            self.group_of_row[rows] = inv
+            self.g_shape = uniq >> self.bits
+            self.g_code = uniq & ((1 << self.bits) - 1)
         self.g_key = uniq
-        self.g_shape = uniq >> self.bits
-        self.g_code = uniq & ((1 << self.bits) - 1)
         self.g_pair = (
             np.fromiter((k in self.pairs for k in uniq.tolist()), dtype=bool, count=len(uniq))
             if self.pairs
@@ -719,14 +731,6 @@ class _DeadRows:
 
 
 _DENSE_KEYS = 1 << 16  # key spaces up to this size are grouped with a table, not a sort
-
-
-def _unique_small(keys: np.ndarray, span: int) -> tuple[np.ndarray, np.ndarray]:
-    """``np.unique(keys, return_inverse=True)`` for keys in [0, span): with a small key space
-    (shapes x slow-model codes, a few thousand), a presence table replaces the sort."""
-    if span > _DENSE_KEYS:
-        return np.unique(keys, return_inverse=True)
-    return K.unique_small(keys, span)
 
 
 def _held_nodes(codes: np.ndarray, view: ClusterView) -> np.ndarray:

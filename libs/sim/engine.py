@@ -133,6 +133,7 @@ class Engine:
         self.running: dict[int, SimJob] = {}
         self._need: Counter[float] = Counter()  # GPUs asked by pending jobs
         self._shapes: Counter[tuple[float, float]] = Counter()  # (GPUs, GPU memory) pending
+        self._shape_order: list[tuple[float, float]] | None = None  # sorted(_shapes), kept
         self.pending_gpus = 0.0
         self._heap: list[tuple[float, int, int, int, int]] = []
         self._seq = 0
@@ -161,7 +162,11 @@ class Engine:
         job.enqueue_s = now
         self.queue[job.idx] = job
         self._need[job.spec.gpus] += 1
-        self._shapes[(job.spec.gpus, job.spec.gpu_mem_gb)] += 1
+        key = (job.spec.gpus, job.spec.gpu_mem_gb)
+        n = self._shapes[key]
+        if not n:
+            self._shape_order = None
+        self._shapes[key] = n + 1
         self.pending_gpus += job.spec.gpus
         self.policy.enqueued(job, now)
 
@@ -174,6 +179,7 @@ class Engine:
         self._shapes[key] -= 1
         if self._shapes[key] == 0:
             del self._shapes[key]
+            self._shape_order = None
         self.pending_gpus -= job.spec.gpus
 
     def _terminate(self, job: SimJob, state: str, now: float, reason: str = "") -> None:
@@ -292,7 +298,10 @@ class Engine:
             return False
         mem_aware = getattr(self.policy, "checks_memory", True)
         total_free: int | None = None
-        for gpus, mem in self._shapes:
+        order = self._shape_order
+        if order is None:  # smallest asks first: the likeliest to fit end the search early
+            order = self._shape_order = sorted(self._shapes)
+        for gpus, mem in order:
             if gpus > self._narrowest:
                 if total_free is None:
                     total_free = c.total_whole_free()

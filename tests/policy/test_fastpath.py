@@ -353,14 +353,42 @@ def test_refusal_reasons_of_many_shapes_match_one_at_a_time(case, specs, cordon,
 @given(st.lists(st.integers(0, 63), min_size=1, max_size=80), st.sampled_from([64, 1 << 17]))
 def test_grouping_helpers_equal_np_unique(keys, span):
     """The table-based grouping of the bulk walk and the sort-free unique of a sorted array
-    give exactly ``np.unique(..., return_inverse=True)``, on both sides of the table limit."""
+    give exactly ``np.unique(..., return_inverse=True)``."""
     a = np.array(keys, dtype=np.int64)
     for got, arr in (
-        (scheduler._unique_small(a, span), a),
+        (K.unique_small(a, span), a),
         (K.unique_sorted(np.sort(a)), np.sort(a)),
     ):
         want = np.unique(arr, return_inverse=True)
         assert np.array_equal(got[0], want[0]) and np.array_equal(got[1], want[1])
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.integers(1, 40), st.integers(1, 3), st.data())
+def test_group_rows_is_row_keys_grouped(n, bits, data):
+    """``kernels.group_rows`` (the bulk walk's grouping in one call) gives the distinct keys
+    of ``row_keys`` as np.unique does, their shapes and codes, and files each row's group."""
+    n_shapes = data.draw(st.integers(1, 6))
+    shape_of = np.array(data.draw(st.lists(st.integers(0, n_shapes - 1), min_size=n, max_size=n)))
+    dead = np.array(data.draw(st.lists(st.booleans(), min_size=n_shapes, max_size=n_shapes)))
+    cache = np.array(
+        data.draw(st.lists(st.integers(0, (1 << bits) - 1), min_size=n, max_size=n)), dtype=np.int64
+    )
+    rows = np.array(
+        data.draw(st.lists(st.integers(0, n - 1), min_size=1, max_size=n, unique=True)),
+        dtype=np.int64,
+    )
+    shape_of = shape_of.astype(np.int64)
+    group_of_row = np.full(n, -1, dtype=np.int64)
+    span = n_shapes << bits
+    uniq, g_shape, g_code = K.group_rows(rows, shape_of, dead, cache, bits, span, group_of_row)
+    keys = K.row_keys(rows, shape_of, dead, cache, bits)
+    want, inv = np.unique(keys, return_inverse=True)
+    assert uniq.tolist() == want.tolist()
+    assert g_shape.tolist() == (want >> bits).tolist()
+    assert g_code.tolist() == (want & ((1 << bits) - 1)).tolist()
+    assert group_of_row[rows].tolist() == inv.tolist()
+    assert (np.delete(group_of_row, rows) == -1).all()
 
 
 @settings(max_examples=300, deadline=None)
