@@ -220,6 +220,7 @@ def schedule(
                 walked.skip_dead(
                     dead,
                     lambda: max_share < EPS or len(assignments) >= cfg.max_places_per_pass,  # noqa: B023
+                    None if walked_limit is None else max(1, walked_limit),
                 )
                 screen()  # the reservations are made (above): drop what cannot start
         job = jobs[i]
@@ -371,6 +372,8 @@ class _Walk:
         "_after",
         "_dead",
         "_dirty",
+        "_first",
+        "_first_whole",
         "_full",
         "_halted",
         "_handed",
@@ -406,6 +409,8 @@ class _Walk:
         self._live = np.zeros(0, dtype=np.int64)  # bulk: rows still to hand out, rank order
         self._pool = self._live  # bulk: rows after ``_live``, not sorted yet
         self._pool_clean = False  # ``_pool`` filtered since the last ``refilter``
+        self._first: np.ndarray | None = None  # bulk: the order's prefix sorted at the switch
+        self._first_whole = False  # ``_first`` holds every row ranked after the switch
         self._j = 0
         self._dirty = False
         self._unsorted = False
@@ -457,18 +462,31 @@ class _Walk:
         left[part] = False
         return rows[part], rows[left]
 
-    def skip_dead(self, dead, full) -> None:
+    def skip_dead(self, dead, full, prefix: int | None = None) -> None:
         """From now on hand out only the rows ``dead.live(rows)`` keeps, and end the walk
-        as soon as ``full()`` (nothing more can start in this pass)."""
+        as soon as ``full()`` (nothing more can start in this pass). ``prefix``: the caller
+        will ask ``walked_in_bulk`` for at most that many rows."""
         self._dead = dead
         self._full = full
         cand = self._ranked_after(self._last, np.arange(len(self._keys[0])))
         self._after = cand
         dead.assign(cand)
-        # sorted when the first row is asked for: the pass may mark more rows dead before
-        # (``_DeadRows.screen``), and only the rows left are worth sorting
-        self._live = cand
-        self._unsorted = True
+        if prefix is None:
+            # sorted when the first row is asked for: the pass may mark more rows dead before
+            # (``_DeadRows.screen``), and only the rows left are worth sorting
+            self._live = cand
+            self._unsorted = True
+            return
+        # the first ``prefix`` rows of the order (ties included: an exact prefix) are sorted
+        # now, once: they are the walked rows ``walked_in_bulk`` reports, and the first rows
+        # handed out are their live ones (filtered when the first is asked for); the rest
+        # is the pool the later chunks come from
+        self._first, self._pool = self._top(cand, prefix)
+        self._first_whole = not len(self._pool)
+        self._live = self._first
+        self._j = 0
+        self._dirty = True
+        self._pool_clean = False
 
     def refilter(self) -> None:
         """More rows may be dead now (a shape failed, a placement shrank the largest free
@@ -520,10 +538,21 @@ class _Walk:
         the last row handed out when the pass filled up (``full()``: the rows behind it were
         never reached), else every row ranked after the switch."""
         rows = self._after
-        if self._halted:
-            rows = self._ranked_after(self._last, rows, False) if self._handed else rows[:0]
         if limit is not None and limit <= 0:
             return rows[:0]
+        first = self._first
+        if first is not None and limit is not None and (limit <= len(first) or self._first_whole):
+            # from the sorted prefix: the walked rows are its rows up to the last one handed
+            # out (all of them when that one lies past it), or none if none was
+            if self._halted:
+                if not self._handed:
+                    return rows[:0]
+                at = np.flatnonzero(first == self._last)
+                if len(at):
+                    return first[: min(int(at[0]) + 1, limit)]
+            return first[:limit]
+        if self._halted:
+            rows = self._ranked_after(self._last, rows, False) if self._handed else rows[:0]
         if limit is not None and len(rows) > limit:
             return self._top(rows, limit)[0][:limit]
         return self._sorted(rows)

@@ -411,6 +411,11 @@ def test_bulk_walk_hands_out_the_live_rows_in_rank_order(keys, chunk, data):
     killed = set(dead)  # the model's dead rows (``dead`` grows during the walk)
     later = set(data.draw(st.lists(st.integers(0, n - 1), max_size=n)))
     after_k = data.draw(st.integers(0, n))
+    prefix = data.draw(st.sampled_from([None, 1, 2, 5, 64]))
+    stop_at = data.draw(st.integers(1, n + 1))  # the pass fills up after this many rows
+    limit = data.draw(st.sampled_from([None, 0, 1, 3, 64]))
+    if prefix is not None and limit is not None:
+        limit = min(limit, prefix)  # the scheduler asks at most the prefix it announced
 
     class Dead:
         def assign(self, rows):
@@ -424,23 +429,32 @@ def test_bulk_walk_hands_out_the_live_rows_in_rank_order(keys, chunk, data):
         walk = scheduler._Walk(full, None, None, (scores, enq, tie))
         for _ in range(switch + 1):
             next(walk)
-        walk.skip_dead(Dead(), lambda: False)
-        got = []
+        got: list[int] = []
+        walk.skip_dead(Dead(), lambda: len(got) >= stop_at, prefix)
         for r in walk:
             got.append(r)
             if len(got) == after_k:
                 dead |= later
                 walk.refilter()
+        walked = walk.walked_in_bulk(limit).tolist()
     finally:
         scheduler._BULK_CHUNK = old
     want = []
     for r in full[switch + 1 :]:
+        if len(want) >= stop_at:
+            break
         if r in killed:
             continue
         want.append(r)
         if len(want) == after_k:
             killed |= later
     assert got == want
+    # the rows passed over, in rank order: through the last one handed out when the pass
+    # filled up, every row after the switch when it ran out of rows
+    rest = full[switch + 1 :]
+    if len(got) >= stop_at:
+        rest = rest[: rest.index(got[-1]) + 1]
+    assert walked == (rest if limit is None else rest[:limit])
 
 
 @settings(max_examples=100, deadline=None)
