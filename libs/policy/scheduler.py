@@ -671,7 +671,7 @@ class _DeadRows:
         self.g_code = np.zeros(0, dtype=np.int64)
         self.g_pair = np.zeros(0, dtype=bool)  # the group's (shape, code) was refused
         self.g_nofit = np.zeros(0, dtype=bool)  # the group fits nowhere it may go (screen)
-        self.dead_g = np.zeros(0, dtype=bool)
+        self._dead_g: np.ndarray | None = np.zeros(0, dtype=bool)  # ``dead_g``, None: stale
         self.all_nodes = np.ones(len(view.node_ids), dtype=bool)
 
     def assign(self, rows: np.ndarray) -> None:
@@ -731,9 +731,21 @@ class _DeadRows:
         self._refresh()
 
     def _refresh(self) -> None:
-        self.dead_g = K.dead_groups(
-            self.g_shape, self.failed, self.too_big, self.g_pair, self.g_nofit
-        )
+        """The groups' facts changed: ``dead_g`` is recomputed when next read (a pass often
+        learns several facts in a row, e.g. a placement's smaller free blocks and a failed
+        shape, before it filters rows again)."""
+        self._dead_g = None
+
+    @property
+    def dead_g(self) -> np.ndarray:
+        """bool per group: dead (its shape failed or is too big, its (shape, code) was refused,
+        or it fits nowhere it may go)."""
+        d = self._dead_g
+        if d is None:
+            d = self._dead_g = K.dead_groups(
+                self.g_shape, self.failed, self.too_big, self.g_pair, self.g_nofit
+            )
+        return d
 
     def failed_shapes(self, shape_ids) -> None:
         for s in shape_ids:
@@ -746,7 +758,8 @@ class _DeadRows:
         g = int(np.searchsorted(self.g_key, k))
         if g < len(self.g_key) and self.g_key[g] == k:
             self.g_pair[g] = True
-            self.dead_g[g] = True
+            if self._dead_g is not None:
+                self._dead_g[g] = True
 
     def block(self, max_share: float, max_whole: int) -> None:
         """The largest free blocks shrank: shapes above them cannot start in this pass."""

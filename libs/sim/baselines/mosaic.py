@@ -74,7 +74,7 @@ class Mosaic(BasePolicy):
         self._resuming = np.zeros(n, dtype=bool)
         # the jobs the last backfill pass could not start, in rank order: their queue entries
         # (PendingQueue.seq), entry -> position, started since, request shape, green
-        self._blocked_seqs = np.zeros(0)
+        self._blocked_key = b""  # their queue entries' bytes (``PendingQueue.seq``)
         self._blocked_at: dict[float, int] = {}
         self._blocked_gone = np.zeros(0, dtype=bool)
         self._blocked_shape = np.zeros(0, dtype=np.int64)
@@ -197,9 +197,10 @@ class Mosaic(BasePolicy):
             # nothing to rebuild. Most backfill passes end so, and the spec list is only read
             # when a power plan is made
             seqs = self.queue.seq()[rows]
-            if not np.array_equal(seqs, self._blocked_seqs):
+            key = seqs.tobytes()  # whole numbers as floats: equal bytes iff equal lists
+            if key != self._blocked_key:
                 self._blocked_ver += 1
-                self._blocked_seqs = seqs
+                self._blocked_key = key
                 self._blocked_at = {q: k for k, q in enumerate(seqs.tolist())}
                 self._blocked_gone = np.zeros(len(rows), dtype=bool)
                 self._blocked_shape = self.queue.shapes()[0][rows]
