@@ -267,6 +267,11 @@ def render_doc(pr, pcmd, gr, gcmd, rows, notes) -> str:
         "jobs need them (`resume_s` boot); `energy_idle_kwh` / `energy_active_kwh` / "
         "`node_suspend_hours` in results.json show where the difference comes from. The time "
         "past a policy's own makespan is charged at its idle draw at its end.",
+        "- `wall s` times the replay loop only (`Engine.run`). Loading the trace, the bounds "
+        "and the policy's warm-up (mosaic loads its compiled loops when it attaches, ~0.3 s, "
+        "`libs.policy.warmup`, as the live placer does at start) come before it, as imports "
+        "do. This machine's speed drifts by 20-60 % over minutes: compare walls within one "
+        "run (fifo's is the yardstick), not across runs.",
         "- A target marked NOT met is the measured value, not tuned away: the policy code "
         "(libs/policy) is shared with the live placer and is changed there, not here.",
         "",
