@@ -377,12 +377,12 @@ class PendingQueue(Sequence[PendingJob]):
         when ``key`` differs from the last call's (its items compared with ``is``: the
         objects the cached values were computed from). A writable view."""
         col = self._cols.get(name)
-        stale = (
-            col is None
-            or col[0].shape[1] != width
-            or len(col[1]) != len(key)
-            or any(a is not b for a, b in zip(col[1], key, strict=True))
-        )
+        stale = col is None or col[0].shape[1] != width or len(col[1]) != len(key)
+        if not stale:
+            for a, b in zip(col[1], key, strict=True):  # a plain loop: a few calls per pass
+                if a is not b:
+                    stale = True
+                    break
         if stale:
             col = self._cols[name] = [np.full((len(self._data), width), np.nan), key]
         return col[0][: len(self._jobs)]

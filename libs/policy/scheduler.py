@@ -618,10 +618,11 @@ def _rank(
         pending.book_reset(order)
         return RankResult(order, col.copy(), {}, reg), _full_walk(order, col, enq, seq)
     # rank.order is filled by the pass with the rows it walked (schedule, reasons=False)
-    # the book is a snapshot (the pass does not change the queue) and exactly the order's prefix
+    # the book is exactly the order's prefix, and the pass (which changes no queue entry) reads
+    # it without a copy
     n_book = len(book)
     tail = None if complete else (lambda: order_of(col, enq, None, seq)[n_book:])
-    walk = _Walk(list(book), pending.book_row, tail, (col, enq, seq))
+    walk = _Walk(book, pending.book_row, tail, (col, enq, seq))
     return RankResult(np.zeros(0, dtype=np.int64), col.copy(), {}, reg), walk
 
 

@@ -39,10 +39,15 @@ class SizeMix:
 
     @classmethod
     def of(cls, pairs: Sequence[tuple[float, float]]) -> SizeMix:
-        key = tuple(tuple(p) for p in pairs)
-        hit = _MIX_MEMO.get(key)
+        try:  # a tuple of pairs (PolicyConfig.size_mix) is its own key: no copy per pass
+            hit = _MIX_MEMO.get(pairs)  # type: ignore[call-overload]
+        except TypeError:  # lists
+            hit = None
         if hit is None:
-            hit = _MIX_MEMO[key] = cls._of(pairs)
+            key = tuple(tuple(p) for p in pairs)
+            hit = _MIX_MEMO.get(key)
+            if hit is None:
+                hit = _MIX_MEMO[key] = cls._of(pairs)
         return hit
 
     @classmethod

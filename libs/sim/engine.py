@@ -219,11 +219,15 @@ class Engine:
         if job.first_start_s < 0:
             job.first_start_s = now
         job.start_s = now
-        slowest = max(job.runtime_s[self._model_pos[self._node_model[a.node]]] for a in allocs)
-        job.model = max(
-            (self._node_model[a.node] for a in allocs),
-            key=lambda m: job.runtime_s[self._model_pos[m]],
-        )
+        if len(allocs) == 1:  # one node (every gang that fits a node)
+            job.model = self._node_model[allocs[0].node]
+            slowest = job.runtime_s[self._model_pos[job.model]]
+        else:  # a gang over several nodes runs at its slowest GPU
+            slowest = max(job.runtime_s[self._model_pos[self._node_model[a.node]]] for a in allocs)
+            job.model = max(
+                (self._node_model[a.node] for a in allocs),
+                key=lambda m: job.runtime_s[self._model_pos[m]],
+            )
         duration, oom = self.failures.attempt_duration_s(float(slowest), fits)
         job.oom = oom
         job.state = RUNNING
