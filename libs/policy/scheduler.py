@@ -126,7 +126,6 @@ def schedule(
     n_extra_done = 0
     max_extra = max(0, cfg.reservations - 1)
     slow_fail: set[tuple] = set()  # (shape, slow-model code) refused "SlowGPU" in this pass
-    slow_masks: dict[int, np.ndarray] = {}  # slow-model code -> bool per node
     # nodes not reserved (rebuilt when the reservations change) and that mask combined with
     # each slow-model code's (read-only by convention: shared by the rows of the pass)
     resv_held: tuple | None = None
@@ -246,7 +245,7 @@ def schedule(
         if ctx is None:
             ctx = _context(pending, q, is_queue, view, profiles, cfg)
         mask = unreserved()
-        slow = None
+        held = False  # the slow-GPU guard holds some GPU models off for this row
         if spec.est_runtime_s >= cfg.slow_guard_runtime_s:
             if codes is None:
                 codes = _SlowCodes(pending, q, shape_of, shape_specs, view, ctx, cfg, now)
@@ -255,12 +254,11 @@ def schedule(
                 if (key, too) in slow_fail:  # same shape, same slow models: refused this pass
                     waiting[spec.id] = "SlowGPU"
                     continue
-                slow = slow_masks.get(too)
-                if slow is None:
-                    slow = slow_masks[too] = _held_nodes(np.array([too]), view)[0]
+                held = True
                 both = combined.get((too, mask is None))
                 if both is None:
-                    both = combined[(too, mask is None)] = ~slow if mask is None else mask & ~slow
+                    fast = _fast_nodes(too, view)
+                    both = combined[(too, mask is None)] = fast if mask is None else mask & fast
                 mask = both
         if mask is not None and key in resv_fail:
             # this shape fits nowhere but reserved nodes, where it would delay their jobs
@@ -276,7 +274,7 @@ def schedule(
                 waiting[spec.id] = "Reserved"
                 continue
         res = place(spec, view, profiles, cfg, ctx=ctx, mask=mask)
-        if slow is not None and isinstance(res, Refusal) and res.reason == "Reserved":
+        if held and isinstance(res, Refusal) and res.reason == "Reserved":
             # it fits somewhere, but only on slow GPUs (or reserved nodes): wait for a fast
             # one; memoised for this pass only (placements in a pass only take resources; the
             # slow set depends on the wait). A "Resources" refusal means it fits on no node at
@@ -316,7 +314,7 @@ def schedule(
             if dead is not None:
                 dead.failed_shapes((int(shape_of[i]),))
                 walked.refilter()
-        elif slow is None:
+        elif not held:
             resv_fail.add(key)
         if res.reason == "Resources":
             if head is None:
@@ -780,6 +778,17 @@ def _held_nodes(codes: np.ndarray, view: ClusterView) -> np.ndarray:
     """bool[code, node]: the node's GPU model is held by that slow-model code (bit m: model
     m of the view, see ``_hold_waits``)."""
     return ((codes[:, None] >> view.model_idx[None, :]) & 1) == 1
+
+
+def _fast_nodes(code: int, view: ClusterView) -> np.ndarray:
+    """bool[N]: the nodes whose GPU model a slow-model code does not hold (``_held_nodes``'s
+    complement), memoised on the view (static: codes and models are fixed). Read-only."""
+    key = ("fast_nodes", code)
+    hit = view.static_cache.get(key)
+    if hit is None:
+        hit = view.static_cache[key] = ~_held_nodes(np.array([code]), view)[0]
+        hit.setflags(write=False)
+    return hit
 
 
 def _static_masks(view: ClusterView):
