@@ -293,6 +293,83 @@ def groups_fit(fits, inv, codes, model_idx, allowed):
 
 
 @compiled
+def _hold_row(
+    c,
+    est,
+    prog,
+    prio,
+    deadline,
+    high_priority,
+    es,
+    present,
+    speed,
+    energy,
+    out,
+    guard_runtime,
+    green_min_tol,
+    green_max_runtime,
+    green_worth,
+    slow_min_speed,
+    guard_factor,
+    green_slack,
+    green_wait,
+):
+    """One job's row of ``hold_waits`` into ``out`` (per model): ``c`` its workload class,
+    ``present`` the models that could hold its shape. The one definition ``hold_waits`` and
+    ``hold_waits_table`` use."""
+    n_models = len(present)
+    anyp = False
+    fast = 0
+    best_sp = -np.inf
+    greenest = np.inf
+    for m in range(n_models):
+        if present[m]:
+            anyp = True
+            if speed[m, c] > best_sp:  # the first fastest (lowest index)
+                best_sp = speed[m, c]
+                fast = m
+            if energy[m, c] < greenest:
+                greenest = energy[m, c]
+    best = speed[fast, c] if anyp else 1.0
+    e_fast = energy[fast, c] if anyp else 1.0
+    if not (est >= guard_runtime and anyp):
+        for m in range(n_models):
+            out[m] = -np.inf
+        return
+    left = 1.0 - prog
+    if left < 0.0:  # np.maximum(0.0, left): a NaN stays NaN
+        left = 0.0
+    rem = est * left
+    tol = 0.0
+    if not (prio >= high_priority or not np.isnan(deadline)):
+        tol = es  # np.clip(es, 0.0, 1.0): a NaN stays NaN
+        if tol < 0.0:
+            tol = 0.0
+        elif tol > 1.0:
+            tol = 1.0
+    green = tol >= green_min_tol and est <= green_max_runtime
+    for m in range(n_models):
+        sp = speed[m, c]
+        e = energy[m, c]
+        loss = rem / sp - rem / best
+        worth = 1.0 - e / e_fast >= (1.0 - green_worth * tol) * (1.0 - sp / best)
+        slow = sp < slow_min_speed * best
+        costly = (slow or (sp < best and e > e_fast)) and not worth
+        if costly:
+            hold = guard_factor * loss
+        elif slow and not green:
+            hold = loss
+        else:
+            hold = -np.inf
+        hungry = green and e > green_slack * greenest
+        other = green_wait if hungry else -np.inf
+        # np.fmax: a NaN never holds
+        if np.isnan(hold) or (other > hold):  # other > NaN is False
+            hold = other
+        out[m] = hold
+
+
+@compiled
 def hold_waits(
     cls,
     est,
@@ -313,61 +390,80 @@ def hold_waits(
     green_slack,
     green_wait,
 ):
-    """``scheduler._hold_waits`` per row, the same float operations in the same order (every
-    one elementwise; the only reductions are a first arg-max and a min, which are exact)."""
+    """``scheduler._hold_waits`` per row (``_hold_row``), the same float operations in the
+    same order (every one elementwise; the only reductions are a first arg-max and a min,
+    which are exact)."""
     n, n_models = present.shape
     out = np.empty((n, n_models))
     for i in range(n):
-        c = cls[i]
-        anyp = False
-        fast = 0
-        best_sp = -np.inf
-        greenest = np.inf
-        for m in range(n_models):
-            if present[i, m]:
-                anyp = True
-                if speed[m, c] > best_sp:  # the first fastest (lowest index)
-                    best_sp = speed[m, c]
-                    fast = m
-                if energy[m, c] < greenest:
-                    greenest = energy[m, c]
-        best = speed[fast, c] if anyp else 1.0
-        e_fast = energy[fast, c] if anyp else 1.0
-        if not (est[i] >= guard_runtime and anyp):
-            for m in range(n_models):
-                out[i, m] = -np.inf
-            continue
-        left = 1.0 - prog[i]
-        if left < 0.0:  # np.maximum(0.0, left): a NaN stays NaN
-            left = 0.0
-        rem = est[i] * left
-        tol = 0.0
-        if not (prio[i] >= high_priority or not np.isnan(deadline[i])):
-            tol = es[i]  # np.clip(es, 0.0, 1.0): a NaN stays NaN
-            if tol < 0.0:
-                tol = 0.0
-            elif tol > 1.0:
-                tol = 1.0
-        green = tol >= green_min_tol and est[i] <= green_max_runtime
-        for m in range(n_models):
-            sp = speed[m, c]
-            e = energy[m, c]
-            loss = rem / sp - rem / best
-            worth = 1.0 - e / e_fast >= (1.0 - green_worth * tol) * (1.0 - sp / best)
-            slow = sp < slow_min_speed * best
-            costly = (slow or (sp < best and e > e_fast)) and not worth
-            if costly:
-                hold = guard_factor * loss
-            elif slow and not green:
-                hold = loss
-            else:
-                hold = -np.inf
-            hungry = green and e > green_slack * greenest
-            other = green_wait if hungry else -np.inf
-            # np.fmax: a NaN never holds
-            if np.isnan(hold) or (other > hold):  # other > NaN is False
-                hold = other
-            out[i, m] = hold
+        _hold_row(
+            cls[i],
+            est[i],
+            prog[i],
+            prio[i],
+            deadline[i],
+            high_priority,
+            es[i],
+            present[i],
+            speed,
+            energy,
+            out[i],
+            guard_runtime,
+            green_min_tol,
+            green_max_runtime,
+            green_worth,
+            slow_min_speed,
+            guard_factor,
+            green_slack,
+            green_wait,
+        )
+    return out
+
+
+@compiled
+def hold_waits_table(
+    table,
+    rows,
+    high_priority,
+    present,
+    speed,
+    energy,
+    guard_runtime,
+    green_min_tol,
+    green_max_runtime,
+    green_worth,
+    slow_min_speed,
+    guard_factor,
+    green_slack,
+    green_wait,
+):
+    """``hold_waits`` of rows of a queue's table (``queue.COLUMNS`` order: prio, es, enq,
+    est, prog, deadline, gpus, cls, tenant), read in place; ``present[i]``: row ``rows[i]``'s
+    models."""
+    out = np.empty((len(rows), present.shape[1]))
+    for i in range(len(rows)):
+        r = rows[i]
+        _hold_row(
+            np.int64(table[r, 7]),
+            table[r, 3],
+            table[r, 4],
+            table[r, 0],
+            table[r, 5],
+            high_priority,
+            table[r, 1],
+            present[i],
+            speed,
+            energy,
+            out[i],
+            guard_runtime,
+            green_min_tol,
+            green_max_runtime,
+            green_worth,
+            slow_min_speed,
+            guard_factor,
+            green_slack,
+            green_wait,
+        )
     return out
 
 

@@ -854,11 +854,11 @@ class _SlowCodes:
             rows, self.shape_of, shape_dead, self.cache, self.kept, waits, self.enq, self.now
         )
         if len(new):  # queued since their hold waits were last needed
+            present = self.present[self.shape_of[new]]
             if isinstance(self.pending, PendingQueue):
-                qa = self.pending.rows(new)
+                waits[new] = _hold_waits_of_rows(self.pending, new, present, self.ctx, self.cfg)
             else:
-                qa = take(self.q, new)
-            waits[new] = _hold_waits(qa, self.present[self.shape_of[new]], self.ctx, self.cfg)
+                waits[new] = _hold_waits(take(self.q, new), present, self.ctx, self.cfg)
             K.codes_from_waits(new, waits, self.enq, self.now, self.cache, self.kept)
 
     def row(self, i: int) -> int:
@@ -930,6 +930,30 @@ def _hold_waits(
         present,
         ctx.tables.speed,
         ctx.tables.energy_per_work,
+        *_guard_args(cfg),
+    )
+
+
+def _hold_waits_of_rows(
+    pending: PendingQueue, rows: np.ndarray, present: np.ndarray, ctx: PlaceContext, cfg
+) -> np.ndarray:
+    """``_hold_waits(pending.rows(rows), ...)``, read from the queue's table in place
+    (``kernels.hold_waits_table``, the same per-job rule): a pass asks it for the one or two
+    jobs queued since the last, and building their columns cost more than the rule."""
+    return K.hold_waits_table(
+        pending.table(),
+        rows,
+        float(HIGH_PRIORITY),
+        present,
+        ctx.tables.speed,
+        ctx.tables.energy_per_work,
+        *_guard_args(cfg),
+    )
+
+
+def _guard_args(cfg: PolicyConfig) -> tuple[float, ...]:
+    """The slow/energy guard's and the green rules' settings, in the kernels' order."""
+    return (
         cfg.slow_guard_runtime_s,
         cfg.green_min_tolerance,
         cfg.green_max_runtime_s,

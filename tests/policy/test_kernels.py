@@ -20,7 +20,7 @@ from libs.policy.config import PolicyConfig
 from libs.policy.placement import PlaceContext
 from libs.policy.priority import order_of
 from libs.policy.profiles import ProfileTable
-from libs.policy.queue import QueueArrays
+from libs.policy.queue import PendingQueue, QueueArrays
 from libs.policy.types import PendingJob
 from proto.jobs import HIGH_PRIORITY, JobSpec
 from tests.policy.strategies import busy_view, jobs, node_spec, nodes
@@ -255,6 +255,18 @@ def test_hold_waits_bit_for_bit_as_numpy(node_list, specs, data):
     want = hold_waits_numpy(q, present, ctx, cfg)
     np.testing.assert_array_equal(got, want)
     assert got.tobytes() == want.tobytes()  # bit for bit, signs of zero included
+    # the same rule read from a kept queue's table, for some of its rows (as a pass asks it
+    # for the jobs queued since the last)
+    kept = PendingQueue(pending)
+    table = kept.table()
+    table[:, 4] = q.prog  # the NaNs above, in the table too
+    table[:, 1] = q.es
+    rows = np.array(
+        data.draw(st.lists(st.integers(0, len(pending) - 1), min_size=1, unique=True)),
+        dtype=np.int64,
+    )
+    from_table = scheduler._hold_waits_of_rows(kept, rows, present[rows], ctx, cfg)
+    assert from_table.tobytes() == got[rows].tobytes()
 
 
 def test_kernels_compile_where_no_cache_location_is_writable() -> None:
