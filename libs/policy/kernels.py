@@ -305,18 +305,21 @@ def _hold_row(
     speed,
     energy,
     out,
-    guard_runtime,
-    green_min_tol,
-    green_max_runtime,
-    green_worth,
-    slow_min_speed,
-    guard_factor,
-    green_slack,
-    green_wait,
+    guard,
 ):
     """One job's row of ``hold_waits`` into ``out`` (per model): ``c`` its workload class,
-    ``present`` the models that could hold its shape. The one definition ``hold_waits`` and
-    ``hold_waits_table`` use."""
+    ``present`` the models that could hold its shape. ``guard``: the settings, in the order
+    of ``scheduler._guard_args`` (slow guard runtime, green minimum tolerance, green maximum
+    runtime, green worth, slow guard minimum speed, energy guard factor, green energy slack,
+    green wait). The one definition ``hold_waits`` and ``hold_waits_table`` use."""
+    guard_runtime = guard[0]
+    green_min_tol = guard[1]
+    green_max_runtime = guard[2]
+    green_worth = guard[3]
+    slow_min_speed = guard[4]
+    guard_factor = guard[5]
+    green_slack = guard[6]
+    green_wait = guard[7]
     n_models = len(present)
     anyp = False
     fast = 0
@@ -381,14 +384,7 @@ def hold_waits(
     present,
     speed,
     energy,
-    guard_runtime,
-    green_min_tol,
-    green_max_runtime,
-    green_worth,
-    slow_min_speed,
-    guard_factor,
-    green_slack,
-    green_wait,
+    guard,
 ):
     """``scheduler._hold_waits`` per row (``_hold_row``), the same float operations in the
     same order (every one elementwise; the only reductions are a first arg-max and a min,
@@ -408,14 +404,7 @@ def hold_waits(
             speed,
             energy,
             out[i],
-            guard_runtime,
-            green_min_tol,
-            green_max_runtime,
-            green_worth,
-            slow_min_speed,
-            guard_factor,
-            green_slack,
-            green_wait,
+            guard,
         )
     return out
 
@@ -428,14 +417,7 @@ def hold_waits_table(
     present,
     speed,
     energy,
-    guard_runtime,
-    green_min_tol,
-    green_max_runtime,
-    green_worth,
-    slow_min_speed,
-    guard_factor,
-    green_slack,
-    green_wait,
+    guard,
 ):
     """``hold_waits`` of rows of a queue's table (``queue.COLUMNS`` order: prio, es, enq,
     est, prog, deadline, gpus, cls, tenant), read in place; ``present[i]``: row ``rows[i]``'s
@@ -455,14 +437,7 @@ def hold_waits_table(
             speed,
             energy,
             out[i],
-            guard_runtime,
-            green_min_tol,
-            green_max_runtime,
-            green_worth,
-            slow_min_speed,
-            guard_factor,
-            green_slack,
-            green_wait,
+            guard,
         )
     return out
 
@@ -701,19 +676,16 @@ def _score_terms(
     dom,
     n_tenants,
     best,
-    now,
-    aging_per_h,
-    scale,
-    missed,
-    w_fair,
-    w_energy,
-    w_deadline,
-    w_priority,
+    settings,
 ):
     """(base, fair share, energy, urgency, aging, score) of one queued job: the operations, and
     their order, of the numpy expressions the module docstring of ``priority`` writes down.
-    ``dom``: its tenant's dominant share; ``best``: the fastest speed for its workload class.
+    ``dom``: its tenant's dominant share; ``best``: the fastest speed for its workload class;
+    ``settings``: now, aging per hour, urgency scale, urgency once missed, and the regime's
+    weights on fair share, energy, deadline and priority (``priority._score_settings``).
     The one definition both ``priority_terms`` and ``score_table_rows`` use."""
+    now, aging_per_h, scale, missed = settings[0], settings[1], settings[2], settings[3]
+    w_fair, w_energy, w_deadline, w_priority = settings[4], settings[5], settings[6], settings[7]
     base = (prio + 1.0) / 10.0
     fair = 1.0 / (1.0 + dom * n_tenants)
     energy = 1.0 - _clip01(es)
@@ -738,14 +710,7 @@ def priority_terms(
     tenant_dom,
     n_tenants,
     best,
-    now,
-    aging_per_h,
-    urgency_scale_s,
-    urgency_missed,
-    w_fair,
-    w_energy,
-    w_deadline,
-    w_priority,
+    settings,
 ):
     """float[6, rows]: the terms of ``priority.score_arrays`` per queued row (base, fair share,
     energy, urgency, aging) and the score, base x (w_fair fair + w_energy energy + w_deadline
@@ -765,14 +730,7 @@ def priority_terms(
             tenant_dom[tenant[i]],
             n_tenants,
             best[cls[i]],
-            now,
-            aging_per_h,
-            urgency_scale_s,
-            urgency_missed,
-            w_fair,
-            w_energy,
-            w_deadline,
-            w_priority,
+            settings,
         )
         for k in range(6):
             out[k, i] = t[k]
@@ -786,14 +744,7 @@ def score_table_rows(
     tenant_dom,
     n_tenants,
     best,
-    now,
-    aging_per_h,
-    urgency_scale_s,
-    urgency_missed,
-    w_fair,
-    w_energy,
-    w_deadline,
-    w_priority,
+    settings,
 ):
     """float[len(rows)]: the score (``_score_terms``) of rows of a queue's table, float[row,
     column] in ``queue.COLUMNS`` order (prio, es, enq, est, prog, deadline, gpus, cls,
@@ -812,14 +763,7 @@ def score_table_rows(
             tenant_dom[np.int64(table[r, 8])],
             n_tenants,
             best[np.int64(table[r, 7])],
-            now,
-            aging_per_h,
-            urgency_scale_s,
-            urgency_missed,
-            w_fair,
-            w_energy,
-            w_deadline,
-            w_priority,
+            settings,
         )
         out[i] = t[5]
     return out

@@ -283,16 +283,26 @@ def score_arrays(
         else _shares_by_index(tenants_in_q, q.tenants, tenant_usage, cap),
         float(n),
         best_speed_per_class(profiles, mods),
-        float(now),
-        float(cfg.aging_per_h),
-        float(cfg.urgency_scale_s),
-        float(cfg.urgency_missed),
-        float(w.fair_share),
-        float(w.energy),
-        float(w.deadline),
-        float(w.priority),
+        _score_settings(now, cfg, w),
     )
     return out[5], dict(zip(TERMS, out[:5], strict=True)), reg
+
+
+def _score_settings(now: float, cfg: PolicyConfig, w: RegimeWeights) -> np.ndarray:
+    """The settings the score kernels read (``kernels._score_terms``), in their order."""
+    return np.array(
+        [
+            now,
+            cfg.aging_per_h,
+            cfg.urgency_scale_s,
+            cfg.urgency_missed,
+            w.fair_share,
+            w.energy,
+            w.deadline,
+            w.priority,
+        ],
+        dtype=float,
+    )
 
 
 def score_queue_rows(
@@ -326,14 +336,7 @@ def score_queue_rows(
         dom,
         float(max(n_tenants, 1)),
         best_speed_per_class(profiles, mods),
-        float(now),
-        float(cfg.aging_per_h),
-        float(cfg.urgency_scale_s),
-        float(cfg.urgency_missed),
-        float(w.fair_share),
-        float(w.energy),
-        float(w.deadline),
-        float(w.priority),
+        _score_settings(now, cfg, w),
     )
 
 

@@ -930,7 +930,7 @@ def _hold_waits(
         present,
         ctx.tables.speed,
         ctx.tables.energy_per_work,
-        *_guard_args(cfg),
+        _guard_args(cfg),
     )
 
 
@@ -947,21 +947,25 @@ def _hold_waits_of_rows(
         present,
         ctx.tables.speed,
         ctx.tables.energy_per_work,
-        *_guard_args(cfg),
+        _guard_args(cfg),
     )
 
 
-def _guard_args(cfg: PolicyConfig) -> tuple[float, ...]:
-    """The slow/energy guard's and the green rules' settings, in the kernels' order."""
-    return (
-        cfg.slow_guard_runtime_s,
-        cfg.green_min_tolerance,
-        cfg.green_max_runtime_s,
-        cfg.green_worth,
-        cfg.slow_guard_min_speed,
-        cfg.energy_guard_factor,
-        cfg.green_energy_slack,
-        cfg.green_wait_s,
+def _guard_args(cfg: PolicyConfig) -> np.ndarray:
+    """The slow/energy guard's and the green rules' settings, in the order the kernels read
+    them (``kernels._hold_row``)."""
+    return np.array(
+        [
+            cfg.slow_guard_runtime_s,
+            cfg.green_min_tolerance,
+            cfg.green_max_runtime_s,
+            cfg.green_worth,
+            cfg.slow_guard_min_speed,
+            cfg.energy_guard_factor,
+            cfg.green_energy_slack,
+            cfg.green_wait_s,
+        ],
+        dtype=float,
     )
 
 
