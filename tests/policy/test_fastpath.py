@@ -236,16 +236,19 @@ def test_book_inside_rank_epochs_matches_the_full_order(case, steps):
     replay_case(),
     st.lists(st.sampled_from([0.0, 20.0, 400.0]), min_size=3, max_size=3),
     st.sampled_from([1, 2, 64]),
+    st.sampled_from([1 << 16, 0]),
 )
-def test_bulk_skip_of_failed_shapes_walks_like_the_row_by_row_walk(case, steps, chunk):
+def test_bulk_skip_of_failed_shapes_walks_like_the_row_by_row_walk(case, steps, chunk, dense):
     """A pass that drops rows of already-failed shapes in bulk starts the same jobs, makes the
     same reservation and reports the same walked rows as one that visits every row; and both
     start what a fully ranked pass (reasons=True) starts. The bulk walk sorts its rows a chunk
-    at a time (small chunks here, so that a pass crosses several)."""
+    at a time (small chunks here, so that a pass crosses several), and groups its rows with a
+    table or, past ``_DENSE_KEYS`` (many GPU models), with np.unique (``dense`` 0 forces it)."""
     view, running, waves, _ = case
     cfg = dataclasses.replace(CFG, rerank_interval_s=60.0)
     old_prefix, scheduler._ORDER_PREFIX = scheduler._ORDER_PREFIX, 4
     old_chunk, scheduler._BULK_CHUNK = scheduler._BULK_CHUNK, chunk
+    old_dense, scheduler._DENSE_KEYS = scheduler._DENSE_KEYS, dense
     try:
         qs = [PendingQueue() for _ in range(4)]
         views = [view.copy() for _ in qs]
@@ -280,6 +283,7 @@ def test_bulk_skip_of_failed_shapes_walks_like_the_row_by_row_walk(case, steps, 
     finally:
         scheduler._ORDER_PREFIX = old_prefix
         scheduler._BULK_CHUNK = old_chunk
+        scheduler._DENSE_KEYS = old_dense
 
 
 def _book_case(view, running, waves, steps, cfg):
