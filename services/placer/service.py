@@ -109,11 +109,17 @@ class Placer:
         self._warming: asyncio.Task | None = None
 
     # --- start-up --------------------------------------------------------------------------
+    def _warmed(self, task: asyncio.Task) -> None:
+        """A warm-up that failed only costs the first cycle its loading: say so, go on."""
+        if not task.cancelled() and task.exception() is not None:
+            self.log.warning("warm_up_failed", error=repr(task.exception()))
+
     async def start(self) -> None:
         """Follow nodes, telemetry, queue pokes and the lifecycle stream; wait for the replay."""
         # load the pass's compiled loops in the background while we catch up, so the first
         # cycle after a restart does not pay for it (libs.policy.warmup)
         self._warming = asyncio.create_task(asyncio.to_thread(warm_up, self.policy, self.profiles))
+        self._warming.add_done_callback(self._warmed)
         self.ledger_kv = await self.bus.kv(subjects.KV_LEDGER, Allocation)
         self.queue_kv = await self.bus.kv(subjects.KV_QUEUE, RankedQueue)
         nodes_kv = await self.bus.kv(subjects.KV_NODES, NodeSpec)

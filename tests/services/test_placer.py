@@ -364,3 +364,30 @@ def test_plan_cycle_is_the_policy_decision_without_io():
         refuse_never_fits=False,
     )
     assert again.refuse == [] and not any(a.allocation.gpu_mem_gb == 40 for a in again.assign)
+
+
+def test_a_failed_warm_up_is_logged_and_the_placer_goes_on():
+    """The placer loads the pass's compiled loops in the background at start; if that fails,
+    it says so in its log (the first cycle then loads them itself)."""
+
+    class Log:
+        def __init__(self) -> None:
+            self.warnings: list[tuple[str, dict]] = []
+
+        def warning(self, event: str, **kw) -> None:
+            self.warnings.append((event, kw))
+
+    async def fail() -> None:
+        raise RuntimeError("no compiler")
+
+    async def run(log: Log) -> None:
+        placer = Placer(None, Clock(epoch=time.time()), log, None)  # type: ignore[arg-type]
+        task = asyncio.create_task(fail())
+        task.add_done_callback(placer._warmed)
+        await asyncio.gather(task, return_exceptions=True)
+        await asyncio.sleep(0)  # the done callback runs on the next loop step
+
+    log = Log()
+    asyncio.run(run(log))
+    assert log.warnings and log.warnings[0][0] == "warm_up_failed"
+    assert "no compiler" in log.warnings[0][1]["error"]
