@@ -52,11 +52,17 @@ class QueueArrays:
         tenants: dict[str, int] = {}
         rows = [_row(j, tenants) for j in jobs]
         a = np.array(rows, dtype=float).reshape(len(rows), len(COLUMNS))
+        return cls.of_table(a, list(tenants))
+
+    @classmethod
+    def of_table(cls, table: np.ndarray, tenants: list[str]) -> QueueArrays:
+        """The columns of a table float[row, column] in ``COLUMNS`` order (views of it; the
+        class and tenant columns as integers)."""
         return cls(
-            *(a[:, k] for k in range(7)),
-            a[:, 7].astype(np.int64),
-            a[:, 8].astype(np.int64),
-            list(tenants),
+            *(table[:, k] for k in range(7)),
+            table[:, 7].astype(np.int64),
+            table[:, 8].astype(np.int64),
+            tenants,
         )
 
 
@@ -257,13 +263,7 @@ class PendingQueue(Sequence[PendingJob]):
 
     def rows(self, rows: np.ndarray) -> QueueArrays:
         """``arrays()`` restricted to ``rows`` without building the full columns."""
-        d = self._data[rows]
-        return QueueArrays(
-            *(d[:, k] for k in range(7)),
-            d[:, 7].astype(np.int64),
-            d[:, 8].astype(np.int64),
-            self._tenant_names,
-        )
+        return QueueArrays.of_table(self._data[rows], self._tenant_names)
 
     def table(self) -> np.ndarray:
         """float[row, column], the queued jobs' numbers in ``COLUMNS`` order (a read-only
@@ -388,10 +388,4 @@ class PendingQueue(Sequence[PendingJob]):
         return col[0][: len(self._jobs)]
 
     def arrays(self) -> QueueArrays:
-        d = self._data[: len(self._jobs)]
-        return QueueArrays(
-            *(d[:, k] for k in range(7)),
-            d[:, 7].astype(np.int64),
-            d[:, 8].astype(np.int64),
-            self._tenant_names,
-        )
+        return QueueArrays.of_table(self.table(), self._tenant_names)
