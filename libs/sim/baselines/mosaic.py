@@ -83,7 +83,6 @@ class Mosaic(BasePolicy):
         self._plan_key: tuple | None = None  # inputs of the last power plan, when it was empty
         # (inputs, view.gen or None, next due time) of a power step that decided nothing
         self._last_step: tuple | None = None
-        self._power_ver = 0  # bumped when a resumed node comes up (idle from then)
         self._blocked_starts = 0  # blocked jobs started since (they leave the queue only so)
         # power.Demand of the blocked jobs still queued, by kind, and what they were built for
         self._demands: dict[str, power.Demand] = {}
@@ -230,7 +229,6 @@ class Mosaic(BasePolicy):
         # that stays busy, and change neither
         key = (
             self.view.empty_gen,
-            self._power_ver,
             self._blocked_ver,
             self._blocked_starts,
             self._reserved,
@@ -359,5 +357,5 @@ class Mosaic(BasePolicy):
         i = self.view.index[node_id]
         self._resuming[i] = False
         self._idle_since[i] = now
-        self._power_ver += 1
+        self._last_step = None  # its power state and idle time changed: decide afresh
         self.view.set_cordoned(node_id, False)
