@@ -30,6 +30,7 @@ from opentelemetry.trace import SpanKind, Status, StatusCode
 from libs.bus.errors import BusUnavailable
 from libs.bus.kv import TypedKV
 from libs.bus.tracectx import extract_context, inject_headers
+from libs.obs.health import Health
 from libs.obs.logging import get_logger
 from libs.obs.metrics import DEAD_LETTERS, HANDLER_ERRORS, HANDLER_SECONDS, MESSAGES
 from proto import subjects
@@ -109,6 +110,10 @@ class Bus:
         self._consumers: list[Consumer] = []
         self._subs: list[Subscription] = []
         self._watchers: list[Any] = []
+        # the service's health checks (``libs.obs.health``); ``serve`` hands in the one that
+        # ``/healthz`` reports, so a consumer loop or watcher can register its own check
+        self.health = Health(service)
+        self.health.register("nats", self._connection_problem)
 
     # --- connection ----------------------------------------------------------------------------
 
@@ -148,6 +153,13 @@ class Bus:
         raise BusUnavailable(
             f"cannot reach NATS at {url} after {attempts} attempts: {type(last).__name__}: {last}"
         )
+
+    def _connection_problem(self) -> str | None:
+        """A closed connection never comes back by itself (nats-py gave up): unhealthy, so the
+        supervisor restarts the service. A reconnect in progress is not a problem yet."""
+        if self.nc.is_closed:
+            return "NATS connection closed"
+        return None
 
     async def close(self) -> None:
         """Stop consumers and watchers, then drain: in-flight handlers finish, publishes flush."""

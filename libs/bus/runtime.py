@@ -31,6 +31,7 @@ from opentelemetry import trace
 from libs.bus.connection import Bus
 from libs.bus.errors import BusUnavailable
 from libs.clock import Clock
+from libs.obs.health import Health
 from libs.obs.logging import setup_logging
 from libs.obs.metrics import UP, start_metrics_server
 from libs.obs.tracing import setup_tracing, shutdown_tracing
@@ -44,6 +45,7 @@ class ServiceConfig:
 
     nats_url: str = DEFAULT_NATS_URL
     metrics_port: int = 0
+    metrics_host: str = "127.0.0.1"
     log_format: str | None = None
     log_level: str = "info"
     otlp_endpoint: str | None = None
@@ -54,6 +56,7 @@ class ServiceConfig:
         return cls(
             nats_url=args.nats_url,
             metrics_port=args.metrics_port,
+            metrics_host=args.metrics_host,
             log_format=args.log_format,
             log_level=args.log_level,
             otlp_endpoint=args.otlp_endpoint or None,
@@ -74,6 +77,7 @@ class ServiceContext:
     stop: asyncio.Event
     config: ServiceConfig
     args: argparse.Namespace = field(default_factory=argparse.Namespace)
+    health: Health = field(default_factory=lambda: Health("service"))
 
 
 def _env_int(name: str, default: int) -> int:
@@ -108,6 +112,12 @@ def common_arg_parser(name: str) -> argparse.ArgumentParser:
         type=int,
         default=_env_int("MOSAIC_METRICS_PORT", 0),
         help="Prometheus /metrics port, 0 = off (env MOSAIC_METRICS_PORT)",
+    )
+    p.add_argument(
+        "--metrics-host",
+        default=os.environ.get("MOSAIC_METRICS_HOST", "127.0.0.1"),
+        help="address /metrics and /healthz bind to (env MOSAIC_METRICS_HOST); "
+        "loopback unless an operator opens it",
     )
     p.add_argument(
         "--log-format",
@@ -146,13 +156,14 @@ async def serve(
     """
     log = setup_logging(name, config.log_format, config.log_level)
     tracer = setup_tracing(name, config.otlp_endpoint or "")
+    health = Health(name)
     if config.metrics_port:
         try:
-            start_metrics_server(config.metrics_port)
+            start_metrics_server(config.metrics_port, config.metrics_host, health)
         except OSError as exc:
             log.error("metrics_port_unavailable", port=config.metrics_port, error=str(exc))
             return 2
-        log.info("metrics", port=config.metrics_port)
+        log.info("metrics", port=config.metrics_port, host=config.metrics_host)
     stop = stop or asyncio.Event()
     if install_signals:
         loop = asyncio.get_running_loop()
@@ -176,7 +187,10 @@ async def serve(
             stop=stop,
             config=config,
             args=args or argparse.Namespace(),
+            health=health,
         )
+        health.register("nats", bus._connection_problem)
+        bus.health = health
         log.info("service_started", nats_url=config.nats_url)
         main_task = asyncio.create_task(main(ctx), name=f"{name}:main")
         stop_task = asyncio.create_task(stop.wait())

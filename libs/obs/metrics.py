@@ -8,7 +8,9 @@ concrete subject such as ``lifecycle.<job id>``: one time series per job would s
 
 from __future__ import annotations
 
-from prometheus_client import Counter, Gauge, Histogram, start_http_server
+from prometheus_client import Counter, Gauge, Histogram
+
+from libs.obs.health import Health, ObsServer
 
 MESSAGES = Counter(
     "mosaic_messages_total",
@@ -34,14 +36,18 @@ HANDLER_SECONDS = Histogram(
 UP = Gauge("mosaic_service_up", "1 while the service is connected and serving.", ["service"])
 
 
-def start_metrics_server(port: int, host: str = "0.0.0.0") -> int | None:
-    """Serve ``/metrics`` on ``port`` in a background thread; port 0 means off (returns None).
+def start_metrics_server(
+    port: int, host: str = "127.0.0.1", health: Health | None = None
+) -> int | None:
+    """Serve ``/metrics`` (and ``/healthz`` when ``health`` is given) on ``port`` in a
+    background thread; port 0 means off (returns None).
 
-    Returns the port actually served so a caller can log it.
+    ``host`` defaults to loopback: metrics say what runs where, so exposing them on every
+    interface is an operator's explicit choice (``--metrics-host 0.0.0.0`` in a container whose
+    network is its own). Returns the port actually served so a caller can log it.
     """
     if port < 0:
         raise ValueError(f"metrics port must be >= 0, got {port}")
     if port == 0:
         return None
-    start_http_server(port, addr=host)
-    return port
+    return ObsServer(health, port, host).port

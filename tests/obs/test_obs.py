@@ -82,3 +82,40 @@ def test_log_format_selection(monkeypatch: pytest.MonkeyPatch, capsys) -> None:
     record = json.loads(line)
     assert record["service"] == "svc-x" and record["event"] == "placed"
     assert record["job_id"] == "j1" and record["level"] == "info"
+
+
+def test_healthz_reports_failing_checks_as_503() -> None:
+    import json
+    import urllib.error
+
+    from libs.obs.health import Health, Heartbeat
+
+    health = Health("obs-test")
+    beat = Heartbeat("consumer lifecycle.>", max_age_s=60.0)
+    health.register("consumer", beat.check)
+    port = start_metrics_server(free_port(), health=health)
+    url = f"http://127.0.0.1:{port}/healthz"
+    body = json.loads(urllib.request.urlopen(url, timeout=5).read())
+    assert body["status"] == "ok" and body["checks"] == ["consumer"]
+    beat.dead("RecursionError in decode")
+    with pytest.raises(urllib.error.HTTPError) as err:
+        urllib.request.urlopen(url, timeout=5)
+    assert err.value.code == 503
+    body = json.loads(err.value.read())
+    assert body["problems"] == {"consumer": "consumer lifecycle.> died: RecursionError in decode"}
+
+
+def test_heartbeat_goes_stale_and_a_raising_check_is_a_problem() -> None:
+    from libs.obs.health import Health, Heartbeat
+
+    beat = Heartbeat("loop", max_age_s=0.0)
+    assert beat.check() is not None and "wedged" in beat.check()
+    health = Health("obs-test")
+
+    def broken() -> str | None:
+        raise RuntimeError("boom")
+
+    health.register("broken", broken)
+    assert health.problems() == {"broken": "check raised RuntimeError: boom"}
+    health.unregister("broken")
+    assert health.healthy()
