@@ -38,3 +38,29 @@ class TelemetrySample(msgspec.Struct, frozen=True, kw_only=True):
     time: float
     backend: str  # "nvml" or "sim"
     gpus: tuple[GpuSample, ...]
+
+
+class RunningAttempt(msgspec.Struct, frozen=True, kw_only=True):
+    """One job attempt an executor is running now (``pid`` in local mode, else None)."""
+
+    job_id: str
+    attempt: int
+    pid: int | None = None
+
+
+class ExecutorReport(msgspec.Struct, frozen=True, kw_only=True):
+    """What one node's executor runs, published every ``interval_s`` on ``executor.<node>``.
+
+    Why: the ledger says what the placer *allocated*; only the executor knows what *runs*. The
+    placer reconciles the two: an allocation whose attempt the node has not reported for a
+    grace period is requeued (its GPUs freed), and a node that stops reporting for several
+    intervals is marked down and its jobs requeued. ``boot_id`` changes on every executor
+    start, so a restart is visible even when it is faster than one interval. ``time`` is the
+    Mosaic clock.
+    """
+
+    node: str
+    time: float
+    boot_id: str
+    interval_s: float
+    running: tuple[RunningAttempt, ...] = ()

@@ -31,6 +31,8 @@ STREAM_DLQ_SUBJECTS = ("dlq.>",)
 # --- plain NATS (latest sample wins) -----------------------------------------------------------
 TELEMETRY_PREFIX = "telemetry"
 TELEMETRY_ALL = "telemetry.*"
+EXECUTOR_REPORT_PREFIX = "executor"  # executor.<node>: ExecutorReport, what the node runs
+EXECUTOR_REPORTS_ALL = "executor.*"
 QUEUE_UPDATED = "queue.updated"  # poke: the ranked queue in KV changed
 LEDGER_UPDATED = "ledger.updated"  # poke: the ledger changed
 
@@ -68,6 +70,10 @@ def node_commands(node: str) -> str:
 
 def telemetry(node: str) -> str:
     return f"{TELEMETRY_PREFIX}.{node}"
+
+
+def executor_report(node: str) -> str:
+    return f"{EXECUTOR_REPORT_PREFIX}.{node}"
 
 
 def decisions(service: str) -> str:
