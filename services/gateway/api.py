@@ -16,16 +16,20 @@ from aiohttp import web
 from opentelemetry.trace import SpanKind, Status, StatusCode
 from prometheus_client import CONTENT_TYPE_LATEST, REGISTRY, generate_latest
 
-from proto.validation import FieldError, JobRejected
+from proto.validation import MAX_COMMAND_BYTES, FieldError, JobRejected
 from proto.views import TERMINAL_STATES, ErrorResponse, SubmitResponse
 from services.gateway import dashboard, metrics
 from services.gateway.admission import admit, parse
 from services.gateway.jobs_view import encode_events
+from services.gateway.slowclients import ConnectionGuard, HttpTimeouts
 
 if TYPE_CHECKING:
     from services.gateway.service import Gateway
 
 GATEWAY_KEY: web.AppKey[Gateway] = web.AppKey("gateway")
+GUARD_KEY: web.AppKey[ConnectionGuard] = web.AppKey("connection_guard")
+MAX_BODY_BYTES = 1 << 20  # a request body; a job itself is bounded far lower (MAX_JOB_BYTES)
+_BODY_METHODS = frozenset({"POST", "PUT", "PATCH"})
 JOB_STATES = ("pending", "placed", "running", "completed", "failed", "cancelled")
 _encoder = msgspec.json.Encoder()
 
@@ -77,6 +81,56 @@ async def observe(
             metrics.HTTP_SECONDS.labels(route, request.method, str(status)).observe(
                 time.perf_counter() - started
             )
+
+
+@web.middleware
+async def json_errors(
+    request: web.Request, handler: Callable[[web.Request], Awaitable[web.StreamResponse]]
+) -> web.StreamResponse:
+    """aiohttp's own refusals (404, 405, 413...) as the same JSON ``ErrorResponse`` as ours,
+    with a message that says what to change. Why: a client decodes one error shape, and
+    bad input must never fall through to ``observe``'s 500."""
+    try:
+        return await handler(request)
+    except web.HTTPException as exc:
+        if exc.status < 400:
+            raise
+        resp = error(exc.status, _refusal_message(request, exc))
+        if "Allow" in exc.headers:
+            resp.headers["Allow"] = exc.headers["Allow"]
+        return resp
+
+
+def _refusal_message(request: web.Request, exc: web.HTTPException) -> str:
+    path = request.path if len(request.path) <= 200 else request.path[:200] + "..."
+    if exc.status == 404:
+        return f"no such route: {path}"
+    if exc.status == 405:
+        allowed = exc.headers.get("Allow", "")
+        return f"method {request.method} not allowed on {path} (allowed: {allowed})"
+    if exc.status == 413:
+        return (
+            f"request body over {MAX_BODY_BYTES} bytes "
+            f"(a job's command may be at most {MAX_COMMAND_BYTES} bytes)"
+        )
+    return exc.reason
+
+
+@web.middleware
+async def require_json(
+    request: web.Request, handler: Callable[[web.Request], Awaitable[web.StreamResponse]]
+) -> web.StreamResponse:
+    """A request body must say ``Content-Type: application/json`` (UTF-8), else 415.
+
+    Why: a browser sends a cross-origin ``text/plain`` form post without asking first; refusing
+    every other type stops such posts from acting. A bodiless POST passes (nothing to decode).
+    """
+    if request.method in _BODY_METHODS and request.body_exists:
+        charset = (request.charset or "utf-8").lower()
+        if request.content_type != "application/json" or charset not in ("utf-8", "utf8"):
+            sent = request.headers.get("Content-Type", "none")[:100]
+            return error(415, f"Content-Type must be application/json (UTF-8), got {sent!r}")
+    return await handler(request)
 
 
 async def submit(request: web.Request) -> web.Response:
@@ -202,9 +256,14 @@ async def index(request: web.Request) -> web.Response:
     return web.Response(text=page, content_type="text/html")
 
 
-def build_app(gw: Gateway) -> web.Application:
-    app = web.Application(middlewares=[observe], client_max_size=1 << 20)
+def build_app(gw: Gateway, timeouts: HttpTimeouts | None = None) -> web.Application:
+    """The app. Its ``GUARD_KEY`` watches for slow clients once ``serve`` calls ``watch``."""
+    guard = ConnectionGuard(timeouts or HttpTimeouts(), error)
+    middlewares = [guard.track, observe, json_errors, require_json, guard.read_body]
+    app = web.Application(middlewares=middlewares, client_max_size=MAX_BODY_BYTES)
     app[GATEWAY_KEY] = gw
+    app[GUARD_KEY] = guard
+    app.on_cleanup.append(guard.close)
     app.router.add_get("/", index)
     app.router.add_get("/healthz", healthz)
     app.router.add_get("/metrics", metrics_text)

@@ -45,6 +45,7 @@ from services.gateway.jobs_view import JobsModel
 from services.gateway.service import main
 
 DEADLINE_S = 10.0
+JSON = {"Content-Type": "application/json"}
 
 
 @asynccontextmanager
@@ -115,7 +116,7 @@ async def stream_count(bus: Bus, stream: str, subject: str | None = None) -> int
 
 async def post_job(http: aiohttp.ClientSession, base: str, body: Any) -> tuple[int, bytes]:
     data = body if isinstance(body, bytes) else msgspec.json.encode(body)
-    async with http.post(f"{base}/v1/jobs", data=data) as r:
+    async with http.post(f"{base}/v1/jobs", data=data, headers=JSON) as r:
         return r.status, await r.read()
 
 
