@@ -23,6 +23,7 @@ from collections.abc import Iterable
 import msgspec
 
 from proto.commands import RunCommand
+from proto.events import Submitted
 from proto.gpus import CATALOG, canonical_model, known_names, matches
 from proto.jobs import JobSpec
 
@@ -137,9 +138,9 @@ def _deadline(spec: JobSpec, errs: list[FieldError]) -> None:
 
 
 def _strings(spec: JobSpec, errs: list[FieldError]) -> None:
-    if not _ID.match(spec.id):
+    if not _ID.fullmatch(spec.id):
         errs.append(FieldError("id", "must be 1-64 characters of letters, digits, '-' or '_'"))
-    if not spec.tenant or not _ID.match(spec.tenant):
+    if not spec.tenant or not _ID.fullmatch(spec.tenant):
         errs.append(FieldError("tenant", "must be 1-64 characters of letters, digits, '-' or '_'"))
     if len(spec.constraints) > MAX_CONSTRAINTS:
         errs.append(FieldError("constraints", f"at most {MAX_CONSTRAINTS} GPU models"))
@@ -256,6 +257,17 @@ def _constraints(
             )
 
 
+def revalidate_submitted(event: Submitted) -> list[FieldError]:
+    """``revalidate_spec`` of a ``Submitted`` event, plus what the event adds: the spec is the
+    job the event is about, and its time is a finite number (it is the enqueue time when the
+    spec carries no ``submit_time``)."""
+    errs = revalidate_spec(event.spec)
+    if event.spec.id != event.job_id:
+        errs.append(FieldError("id", f"spec {event.spec.id!r} in an event for {event.job_id!r}"))
+    _number(errs, "time", event.time, -math.inf, math.inf)
+    return errs
+
+
 def revalidate_command(cmd: RunCommand) -> list[FieldError]:
     """Every reason a ``node.<node>.run`` command is unsound (its spec included).
 
@@ -265,7 +277,7 @@ def revalidate_command(cmd: RunCommand) -> list[FieldError]:
     """
     a = cmd.allocation
     errs = [FieldError(f"allocation.spec.{e.field}", e.reason) for e in _spec_errors(a.spec)]
-    _number(errs, "runtime_s", cmd.runtime_s, 0.0, HORIZON_S)
+    _number(errs, "runtime_s", cmd.runtime_s, 0.0, math.inf)  # scaled per GPU model
     _number(errs, "progress", cmd.progress, 0.0, 1.0)
     _number(errs, "allocation.gpu_share", a.gpu_share, MIN_GPU_FRACTION, 1.0)
     _number(errs, "allocation.gpu_mem_gb", a.gpu_mem_gb, 0.0, MAX_GPU_MEM_GB)
@@ -282,6 +294,11 @@ def revalidate_command(cmd: RunCommand) -> list[FieldError]:
 
 def _spec_errors(spec: JobSpec | None) -> list[FieldError]:
     return [] if spec is None else revalidate_spec(spec)
+
+
+def sound_id(value: str) -> bool:
+    """A job or tenant id: 1-64 letters, digits, '-' or '_' (safe as a NATS subject token)."""
+    return isinstance(value, str) and bool(_ID.fullmatch(value))
 
 
 def sound_progress(progress: float) -> bool:

@@ -33,6 +33,7 @@ from proto.events import (
     event_type,
 )
 from proto.nodes import NodeSpec
+from proto.validation import describe, revalidate_command
 from services.executor.runners import Outcome, Runner
 
 COMMAND_TYPES = {
@@ -121,11 +122,12 @@ class NodeExecutor:
 
     async def on_run(self, cmd: RunCommand) -> None:
         alloc = cmd.allocation
-        if alloc.node != self.node.id:
+        errors = revalidate_command(cmd)  # dead-lettered, not Failed: see revalidate_command
+        if alloc.node != self.node.id or errors:
             await self.bus.dead_letter(
                 subjects.node_command(self.node.id, "run"),
                 msgspec.json.encode(cmd),
-                f"allocation is for node {alloc.node!r}, not {self.node.id!r}",
+                describe(errors) or f"allocation is for node {alloc.node!r}, not {self.node.id!r}",
             )
             return
         key = (alloc.job_id, alloc.attempt)

@@ -39,7 +39,8 @@ from proto.events import Cancelled, Failed, LifecycleEvent, Placed, Preempted, i
 from proto.jobs import CancelRequest
 from proto.ledger import Allocation
 from proto.nodes import NodeSpec, TelemetrySample
-from services.placer.cycle import Assign, Refuse, plan_cycle
+from proto.validation import describe
+from services.placer.cycle import INVALID, Assign, Refuse, plan_cycle
 from services.placer.tracker import JobTracker
 
 SERVICE = "placer"
@@ -275,6 +276,9 @@ class Placer:
             t0 = time.perf_counter()
             await self._free_ended()
             await self._announce_unannounced()
+            for spec, errors in self.tracker.invalid_jobs():  # unsound Submitted: see tracker
+                if spec.id not in self.ended_here:
+                    await self._refuse(Refuse(spec, f"{INVALID}: {describe(errors)}"))
             entry = await self.queue_kv.get(subjects.KV_QUEUE_KEY)
             pending = self._pending(entry.value if entry else None)
             if not pending:
