@@ -49,8 +49,9 @@ JSON = {"Content-Type": "application/json"}
 
 
 @asynccontextmanager
-async def gateway(nats_url: str) -> AsyncIterator[str]:
-    """A gateway on a free port; yields its base URL, stops it cleanly (exit code 0) after."""
+async def gateway(nats_url: str, **http_args: float) -> AsyncIterator[str]:
+    """A gateway on a free port; yields its base URL, stops it cleanly (exit code 0) after.
+    ``http_args``: more of its command line, e.g. ``http_header_timeout_s=1.0``."""
     port = free_port()
     stop = asyncio.Event()
     task = asyncio.create_task(
@@ -58,7 +59,7 @@ async def gateway(nats_url: str) -> AsyncIterator[str]:
             "gateway",
             main,
             ServiceConfig(nats_url=nats_url, log_format="console", log_level="warning"),
-            args=argparse.Namespace(http_host="127.0.0.1", http_port=port),
+            args=argparse.Namespace(http_host="127.0.0.1", http_port=port, **http_args),
             stop=stop,
             install_signals=False,
             clock=Clock(epoch=time.time()),
