@@ -20,8 +20,8 @@ from proto.validation import MAX_COMMAND_BYTES, FieldError, JobRejected
 from proto.views import TERMINAL_STATES, ErrorResponse, SubmitResponse
 from services.gateway import dashboard, metrics
 from services.gateway.admission import admit, parse
+from services.gateway.httpserver import ConnectionGuard, HttpTimeouts
 from services.gateway.jobs_view import encode_events
-from services.gateway.slowclients import ConnectionGuard, HttpTimeouts
 
 if TYPE_CHECKING:
     from services.gateway.service import Gateway

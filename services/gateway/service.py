@@ -24,9 +24,14 @@ from proto.nodes import NodeSpec, TelemetrySample
 from proto.views import JobView
 from services.gateway.api import GUARD_KEY, build_app
 from services.gateway.decisions_view import DecisionsModel
+from services.gateway.httpserver import (
+    BODY_TIMEOUT_S,
+    HEADER_TIMEOUT_S,
+    GatewayRunner,
+    HttpTimeouts,
+)
 from services.gateway.jobs_view import JobsModel
 from services.gateway.nodes_view import NodesModel
-from services.gateway.slowclients import BODY_TIMEOUT_S, HEADER_TIMEOUT_S, HttpTimeouts
 
 SERVICE = "gateway"
 DEFAULT_HTTP_PORT = 8080
@@ -152,13 +157,14 @@ async def serve(
 ) -> web.AppRunner:
     """Start the HTTP server; the caller cleans the runner up on shutdown.
 
-    Slow clients are cut off (``services.gateway.slowclients``): a connection without a full
+    Slow clients are cut off (``services.gateway.httpserver``): a connection without a full
     request head for ``timeouts.header_s`` is closed, and so is one idle that long between
-    requests (aiohttp's keep-alive timer, set to the same, is the second line of it).
+    requests (aiohttp's keep-alive timer, set to the same, is the second line of it); what
+    the HTTP parser refuses is answered in JSON (``GatewayRunner``).
     """
     timeouts = timeouts or HttpTimeouts()
     app = build_app(gw, timeouts)
-    runner = web.AppRunner(app, access_log=None, keepalive_timeout=timeouts.header_s)
+    runner = GatewayRunner(app, access_log=None, keepalive_timeout=timeouts.header_s)
     await runner.setup()
     assert runner.server is not None
     app[GUARD_KEY].watch(runner.server)

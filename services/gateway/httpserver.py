@@ -1,4 +1,7 @@
-"""Slow clients: a deadline for each request's head and body, so stalled connections are closed.
+"""How the gateway's HTTP server treats connections: slow clients are cut off, and what the HTTP
+parser refuses (before any handler runs) is answered in JSON like everything else.
+
+Slow clients: a deadline for each request's head and body, so stalled connections are closed.
 
 Why our own: aiohttp has no header timeout. Its keep-alive timer is the nearest thing (since
 3.10 or so it also starts when a connection opens), but its default is an hour and older
@@ -21,11 +24,15 @@ import asyncio
 import contextlib
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
+from http import HTTPStatus
 
 import aiohttp
+import msgspec
 from aiohttp import web
 from aiohttp.http_exceptions import HttpProcessingError
 from aiohttp.web_protocol import RequestHandler
+
+from proto.views import ErrorResponse
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 ErrorFactory = Callable[[int, str], web.Response]
@@ -116,3 +123,57 @@ class ConnectionGuard:
                     del self._idle_since[conn]
                     self.closed += 1
                     conn.force_close()
+
+
+# --- the parser's refusals in JSON ------------------------------------------------------------
+
+
+class GatewayRunner(web.AppRunner):
+    """An ``AppRunner`` whose connections answer the HTTP parser's refusals (an unknown method,
+    a header over 8 KB, a broken request line) with a JSON ``ErrorResponse``, as the app
+    answers everything else; aiohttp's own answer there is plain text (or an HTML page)."""
+
+    async def _make_server(self) -> web.Server:
+        plain = await super()._make_server()
+        return _JsonErrorServer(
+            plain.request_handler,
+            request_factory=plain.request_factory,
+            handler_cancellation=plain.handler_cancellation,
+            **self._kwargs,
+        )
+
+
+class _JsonErrorServer(web.Server):
+    def __call__(self) -> RequestHandler:
+        return _JsonErrorHandler(self, loop=self._loop, **self._kwargs)
+
+
+class _JsonErrorHandler(RequestHandler):
+    def handle_error(
+        self,
+        request: web.BaseRequest,
+        status: int = 500,
+        exc: BaseException | None = None,
+        message: str | None = None,
+    ) -> web.StreamResponse:
+        """Bad input (a 4xx) is logged at debug level, a failure (5xx) as an exception; the
+        message of a 4xx says what the parser objected to, cut to 300 characters."""
+        if status >= 500:
+            self.log_exception("Error handling request", exc_info=exc)
+        else:
+            self.log_debug("Refused a malformed request: %s", message)
+        if request.writer.output_size > 0:
+            raise ConnectionError("response already started, cannot send an error")
+        try:
+            text = f"{status} {HTTPStatus(status).phrase}"
+        except ValueError:
+            text = str(status)
+        if message and status < 500:
+            text += f": {message.strip()[:300]}"
+        resp = web.Response(
+            body=msgspec.json.encode(ErrorResponse(error=text)),
+            status=status,
+            content_type="application/json",
+        )
+        resp.force_close()
+        return resp
