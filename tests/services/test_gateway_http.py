@@ -128,6 +128,20 @@ async def test_aiohttp_refusals_are_json(nats_url, http):
         async with http.patch(f"{base}/healthz") as r:
             assert r.status == 405
             await _error(r)
+        # refused by the HTTP parser before any handler runs: JSON all the same
+        port = int(base.rsplit(":", 1)[1])
+        for raw in (
+            b"FOO / HTTP/1.1\r\nHost: x\r\n\r\n",
+            b"GET / HTTP/1.1\r\nHost: x\r\nX-Big: " + b"h" * 9000 + b"\r\n\r\n",
+            b"GET /\x00 HTTP/1.1\r\n\r\n",
+        ):
+            reader, writer = await asyncio.open_connection("127.0.0.1", port)
+            writer.write(raw)
+            answer = await _closed_within(reader, CLOSE_WITHIN_S)
+            writer.close()
+            head, _, body = answer.partition(b"\r\n\r\n")
+            assert head.split(b" ")[1] == b"400" and b"application/json" in head, answer
+            assert msgspec.json.decode(body, type=ErrorResponse).error.startswith("400 Bad")
 
 
 async def _closed_within(reader: asyncio.StreamReader, limit_s: float) -> bytes:
