@@ -18,65 +18,55 @@ query strings, many and huge headers. What must hold for every one:
 
 from __future__ import annotations
 
-import argparse
-import asyncio
 import json
+import os
+import signal
 import socket
-import threading
+import subprocess
+import sys
 import time
 from collections import Counter
 from collections.abc import Iterator
 from contextlib import contextmanager, suppress
 from dataclasses import dataclass
+from pathlib import Path
 
 import msgspec
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from libs.bus.runtime import ServiceConfig, serve
 from libs.bus.server import free_port
-from libs.clock import Clock
 from proto.jobs import JobSpec
 from proto.validation import JOB_FIELDS, revalidate_spec
 from proto.views import ErrorResponse, SubmitResponse
-from services.gateway.service import main
 
-# --- the gateway in a thread of its own (hypothesis drives a plain synchronous test) ----------
+# --- the gateway as its own process (hypothesis drives a plain synchronous test) ------------
+
+ROOT = Path(__file__).resolve().parent.parent.parent
 
 
 @contextmanager
-def gateway_thread(nats_url: str) -> Iterator[int]:
-    """The real gateway (``serve`` + ``main``) on a free port in its own event loop."""
+def gateway_process(nats_url: str) -> Iterator[int]:
+    """``python -m services.gateway`` on a free port, stopped with SIGTERM (exit code 0).
+
+    Why a process, not a thread: it is the real entry point, and hypothesis must own the
+    ``random`` module of the process that draws the examples (the gateway's tracing uses it).
+    """
     port = free_port()
-    handles: list[tuple[asyncio.AbstractEventLoop, asyncio.Event]] = []
-    result: list[int] = []
-
-    async def run() -> None:
-        stop = asyncio.Event()
-        handles.append((asyncio.get_running_loop(), stop))
-        config = ServiceConfig(nats_url=nats_url, log_format="console", log_level="error")
-        args = argparse.Namespace(http_host="127.0.0.1", http_port=port)
-        clock = Clock(epoch=time.time())
-        result.append(
-            await serve(
-                "gateway", main, config, args=args, stop=stop, install_signals=False, clock=clock
-            )
-        )
-
-    thread = threading.Thread(target=asyncio.run, args=(run(),), daemon=True)
-    thread.start()
-    deadline = time.monotonic() + 30
-    while not _healthy(port):
-        assert time.monotonic() < deadline and thread.is_alive(), "gateway did not start"
-        time.sleep(0.05)
+    env = {**os.environ, "MOSAIC_NATS_URL": nats_url, "MOSAIC_LOG_FORMAT": "json"}
+    args = [sys.executable, "-m", "services.gateway", "--http-port", str(port)]
+    args += ["--log-level", "error"]
+    proc = subprocess.Popen(args, cwd=ROOT, env=env, stdout=subprocess.DEVNULL)
     try:
+        deadline = time.monotonic() + 30
+        while not _healthy(port):
+            assert time.monotonic() < deadline and proc.poll() is None, "gateway did not start"
+            time.sleep(0.05)
         yield port
     finally:
-        loop, stop = handles[0]
-        loop.call_soon_threadsafe(stop.set)
-        thread.join(20)
-        assert result == [0], result
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(20) == 0
 
 
 def _healthy(port: int) -> bool:
@@ -276,7 +266,7 @@ def check(port: int, data: bytes, well_formed: bool, counts: Counter[str]) -> No
 
 def fuzz(nats_url: str, examples: int) -> Counter[str]:
     counts: Counter[str] = Counter()
-    with gateway_thread(nats_url) as port:
+    with gateway_process(nats_url) as port:
 
         @settings(
             max_examples=examples,
