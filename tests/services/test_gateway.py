@@ -9,9 +9,11 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import tempfile
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
+from pathlib import Path
 from typing import Any
 
 import aiohttp
@@ -45,19 +47,32 @@ from services.gateway.jobs_view import JobsModel
 from services.gateway.service import main
 
 DEADLINE_S = 10.0
+ADMIN_TOKEN = "test-admin-token-0123456789abcdef"  # what every gateway of these tests is given
+ADMIN = {"Authorization": f"Bearer {ADMIN_TOKEN}"}
+
+
+def admin_token_file() -> Path:
+    """A file holding ADMIN_TOKEN, as ``mosaic up`` writes ``credentials/admin.token``."""
+    folder = Path(tempfile.mkdtemp(prefix="mosaic-cred-"))
+    (folder / "admin.token").write_text(ADMIN_TOKEN + "\n")
+    return folder / "admin.token"
 
 
 @asynccontextmanager
 async def gateway(nats_url: str) -> AsyncIterator[str]:
-    """A gateway on a free port; yields its base URL, stops it cleanly (exit code 0) after."""
+    """A gateway on a free port with ADMIN_TOKEN as its admin token; yields its base URL, stops
+    it cleanly (exit code 0) after."""
     port = free_port()
     stop = asyncio.Event()
+    args = argparse.Namespace(
+        http_host="127.0.0.1", http_port=port, admin_token_file=str(admin_token_file())
+    )
     task = asyncio.create_task(
         serve(
             "gateway",
             main,
             ServiceConfig(nats_url=nats_url, log_format="console", log_level="warning"),
-            args=argparse.Namespace(http_host="127.0.0.1", http_port=port),
+            args=args,
             stop=stop,
             install_signals=False,
             clock=Clock(epoch=time.time()),
@@ -102,7 +117,8 @@ async def bus(nats_url: str) -> AsyncIterator[Bus]:
 
 @pytest.fixture
 async def http() -> AsyncIterator[aiohttp.ClientSession]:
-    async with aiohttp.ClientSession() as s:
+    """A session that sends the admin token (the tests of auth itself are tests/security)."""
+    async with aiohttp.ClientSession(headers=ADMIN) as s:
         yield s
 
 
