@@ -51,7 +51,7 @@ async def create_tenant(request: web.Request) -> web.Response:
     """201 ``{"tenant", "token", "may_run_commands"}``; 409 when the name exists (a second
     create must not silently replace the token someone already holds)."""
     gw = _gateway(request)
-    body = await request.content.read(MAX_BODY_BYTES + 1)
+    body = await request.read()  # bounded by the app's client_max_size
     if len(body) > MAX_BODY_BYTES:
         return _error(413, f"body over {MAX_BODY_BYTES} bytes")
     try:
