@@ -9,51 +9,18 @@ KV (hashed) and survive a gateway restart.
 
 from __future__ import annotations
 
-import argparse
-import asyncio
 import hashlib
-import time
-from collections.abc import AsyncIterator
-from typing import Any
 
 import aiohttp
-import pytest
 
 from libs.bus import Bus
-from libs.bus.runtime import ServiceConfig, serve
-from libs.bus.server import free_port
-from libs.clock import Clock
 from libs.policy.inventory import demo_cluster
 from proto import subjects
 from proto.ledger import Allocation
 from proto.nodes import NodeSpec
 from proto.tenants import TenantRecord
-from services.gateway.service import main
+from tests.security.conftest import call, job
 from tests.services.test_gateway import ADMIN_TOKEN, gateway, until
-
-
-@pytest.fixture
-async def http() -> AsyncIterator[aiohttp.ClientSession]:
-    """A session with no default credentials: every call says which token it sends."""
-    async with aiohttp.ClientSession() as s:
-        yield s
-
-
-async def call(
-    http: aiohttp.ClientSession,
-    method: str,
-    url: str,
-    token: str | None = None,
-    body: Any = None,
-    headers: dict[str, str] | None = None,
-) -> tuple[int, Any, dict[str, str]]:
-    """(status, decoded JSON body or text, response headers)."""
-    hdrs = dict(headers or {})
-    if token is not None:
-        hdrs["Authorization"] = f"Bearer {token}"
-    async with http.request(method, url, json=body, headers=hdrs) as r:
-        data: Any = await r.json() if r.content_type == "application/json" else await r.text()
-        return r.status, data, dict(r.headers)
 
 
 async def add_tenant(
@@ -64,10 +31,6 @@ async def add_tenant(
     assert status == 201, data
     assert data["tenant"] == name and len(data["token"]) >= 43
     return data["token"]
-
-
-def job(job_id: str, **fields: Any) -> dict[str, Any]:
-    return {"id": job_id, "gpus": 1, "gpu_mem_gb": 8, "est_runtime_s": 600, **fields}
 
 
 async def test_no_token_or_a_wrong_one_is_401_with_a_bearer_challenge(nats_url, http):
@@ -297,78 +260,3 @@ async def test_nodes_for_any_caller_with_a_token_but_only_its_own_job_ids(nats_u
             assert "a-1" in page and "b-1" in page
     finally:
         await bus.close()
-
-
-async def test_metrics_from_loopback_need_no_token(nats_url, http):
-    async with gateway(nats_url) as base:
-        status, text, _ = await call(http, "GET", f"{base}/metrics")
-        assert status == 200 and "mosaic_gateway" in text
-
-
-async def _run_gateway(nats_url: str, **args: Any) -> tuple[int, int]:
-    """Run the gateway with ``args``; (exit code or -1 when it served, its port)."""
-    port = free_port()
-    stop = asyncio.Event()
-    task = asyncio.create_task(
-        serve(
-            "gateway",
-            main,
-            ServiceConfig(nats_url=nats_url, log_format="console", log_level="error"),
-            args=argparse.Namespace(http_host="127.0.0.1", http_port=port, **args),
-            stop=stop,
-            install_signals=False,
-            clock=Clock(epoch=time.time()),
-        )
-    )
-    done, _ = await asyncio.wait({task}, timeout=3)
-    if done:
-        return task.result(), port
-    return -1, port
-
-
-async def test_without_an_admin_token_the_gateway_refuses_to_start(nats_url, tmp_path, monkeypatch):
-    monkeypatch.delenv("MOSAIC_ADMIN_TOKEN_FILE", raising=False)
-    code, _ = await _run_gateway(nats_url)
-    assert code == 1
-    short = tmp_path / "short.token"
-    short.write_text("abc\n")
-    code, _ = await _run_gateway(nats_url, admin_token_file=str(short))
-    assert code == 1
-    code, _ = await _run_gateway(nats_url, admin_token_file=str(tmp_path / "missing.token"))
-    assert code == 1
-
-
-async def test_insecure_no_auth_is_explicit_and_makes_every_caller_the_admin(nats_url, http):
-    port = free_port()
-    stop = asyncio.Event()
-    task = asyncio.create_task(
-        serve(
-            "gateway",
-            main,
-            ServiceConfig(nats_url=nats_url, log_format="console", log_level="error"),
-            args=argparse.Namespace(http_host="127.0.0.1", http_port=port, insecure_no_auth=True),
-            stop=stop,
-            install_signals=False,
-            clock=Clock(epoch=time.time()),
-        )
-    )
-    base = f"http://127.0.0.1:{port}"
-    try:
-
-        async def up() -> bool:
-            try:
-                return (await call(http, "GET", f"{base}/healthz"))[0] == 200
-            except aiohttp.ClientError:
-                return False
-
-        await until(up, "the insecure gateway")
-        status, _, _ = await call(http, "GET", f"{base}/v1/tenants")
-        assert status == 200
-        t = (await call(http, "POST", f"{base}/v1/tenants", body={"name": "t"}))[1]["token"]
-        status, _, _ = await call(http, "POST", f"{base}/v1/jobs", t, job("t-1", tenant="x"))
-        assert status == 403  # a tenant token still scopes its caller
-        status, _, _ = await call(http, "GET", f"{base}/v1/jobs", "wrong-token")
-        assert status == 401
-    finally:
-        stop.set()
-        assert await asyncio.wait_for(task, 15) == 0
