@@ -27,6 +27,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from aiohttp import web
+from prometheus_client import Counter
 
 from proto.tenants import TenantRecord
 
@@ -39,6 +40,12 @@ PUBLIC_ROUTES = frozenset({"/healthz"})  # probes: nobody has a token there
 ANONYMOUS_OK = frozenset({"/"})  # the dashboard: aggregate counts without a token
 LOOPBACK_OR_ADMIN = frozenset({"/metrics"})
 ADMIN_ROUTES = frozenset({"/v1/tenants", "/v1/tenants/{name}"})
+
+REFUSED = Counter(
+    "mosaic_gateway_auth_refused_total",
+    "Requests refused by authentication: missing (401), invalid token (401), forbidden (403).",
+    ["reason"],
+)
 
 
 class AuthConfigError(RuntimeError):
@@ -182,13 +189,16 @@ def middleware(
         token = bearer(request)
         principal = get_auth(request).authenticate(token)
         if token is not None and principal is None:
+            REFUSED.labels("invalid").inc()
             return unauthorized("invalid or revoked token", True)
         if principal is None:
             if route in ANONYMOUS_OK:
                 request[PRINCIPAL_KEY] = None
                 return await handler(request)
+            REFUSED.labels("missing").inc()
             return unauthorized("authentication required: Authorization: Bearer <token>", False)
         if (route in ADMIN_ROUTES or route in LOOPBACK_OR_ADMIN) and not principal.admin:
+            REFUSED.labels("forbidden").inc()
             return forbidden(f"{route} is for the admin; tenant {principal.name!r} may not use it")
         request[PRINCIPAL_KEY] = principal
         return await handler(request)

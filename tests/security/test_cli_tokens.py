@@ -102,6 +102,14 @@ async def test_tenant_commands_and_the_token_a_command_sends(
         assert capsys.readouterr().out.strip() == "ml-1"
         job = await asyncio.to_thread(MosaicClient(base, token=ADMIN_TOKEN).job, "ml-1")
         assert job.tenant == "ml"
+        args = ("--token", token, "submit", "--id", "ml-2", "--command", "true", "--gateway", base)
+        assert await asyncio.to_thread(run, *args) == 0  # ml may run commands
+        # a command from a tenant not allowed to run one: refused like an invalid job, exit 2
+        admin = MosaicClient(base, token=ADMIN_TOKEN)
+        plain = (await asyncio.to_thread(admin.create_tenant, "plain")).token
+        args = ("--token", plain, "submit", "--command", "id", "--gateway", base)
+        assert await asyncio.to_thread(run, *args) == 2
+        assert "command" in capsys.readouterr().err
         # a tenant may not manage tenants: the 403 is one line, exit 1
         args = ("--token", token, "tenant", "add", "x", "--gateway", base)
         assert await asyncio.to_thread(run, *args) == 1

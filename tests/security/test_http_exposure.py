@@ -113,6 +113,9 @@ async def test_metrics_free_on_loopback_admin_only_from_elsewhere(nats_url, http
         assert status == 403
         status, text, _ = await call(http, "GET", f"{remote}/metrics", ADMIN_TOKEN)
         assert status == 200 and "mosaic_gateway" in text
+        # the refusals are counted (the counter is per process: at least this test's)
+        assert 'mosaic_gateway_auth_refused_total{reason="missing"}' in text
+        assert 'mosaic_gateway_auth_refused_total{reason="forbidden"}' in text
         # the anonymous dashboard is the same from anywhere: counts only
         status, page, _ = await call(http, "GET", f"{remote}/")
         assert status == 200 and "GPUs busy" in page
