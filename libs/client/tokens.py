@@ -3,9 +3,10 @@
 Order: an explicit token (``--token`` or ``MOSAIC_TOKEN``), else the file named by
 ``MOSAIC_TOKEN_FILE``, else - only for a gateway on this machine (loopback) - the admin token of
 the local ``mosaic up`` (``DATA_DIR/credentials/admin.token``, the data dir from
-``MOSAIC_DATA_DIR`` or ``.mosaic``, or the path its ``stack.json`` names). Why loopback only: the
-local admin token must never be sent to a gateway somewhere else, which could then act as the
-operator of this one. So ``make run`` and the README tour need no extra step.
+``MOSAIC_DATA_DIR`` or ``.mosaic``, or the file or credentials folder its ``stack.json``
+names). Why loopback only: the local admin token must never be sent to a gateway somewhere
+else, which could then act as the operator of this one. So ``make run`` and the README tour
+need no extra step.
 """
 
 from __future__ import annotations
@@ -46,11 +47,16 @@ def local_admin_token(data_dir: Path | str | None = None) -> str | None:
     """The admin token a local ``mosaic up`` wrote, if there is one."""
     folder = Path(data_dir or os.environ.get("MOSAIC_DATA_DIR") or ".mosaic")
     try:
-        named = json.loads((folder / "stack.json").read_text()).get("admin_token_file")
-    except (OSError, ValueError, AttributeError):
-        named = None
-    if isinstance(named, str) and (token := _read(named)):
-        return token
+        state = json.loads((folder / "stack.json").read_text())
+    except (OSError, ValueError):
+        state = {}
+    state = state if isinstance(state, dict) else {}
+    named = [state.get("admin_token_file")]
+    if isinstance(state.get("credentials_dir"), str):
+        named.append(str(Path(state["credentials_dir"]) / "admin.token"))
+    for path in named:
+        if isinstance(path, str) and (token := _read(path)):
+            return token
     return _read(admin_token_file(folder))
 
 

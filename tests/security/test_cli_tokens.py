@@ -64,6 +64,9 @@ def test_stack_json_may_name_the_admin_token_file(clean_env: Path) -> None:
     elsewhere.write_text("named-in-stack-json\n")
     (clean_env / "stack.json").write_text(f'{{"admin_token_file": "{elsewhere}"}}')
     assert find_token("http://127.0.0.1:8080") == "named-in-stack-json"
+    (elsewhere.parent / "admin.token").write_text("in-credentials-dir\n")
+    (clean_env / "stack.json").write_text(f'{{"credentials_dir": "{elsewhere.parent}"}}')
+    assert find_token("http://127.0.0.1:8080") == "in-credentials-dir"
 
 
 async def test_tenant_commands_and_the_token_a_command_sends(
