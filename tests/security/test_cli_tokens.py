@@ -17,7 +17,8 @@ from libs.client.api import ClientError, MosaicClient
 from libs.client.cli import main
 from libs.client.credentials import ensure_admin_token
 from libs.client.tokens import find_token, is_local
-from tests.services.test_gateway import ADMIN_TOKEN, gateway
+from tests.services._gateway_auth import ADMIN_TOKEN
+from tests.services.test_gateway import gateway
 
 
 @pytest.fixture

@@ -20,7 +20,8 @@ from proto.ledger import Allocation
 from proto.nodes import NodeSpec
 from proto.tenants import TenantRecord
 from tests.security.conftest import call, job
-from tests.services.test_gateway import ADMIN_TOKEN, gateway, until
+from tests.services._gateway_auth import ADMIN_TOKEN
+from tests.services.test_gateway import gateway, until
 
 
 async def add_tenant(

@@ -22,7 +22,8 @@ from libs.bus.server import free_port
 from libs.clock import Clock
 from services.gateway.service import main
 from tests.security.conftest import call, job
-from tests.services.test_gateway import ADMIN_TOKEN, admin_token_file, until
+from tests.services._gateway_auth import ADMIN_TOKEN, admin_token_file
+from tests.services.test_gateway import until
 
 
 @asynccontextmanager

@@ -9,11 +9,9 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import tempfile
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
-from pathlib import Path
 from typing import Any
 
 import aiohttp
@@ -45,17 +43,9 @@ from proto.views import ErrorResponse, JobView, NodeView, SubmitResponse
 from services.gateway.dashboard import render
 from services.gateway.jobs_view import JobsModel
 from services.gateway.service import main
+from tests.services._gateway_auth import ADMIN, admin_token_file
 
 DEADLINE_S = 10.0
-ADMIN_TOKEN = "test-admin-token-0123456789abcdef"  # what every gateway of these tests is given
-ADMIN = {"Authorization": f"Bearer {ADMIN_TOKEN}"}
-
-
-def admin_token_file() -> Path:
-    """A file holding ADMIN_TOKEN, as ``mosaic up`` writes ``credentials/admin.token``."""
-    folder = Path(tempfile.mkdtemp(prefix="mosaic-cred-"))
-    (folder / "admin.token").write_text(ADMIN_TOKEN + "\n")
-    return folder / "admin.token"
 
 
 @asynccontextmanager
