@@ -204,13 +204,32 @@ class NodeExecutor:
             )
             return
         key = (alloc.job_id, alloc.attempt)
-        if alloc.job_id in self.running or key in self.accepted:
+        current = self.running.get(alloc.job_id)
+        if key in self.accepted or (current is not None and current.entry.attempt >= alloc.attempt):
             self.log.info("run_ignored_duplicate", job_id=alloc.job_id, attempt=alloc.attempt)
             return
+        if current is not None:
+            await self._supersede(current, alloc.attempt)
         entry = Entry(node=self.node.id, cmd=cmd, started_at=self.clock.now(), boot_id=self.boot_id)
         self.journal.put(entry)  # before the ack (when this returns): a redelivery finds it
         self.accepted.add(key)
         await self._launch(entry)
+
+    async def _supersede(self, job: RunningJob, attempt: int) -> None:
+        """A newer attempt of a job still running here: the placer gave the old one up (it
+        requeued it, e.g. while this executor was down), so the old one stops without an event
+        of its own and the new one runs: the job still ends in exactly one terminal state."""
+        entry = job.entry
+        self.log.warning(
+            "attempt_superseded", job_id=entry.job_id, attempt=entry.attempt, by_attempt=attempt
+        )
+        self.running.pop(entry.job_id, None)
+        job.task.cancel()
+        with contextlib.suppress(asyncio.CancelledError, Exception):
+            await job.task
+        await self.runner.stop(entry)
+        self.journal.remove(entry.job_id, entry.attempt)
+        self._report_now.set()
 
     async def _launch(self, entry: Entry) -> None:
         """Publish Started (with the journaled start time), start the attempt unless it was

@@ -163,7 +163,10 @@ class LocalRunner:
         argv += [*(drop if self.run_as.switch else []), "--", spec.command]
         with contextlib.suppress(FileNotFoundError):
             rc_path.unlink()  # a stale status from an earlier try must not be read as this one's
-        with open(log_path, "ab") as log:
+        # O_NOFOLLOW: a log directory that someone else can write must not let a planted
+        # symlink turn this (privileged) open into a write elsewhere
+        flags = os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_NOFOLLOW | os.O_CLOEXEC
+        with open(os.open(log_path, flags, 0o640), "ab") as log:
             proc = await asyncio.create_subprocess_exec(
                 *argv,
                 stdin=asyncio.subprocess.DEVNULL,

@@ -192,6 +192,19 @@ async def test_duplicate_run_is_ignored(sim: Harness) -> None:
     assert events == sim.of("d")
 
 
+async def test_a_newer_attempt_supersedes_the_running_one(sim: Harness) -> None:
+    """The placer gave attempt 1 up (requeued it) while it still ran here: attempt 2 runs and
+    the job still ends once; a late copy of attempt 1's run is ignored."""
+    await sim.run("n", runtime_s=60_000)
+    await sim.wait("n", 1)
+    await sim.run("n", runtime_s=300, attempt=2)
+    events = await sim.wait("n", 3)
+    await sim.run("n", runtime_s=300, attempt=1)
+    await asyncio.sleep(0.5)
+    assert [type(e) for e in sim.of("n")] == [Started, Started, Completed]
+    assert [e.attempt for e in events[:2] if isinstance(e, Started)] == [1, 2]
+
+
 async def test_run_for_another_node_is_dead_lettered(sim: Harness) -> None:
     await sim.run("wrong", runtime_s=10, node="a100-0")
     await sim.run("right", runtime_s=10)

@@ -23,10 +23,11 @@ from libs.clock import Clock
 from proto import subjects
 from proto.commands import RunCommand
 from proto.events import Completed, Failed, Started
+from proto.jobs import JobSpec
 from proto.ledger import Allocation
 from proto.nodes import ExecutorReport
 from services.executor.journal import Entry, Journal
-from services.executor.local import LOST
+from services.executor.local import LOST, WRAPPER, LocalRunner, RunAs
 from tests.services.test_executor import T4, Harness
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -250,6 +251,44 @@ async def test_events_journaled_before_a_crash_are_published_on_restart(
     assert journal.load() == ([], [])
 
 
+async def test_an_attempt_accepted_but_not_started_before_a_crash_is_started(
+    local_node: Node,
+) -> None:
+    """The journal has the attempt (its run command was taken) but no Started went out and no
+    process was found: the restart starts it, once."""
+    n = local_node
+    journal = Journal(n.state_dir / T4.id)
+    cmd = _cmd("late", command='echo ran > "$HOME/out"')
+    journal.put(Entry(node=T4.id, cmd=cmd, started_at=n.clock.now(), boot_id="gone"))
+    await n.start()
+    started, completed = await n.h.wait("late", 2, timeout_s=30)
+    assert isinstance(started, Started) and isinstance(completed, Completed)
+    assert (n.work_root / "late-1" / "out").read_text() == "ran\n"
+
+
+async def test_a_wrapper_whose_pid_missed_the_journal_is_found_by_its_command_line(
+    tmp_path: Path,
+) -> None:
+    journal = Journal(tmp_path / "state")
+    rc = journal.rc_path("w", 1)
+    wrapper = subprocess.Popen(
+        [sys.executable, "-I", str(WRAPPER), "--rc-file", str(rc), "--", "sleep 1; exit 4"],
+        start_new_session=True,
+    )
+    try:
+        cmdline = Path(f"/proc/{wrapper.pid}/cmdline")
+        await until(lambda: str(rc).encode() in cmdline.read_bytes(), 10)  # exec is done
+        runner = LocalRunner(tmp_path / "logs", tmp_path / "work", RunAs.resolve(None))
+        entry = Entry(node=T4.id, cmd=_cmd("w"), started_at=0.0, boot_id="b", started_sent=True)
+        adopted = runner.adopt(entry, rc)
+        assert adopted.launch is not None and adopted.launch.pid == wrapper.pid
+        outcome = await runner.wait(adopted, T4)  # polled: not this runner's child
+        assert outcome.reason == "exit code 4"
+    finally:
+        wrapper.kill()
+        wrapper.wait()
+
+
 def test_journal_round_trip_and_an_unreadable_entry_is_set_aside(tmp_path: Path) -> None:
     journal = Journal(tmp_path / "j")
     entry = Entry(node="t4-0", cmd=_cmd("a/../b"), started_at=12.5, boot_id="b1")
@@ -265,7 +304,7 @@ def test_journal_round_trip_and_an_unreadable_entry_is_set_aside(tmp_path: Path)
     assert journal.load() == ([], [])
 
 
-def _cmd(job_id: str) -> RunCommand:
+def _cmd(job_id: str, command: str | None = None) -> RunCommand:
     alloc = Allocation(
         job_id=job_id,
         node="t4-0",
@@ -275,5 +314,6 @@ def _cmd(job_id: str) -> RunCommand:
         host_mem_gb=8,
         cpus=2,
         time=0.0,
+        spec=JobSpec(id=job_id, command=command),
     )
     return RunCommand(allocation=alloc, runtime_s=10)
