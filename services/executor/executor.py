@@ -161,8 +161,8 @@ class NodeExecutor:
                 self.log.info("job_left_running", job_id=job.entry.job_id)
             else:
                 self.log.warning("job_abandoned", job_id=job.entry.job_id)
-                with contextlib.suppress(Exception):
-                    await self.runner.stop(job.entry)
+        if not self.keep_on_stop:  # all at once: each may take its kill grace
+            await asyncio.gather(*(self.runner.stop(j.entry) for j in jobs), return_exceptions=True)
 
     async def handle(self, cmd: RunCommand | KillCommand | CheckpointCommand) -> None:
         if isinstance(cmd, RunCommand):

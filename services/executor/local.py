@@ -7,6 +7,7 @@ import contextlib
 import os
 import pwd
 import signal
+import subprocess
 import sys
 import time
 from dataclasses import dataclass
@@ -19,7 +20,7 @@ from services.executor.journal import Entry, Launch, file_stem
 from services.executor.runners import Outcome, StartFailed
 
 KILL_GRACE_S = 10.0  # wall seconds between SIGTERM and SIGKILL of a local job
-POLL_S = 0.25  # wall seconds between looks at a process this executor is not the parent of
+POLL_S = 0.2  # wall seconds between two looks at whether a job's process has ended
 WRAPPER = Path(__file__).with_name("wrapper.py")
 PATH = "/usr/bin:/bin"
 LOST = "lost: executor restarted and the process was gone"
@@ -127,7 +128,7 @@ class LocalRunner:
         self.work_root = work_root
         self.run_as = run_as
         self.extra_env = dict(extra_env or {})
-        self._children: dict[int, asyncio.subprocess.Process] = {}
+        self._children: dict[int, subprocess.Popen[bytes]] = {}
 
     def job_env(self, entry: Entry, node: NodeSpec, work_dir: Path) -> dict[str, str]:
         """The whole environment of the job: an allow-list, nothing inherited."""
@@ -167,11 +168,13 @@ class LocalRunner:
         # symlink turn this (privileged) open into a write elsewhere
         flags = os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_NOFOLLOW | os.O_CLOEXEC
         with open(os.open(log_path, flags, 0o640), "ab") as log:
-            proc = await asyncio.create_subprocess_exec(
-                *argv,
-                stdin=asyncio.subprocess.DEVNULL,
+            # plain Popen, not asyncio's: an asyncio subprocess transport kills its process
+            # when it is closed or collected, and this one must outlive the executor
+            proc = subprocess.Popen(
+                argv,
+                stdin=subprocess.DEVNULL,
                 stdout=log,
-                stderr=asyncio.subprocess.STDOUT,
+                stderr=subprocess.STDOUT,
                 env=self.job_env(entry, node, work_dir),
                 cwd=work_dir,
                 start_new_session=True,  # outlives the executor; one process group to stop
@@ -213,7 +216,8 @@ class LocalRunner:
             return Outcome(False, LOST)
         child = self._children.get(launch.pid)
         if child is not None:
-            await child.wait()
+            while child.poll() is None:  # reaps it once it has ended
+                await asyncio.sleep(POLL_S)
             self._children.pop(launch.pid, None)
         else:
             while alive(launch):
@@ -244,7 +248,7 @@ class LocalRunner:
                 await asyncio.sleep(0.05)
         child = self._children.pop(launch.pid, None)
         if child is not None:
-            await child.wait()
+            child.poll()  # reap it (it is gone, or SIGKILL is on its way)
 
 
 def _last_line(path: Path, max_chars: int = 300) -> str:

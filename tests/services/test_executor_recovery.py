@@ -175,8 +175,9 @@ async def test_sim_job_survives_a_restart_and_completes_once_on_time(
     assert list(n.state_dir.rglob("*.json")) == []  # forgotten once the event is out
 
 
-async def test_local_job_survives_a_crash_and_its_exit_code_is_reported(
-    local_node: Node,
+@pytest.mark.parametrize("how", ["kill -9", "sigterm"])
+async def test_local_job_survives_a_restart_and_its_exit_code_is_reported(
+    local_node: Node, how: str
 ) -> None:
     n = local_node
     first = await n.start()
@@ -184,7 +185,10 @@ async def test_local_job_survives_a_crash_and_its_exit_code_is_reported(
     await n.h.wait("l1", 1)
     await until(lambda: n.running(first) == {"l1"})
     pid = n.pid(first, "l1")
-    n.crash()
+    if how == "kill -9":
+        n.crash()
+    else:
+        n.stop_executor()
     os.kill(pid, 0)  # the job's process outlived the executor
     second = await n.start()
     await until(lambda: n.running(second) == {"l1"})
