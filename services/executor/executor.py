@@ -251,7 +251,10 @@ class NodeExecutor:
                 self.log.exception("runner_start_failed", job_id=entry.job_id)
                 failure = f"executor error: {exc!r}"
         entry = msgspec.structs.replace(entry, started_sent=True, launch=launch)
-        self.journal.put(entry)
+        try:
+            self.journal.put(entry)
+        except OSError as exc:  # it runs now: watch it; a restart finds a process by /proc
+            self.log.error("journal_write_failed", job_id=entry.job_id, error=repr(exc))
         task = self._spawn(self._run(entry, failure), f"job:{entry.job_id}")
         self.running[entry.job_id] = RunningJob(entry=entry, task=task)
         self._report_now.set()
