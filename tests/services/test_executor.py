@@ -309,7 +309,7 @@ async def test_reports_list_what_runs(nats_url: str, tmp_path: Path) -> None:
     try:
         await _until(lambda: len(reports) >= 1)
         assert reports[0].running == () and reports[0].node == "t4-0"
-        await h.run("r1", runtime_s=1500)
+        await h.run("r1", runtime_s=3000)
         await h.run("r2", runtime_s=20_000)
         await h.wait("r1", 1)
         await h.wait("r2", 1)

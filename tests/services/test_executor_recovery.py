@@ -151,7 +151,7 @@ async def test_sim_job_survives_a_restart_and_completes_once_on_time(
 ) -> None:
     n = sim_node
     first = await n.start()
-    await n.h.run("s1", runtime_s=6000)  # 6 wall s
+    await n.h.run("s1", runtime_s=8000)  # 8 wall s: time for the next executor to start
     (started,) = await n.h.wait("s1", 1)
     assert isinstance(started, Started)
     await until(lambda: n.running(first) == {"s1"})
@@ -168,9 +168,9 @@ async def test_sim_job_survives_a_restart_and_completes_once_on_time(
     assert kinds(n.h, "s1") == ["Started", "Completed"]  # one Started, exactly one Completed
     assert isinstance(completed, Completed)
     # resumed for the time it had left, not run again from the start (that would end about
-    # 6000 after the new executor came back)
-    assert completed.runtime_s >= 6000 * 0.99
-    assert completed.time < max(started.time + 6000, back_at) + 2500
+    # 8000 after the new executor came back)
+    assert completed.runtime_s >= 8000 * 0.99
+    assert completed.time < max(started.time + 8000, back_at) + 2500
     await until(lambda: n.running(second) == set())
     assert list(n.state_dir.rglob("*.json")) == []  # forgotten once the event is out
 
@@ -181,7 +181,8 @@ async def test_local_job_survives_a_restart_and_its_exit_code_is_reported(
 ) -> None:
     n = local_node
     first = await n.start()
-    await n.h.run("l1", runtime_s=1, command="sleep 2; exit 3")
+    gate = 'while [ ! -e "$HOME/go" ]; do sleep 0.1; done; exit 3'  # ends when the test says
+    await n.h.run("l1", runtime_s=1, command=gate)
     await n.h.wait("l1", 1)
     await until(lambda: n.running(first) == {"l1"})
     pid = n.pid(first, "l1")
@@ -193,6 +194,7 @@ async def test_local_job_survives_a_restart_and_its_exit_code_is_reported(
     second = await n.start()
     await until(lambda: n.running(second) == {"l1"})
     assert n.pid(second, "l1") == pid
+    (n.work_root / "l1-1" / "go").touch()
     _, failed = await n.h.wait("l1", 2, timeout_s=30)
     await asyncio.sleep(0.5)
     assert kinds(n.h, "l1") == ["Started", "Failed"]
