@@ -192,8 +192,8 @@ class LocalRunner:
     def adopt(self, entry: Entry, rc_path: Path) -> Entry:
         """An entry from the journal whose pid never got there: find its wrapper by its
         command line, or its status file if it has ended. Else the entry stays without a
-        launch: the executor starts it if its Started never went out (it crashed before the
-        start), or ``wait`` reports it lost."""
+        launch: the executor starts it if the journal has it as not started yet (a crash before the
+        process started), or ``wait`` reports it lost."""
         if entry.launch is not None:
             return entry
         pid = find_wrapper(rc_path)
