@@ -12,6 +12,9 @@ query strings, many and huge headers. What must hold for every one:
 - a job accepted (201) passes ``revalidate_spec``: nothing unsound gets onto the bus;
 - afterwards a valid job still submits and ``/healthz`` is 200.
 
+Most requests carry the admin token (so they reach validation); some none, a wrong one or one
+that is not ASCII: those are 401s, JSON too.
+
 ``make test`` runs a few hundred requests; ``-m slow`` runs 10,000 (counts in
 ``docs/benchmarks.md``).
 """
@@ -40,6 +43,7 @@ from libs.bus.server import free_port
 from proto.jobs import JobSpec
 from proto.validation import JOB_FIELDS, revalidate_spec
 from proto.views import ErrorResponse, SubmitResponse
+from tests.services._gateway_auth import ADMIN_TOKEN, admin_token_file
 
 # --- the gateway as its own process (hypothesis drives a plain synchronous test) ------------
 
@@ -56,7 +60,7 @@ def gateway_process(nats_url: str) -> Iterator[int]:
     port = free_port()
     env = {**os.environ, "MOSAIC_NATS_URL": nats_url, "MOSAIC_LOG_FORMAT": "json"}
     args = [sys.executable, "-m", "services.gateway", "--http-port", str(port)]
-    args += ["--log-level", "error"]
+    args += ["--log-level", "error", "--admin-token-file", str(admin_token_file())]
     proc = subprocess.Popen(args, cwd=ROOT, env=env, stdout=subprocess.DEVNULL)
     try:
         deadline = time.monotonic() + 30
@@ -240,6 +244,9 @@ def requests(draw: st.DrawFn) -> tuple[bytes, bool]:
         body = draw(bodies()) if method not in ("GET", "HEAD") or draw(st.booleans()) else None
         ctype = draw(content_types)
     headers = tuple(draw(extra_headers))
+    token = draw(st.sampled_from([ADMIN_TOKEN] * 8 + [None, "wrong", ADMIN_TOKEN + "\u00e9"]))
+    if token is not None:
+        headers = (("Authorization", f"Bearer {token}"), *headers)
     well_formed = method.isupper() and method.isalpha()
     if draw(st.integers(0, 19)) == 0:  # a header the parser refuses (over 8190 bytes)
         headers += (("X-Huge", "h" * draw(st.sampled_from([8200, 20_000, 70_000]))),)
@@ -281,7 +288,8 @@ def fuzz(nats_url: str, examples: int) -> Counter[str]:
         one()
         counts["seconds"] = round(time.monotonic() - started)
         valid = msgspec.json.encode(JobSpec(id="after-fuzz", gpus=1))
-        answer = request_bytes(port, build("POST", "/v1/jobs", valid, (), "application/json"))
+        auth = (("Authorization", f"Bearer {ADMIN_TOKEN}"),)
+        answer = request_bytes(port, build("POST", "/v1/jobs", valid, auth, "application/json"))
         assert answer.status == 201, answer
         assert request_bytes(port, build("GET", "/healthz")).status == 200
     print(f"\nHTTP fuzz: {sum(v for k, v in counts.items() if k != 'seconds')} requests", counts)

@@ -18,9 +18,11 @@ from proto import subjects
 from proto.validation import HORIZON_S, MAX_COMMAND_BYTES, MAX_CONSTRAINTS
 from proto.views import ErrorResponse, SubmitResponse
 from services.gateway.api import MAX_BODY_BYTES
+from tests.services._gateway_auth import ADMIN, ADMIN_TOKEN
 from tests.services.test_gateway import JSON, gateway, post_job, stream_count
 
 CLOSE_WITHIN_S = 15.0  # generous: the test gateway's timeouts are 1 s
+AUTH = f"Authorization: Bearer {ADMIN_TOKEN}\r\n".encode()
 
 
 @pytest.fixture
@@ -33,7 +35,7 @@ async def bus(nats_url: str) -> AsyncIterator[Bus]:
 
 @pytest.fixture
 async def http() -> AsyncIterator[aiohttp.ClientSession]:
-    async with aiohttp.ClientSession() as s:
+    async with aiohttp.ClientSession(headers=ADMIN) as s:
         yield s
 
 
@@ -164,7 +166,8 @@ async def test_slow_clients_are_closed_and_others_are_served(nats_url, http):
             elif i % 3 == 2:  # a full head, a tenth of the body it announced, then nothing
                 writer.write(
                     b"POST /v1/jobs HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
-                    b'Content-Length: 100\r\n\r\n{"id": "s'
+                    + AUTH
+                    + b'Content-Length: 100\r\n\r\n{"id": "s'
                 )
             await writer.drain()
             conns.append((i, reader, writer))
