@@ -27,6 +27,7 @@ from proto.jobs import JobSpec
 from proto.ledger import Allocation
 from proto.validation import revalidate_command, revalidate_spec
 from services.executor.executor import NodeExecutor
+from services.executor.journal import Journal
 from services.executor.runners import SimRunner
 from services.placer.cycle import plan_cycle
 from services.placer.service import Placer, PlacerSettings
@@ -197,12 +198,14 @@ def _run_command(**changes: object) -> RunCommand:
     return msgspec.structs.replace(cmd, allocation=alloc, **changes)
 
 
-async def test_the_executor_dead_letters_an_unsound_run_command(nats_url):
+async def test_the_executor_dead_letters_an_unsound_run_command(nats_url, tmp_path):
     assert revalidate_command(_run_command()) == []
     bus = await connect(nats_url)
     node = small_cluster()[0]
     ex_bus = await Bus.connect(nats_url, "executor")
-    executor = NodeExecutor(ex_bus, node, SimRunner(Clock.from_env()), Clock.from_env())
+    clock = Clock.from_env()
+    journal = Journal(tmp_path / "journal")
+    executor = NodeExecutor(ex_bus, node, SimRunner(clock), clock, journal=journal)
     await executor.start()
     try:
         for cmd in (_run_command(runtime_s=-5.0), _run_command(spec={"gpus": -1.0})):
