@@ -157,7 +157,7 @@ async def submit(request: web.Request) -> web.Response:
     if existing is not None:  # known: answer without publishing anything
         metrics.SUBMISSIONS.labels("duplicate").inc()
         return json_response(SubmitResponse(job=existing, duplicate=True), 200)
-    errs = admit(spec, now=now, nodes=gw.nodes.cluster())
+    errs = admit(spec, now=now, nodes=gw.nodes.cluster()) or _fits_bus(gw, spec)
     if errs:
         metrics.SUBMISSIONS.labels("refused").inc()
         gw.log.info("job_refused", job_id=spec.id, errors=[f"{e.field}: {e.reason}" for e in errs])
@@ -204,6 +204,19 @@ def _visible_job(request: web.Request, job_id: str) -> JobView | None:
     if view is None or who is None or not who.sees(view.tenant):
         return None
     return view
+
+
+def _fits_bus(gw: Gateway, spec: JobSpec) -> list[FieldError]:
+    """A job whose messages would exceed the server's max payload, refused at the edge: NATS
+    would refuse the publish, and nats-py answers that by closing the connection. The bounds
+    of ``proto.validation`` keep a job far below the 1 MiB default; this covers a server
+    configured with less. Half the payload: the ``Submitted`` event and headers come on top."""
+    limit = int(getattr(gw.bus.nc, "max_payload", 0) or 0)
+    size = len(_encoder.encode(spec))
+    if limit and size > limit // 2:
+        reason = f"encodes to {size} bytes; this bus takes jobs up to {limit // 2} bytes"
+        return [FieldError("command" if spec.command else "job", reason)]
+    return []
 
 
 def _unavailable(gw: Gateway, action: str, job_id: str, exc: Exception) -> web.Response:

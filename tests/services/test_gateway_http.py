@@ -5,6 +5,8 @@ timeouts (raw sockets that send half a request and then nothing)."""
 from __future__ import annotations
 
 import asyncio
+import json
+import subprocess
 import time
 from collections.abc import AsyncIterator
 from typing import Any
@@ -14,6 +16,7 @@ import msgspec
 import pytest
 
 from libs.bus import Bus
+from libs.bus.server import find_nats_server, free_port
 from proto import subjects
 from proto.validation import HORIZON_S, MAX_COMMAND_BYTES, MAX_CONSTRAINTS
 from proto.views import ErrorResponse, SubmitResponse
@@ -187,3 +190,29 @@ async def test_slow_clients_are_closed_and_others_are_served(nats_url, http):
                 assert answer == b"", answer[:200]  # nothing to answer: just closed
         status, raw = await post_job(http, base, {"id": "after-the-slow-ones"})
         assert status == 201, raw
+
+
+async def test_a_job_over_the_bus_payload_limit_is_refused_at_the_edge(tmp_path, http):
+    """A server configured with a small max payload: the job is refused naming ``command``
+    instead of being published (which would make nats-py drop the gateway's connection)."""
+    port = free_port()
+    conf = tmp_path / "nats.conf"
+    conf.write_text(
+        f"listen: 127.0.0.1:{port}\nmax_payload: 16384\n"
+        f"jetstream {{ store_dir: {json.dumps(str(tmp_path / 'js'))} }}\n"
+    )
+    log = (tmp_path / "nats.log").open("wb")
+    proc = subprocess.Popen([find_nats_server(), "-c", str(conf)], stdout=log, stderr=log)
+    try:
+        async with gateway(f"nats://127.0.0.1:{port}") as base:
+            big = {"id": "wide-cmd", "command": "x" * 16_000}  # within MAX_COMMAND_BYTES
+            status, fields = await _refused(http, base, big)
+            assert (status, fields) == (400, ["command"])
+            status, raw = await post_job(http, base, {"id": "small"})
+            assert status == 201, raw
+            async with http.get(f"{base}/healthz") as r:
+                assert r.status == 200
+    finally:
+        proc.terminate()
+        proc.wait(10)
+        log.close()
