@@ -1,19 +1,26 @@
 """The gateway's read model of jobs: lifecycle events folded into ``JobView`` records.
 
 Why a fold over the LIFECYCLE stream and not a table of its own: the stream is the one durable
-record of what happened to each job (rule 4), so replaying it from the start on every restart
-rebuilds exactly the same view, and the gateway owns no state that could drift from it. The model
-is kept in memory, which is fine for the walking skeleton (a few hundred thousand jobs fit in a
-few hundred MB); a long-lived cluster would compact terminal jobs or snapshot the fold.
+record of what happened to each job (rule 4), so the fold rebuilds exactly the same view, and the
+gateway owns no state that could drift from it. Why bounded: a long-lived cluster runs millions of
+jobs, and LIFECYCLE itself has a retention limit. So the model keeps, per job, its view and only
+its newest ``keep_events`` events (the Submitted one always; the stream has the rest while it
+lasts), and forgets a finished job once it ended more than ``retention_s`` ago or once more than
+``max_finished`` finished jobs are held (oldest first). A forgotten job answers 404 like an unknown
+one, and its id may be submitted again. The model encodes itself (``encode``/``decode``, a
+versioned msgspec Struct) so that the gateway restarts from a snapshot (``libs.bus.snapshot``)
+instead of replaying the whole stream.
 
-Pure: no NATS, no clock. Events arrive in stream order; each rule below is idempotent, so the
-gateway may also apply its own ``Submitted`` right after publishing it (to answer a duplicate
-submit at once) and again when the stream delivers it.
+Pure: no NATS, no clock (``expire`` takes "now"). Events arrive in stream order; each rule below
+is idempotent, so the gateway may also apply its own ``Submitted`` right after publishing it (to
+answer a duplicate submit at once) and again when the stream delivers it, and a restart from a
+snapshot may replay a few events the snapshot already holds.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+import sys
+from collections.abc import Callable, Iterable
 
 import msgspec
 
@@ -37,15 +44,58 @@ _TERMINAL_STATE: dict[type, str] = {
     Cancelled: "cancelled",
 }
 
+SNAPSHOT_VERSION = 1  # bump when JobsSnapshot or _Entry change shape: old snapshots are ignored
+DEFAULT_KEEP_EVENTS = 16  # events kept per job in memory (Submitted + the newest 15)
+DEFAULT_RETENTION_S = 86_400.0  # a finished job is forgotten a day (Mosaic clock) after its end
+DEFAULT_MAX_FINISHED = 100_000  # ... or when this many newer finished jobs are held
+
+
+class _Entry(msgspec.Struct, array_like=True, gc=False):
+    """One job: its view, its Submitted (whose spec the view shares) and its newest events."""
+
+    view: JobView
+    submitted: Submitted
+    events: list[LifecycleEvent]  # after ``submitted``, oldest first, at most keep_events - 1
+    dropped: int = 0  # events folded in but no longer kept
+
+    def has(self, key: tuple[str, float, int]) -> bool:
+        return any(_event_key(e) == key for e in self.events)
+
+
+class JobsSnapshot(msgspec.Struct, kw_only=True):
+    """The model as stored in a snapshot: jobs in submission order, finished ones by end."""
+
+    version: int
+    jobs: list[_Entry]
+    finished: list[str]
+    orphans: int = 0
+    expired: int = 0
+
+
+class _Version(msgspec.Struct):
+    version: int
+
 
 class JobsModel:
-    """Job id -> JobView, plus each job's events in the order they were applied."""
+    """Job id -> JobView, plus each job's newest events in the order they were applied."""
 
-    def __init__(self) -> None:
-        self._jobs: dict[str, JobView] = {}
-        self._events: dict[str, list[LifecycleEvent]] = {}
-        self._seen: set[tuple[str, str, float, int]] = set()
-        self.orphans = 0  # events for a job whose Submitted was never seen
+    def __init__(
+        self,
+        *,
+        keep_events: int = DEFAULT_KEEP_EVENTS,
+        retention_s: float = DEFAULT_RETENTION_S,
+        max_finished: int = DEFAULT_MAX_FINISHED,
+    ) -> None:
+        if keep_events < 2 or retention_s < 0 or max_finished < 0:
+            raise ValueError("keep_events >= 2, retention_s >= 0 and max_finished >= 0")
+        self.keep_events = keep_events
+        self.retention_s = retention_s
+        self.max_finished = max_finished
+        self._jobs: dict[str, _Entry] = {}
+        self._finished: dict[str, None] = {}  # terminal jobs in the order they ended
+        self.orphans = 0  # events for a job whose Submitted was never seen (or is forgotten)
+        self.expired = 0  # finished jobs forgotten so far
+        self.on_expire: Callable[[str], None] | None = None  # told each forgotten job id
 
     def __contains__(self, job_id: str) -> bool:
         return job_id in self._jobs
@@ -54,17 +104,21 @@ class JobsModel:
         return len(self._jobs)
 
     def get(self, job_id: str) -> JobView | None:
-        return self._jobs.get(job_id)
+        entry = self._jobs.get(job_id)
+        return entry.view if entry is not None else None
 
     def events(self, job_id: str) -> list[LifecycleEvent]:
-        return list(self._events.get(job_id, ()))
+        """The Submitted event and the newest ones after it (``keep_events`` at most)."""
+        entry = self._jobs.get(job_id)
+        return [] if entry is None else [entry.submitted, *entry.events]
 
     def list(self, *, state: str | None = None, tenant: str | None = None) -> list[JobView]:
         """Jobs in submission order (oldest first), optionally filtered."""
         out = [
-            j
-            for j in self._jobs.values()
-            if (state is None or j.state == state) and (tenant is None or j.tenant == tenant)
+            e.view
+            for e in self._jobs.values()
+            if (state is None or e.view.state == state)
+            and (tenant is None or e.view.tenant == tenant)
         ]
         out.sort(key=lambda j: (j.submit_time if j.submit_time is not None else 0.0, j.id))
         return out
@@ -72,8 +126,8 @@ class JobsModel:
     def counts(self) -> dict[str, int]:
         """Jobs per state, for the dashboard and metrics."""
         out: dict[str, int] = {}
-        for j in self._jobs.values():
-            out[j.state] = out.get(j.state, 0) + 1
+        for e in self._jobs.values():
+            out[e.view.state] = out.get(e.view.state, 0) + 1
         return out
 
     def apply_all(self, events: Iterable[LifecycleEvent]) -> None:
@@ -82,15 +136,12 @@ class JobsModel:
 
     def apply(self, event: LifecycleEvent) -> bool:
         """Fold one event in; False when it changed nothing (a repeat, an orphan, after the end)."""
-        key = _event_key(event)
-        if key in self._seen:
-            return False
-        job = self._jobs.get(event.job_id)
+        entry = self._jobs.get(event.job_id)
         if isinstance(event, Submitted):
-            if job is not None:
+            if entry is not None:
                 return False
             spec = event.spec
-            self._jobs[event.job_id] = JobView(
+            view = JobView(
                 id=event.job_id,
                 tenant=spec.tenant,
                 state="pending",
@@ -99,22 +150,94 @@ class JobsModel:
                 spec=spec,
                 submit_time=spec.submit_time if spec.submit_time is not None else event.time,
             )
-        elif job is None:
+            self._jobs[event.job_id] = _Entry(view=view, submitted=event, events=[])
+            return True
+        if entry is None:
             self.orphans += 1
             return False
-        elif job.state in TERMINAL_STATES:
+        if entry.view.state in TERMINAL_STATES:
             return False  # a job ends exactly once; anything after is noise
-        else:
-            _fold(job, event)
-        self._seen.add(key)
-        self._events.setdefault(event.job_id, []).append(event)
+        if entry.has(_event_key(event)):
+            return False
+        event = _compact(event, entry.view.id)
+        _fold(entry.view, event)
+        if len(entry.events) >= self.keep_events - 1:
+            del entry.events[0]
+            entry.dropped += 1
+        entry.events.append(event)
+        if entry.view.state in TERMINAL_STATES:
+            self._finished[event.job_id] = None
+            while len(self._finished) > self.max_finished:
+                self._forget(next(iter(self._finished)))
         return True
 
+    def expire(self, now: float) -> int:
+        """Forget finished jobs that ended before ``now - retention_s``; how many were."""
+        cutoff = now - self.retention_s
+        n = 0
+        while self._finished:
+            job_id = next(iter(self._finished))
+            end = self._jobs[job_id].view.end_time
+            if end is not None and end >= cutoff:
+                break
+            self._forget(job_id)
+            n += 1
+        return n
 
-def _event_key(event: LifecycleEvent) -> tuple[str, str, float, int]:
-    """What makes two deliveries the same event (a redelivery, or our own echo)."""
-    attempt = getattr(event, "attempt", 0)
-    return (event.job_id, type(event).__name__, event.time, attempt)
+    def _forget(self, job_id: str) -> None:
+        del self._finished[job_id]
+        del self._jobs[job_id]
+        self.expired += 1
+        if self.on_expire is not None:
+            self.on_expire(job_id)
+
+    # --- snapshots ---------------------------------------------------------------------------
+
+    def encode(self) -> bytes:
+        """The whole model as msgpack bytes (``JobsSnapshot``)."""
+        snap = JobsSnapshot(
+            version=SNAPSHOT_VERSION,
+            jobs=list(self._jobs.values()),
+            finished=list(self._finished),
+            orphans=self.orphans,
+            expired=self.expired,
+        )
+        return msgspec.msgpack.encode(snap)
+
+    def load(self, data: bytes) -> JobsModel:
+        """Replace this model's content by a snapshot's (keeping its limits); raises
+        ``ValueError`` or a msgspec error for a snapshot of another version or a corrupt one."""
+        version = msgspec.msgpack.decode(data, type=_Version).version
+        if version != SNAPSHOT_VERSION:
+            raise ValueError(
+                f"jobs snapshot version {version}, this build reads {SNAPSHOT_VERSION}"
+            )
+        snap = msgspec.msgpack.decode(data, type=JobsSnapshot)
+        jobs: dict[str, _Entry] = {}
+        for e in snap.jobs:
+            e.view.spec = e.submitted.spec  # one spec per job in memory, as after a fold
+            jobs[e.view.id] = e
+        missing = [j for j in snap.finished if j not in jobs]
+        if missing:
+            raise ValueError(f"jobs snapshot lists {len(missing)} finished jobs it does not hold")
+        self._jobs = jobs
+        self._finished = dict.fromkeys(snap.finished)
+        self.orphans, self.expired = snap.orphans, snap.expired
+        return self
+
+
+def _event_key(event: LifecycleEvent) -> tuple[str, float, int]:
+    """What makes two deliveries of one job's event the same event (a redelivery, a replay)."""
+    return (type(event).__name__, event.time, getattr(event, "attempt", 0))
+
+
+def _compact(event: LifecycleEvent, job_id: str) -> LifecycleEvent:
+    """The event sharing its strings with the rest of the model: the job's one id string and
+    one string per node name, instead of a fresh copy per decoded event (~120 bytes each)."""
+    msgspec.structs.force_setattr(event, "job_id", job_id)
+    if event.node is not None:
+        msgspec.structs.force_setattr(event, "node", sys.intern(event.node))
+    return event
 
 
 def _fold(job: JobView, event: LifecycleEvent) -> None:
