@@ -5,11 +5,13 @@ record of what happened to each job (rule 4), so the fold rebuilds exactly the s
 gateway owns no state that could drift from it. Why bounded: a long-lived cluster runs millions of
 jobs, and LIFECYCLE itself has a retention limit. So the model keeps, per job, its view and only
 its newest ``keep_events`` events (the Submitted one always; the stream has the rest while it
-lasts), and forgets a finished job once it ended more than ``retention_s`` ago or once more than
-``max_finished`` finished jobs are held (oldest first). A forgotten job answers 404 like an unknown
-one, and its id may be submitted again. The model encodes itself (``encode``/``decode``, a
-versioned msgspec Struct) so that the gateway restarts from a snapshot (``libs.bus.snapshot``)
-instead of replaying the whole stream.
+lasts), and forgets a finished job ``retention_s`` after it saw the job end, or once more than
+``max_finished`` finished jobs are held (oldest first). Retention counts from when the model saw
+the end (the "now" of ``expire``), not from the event's own time, so a skewed or forged event time
+can neither expire a job at once nor pin it forever; after a full replay it counts afresh. A
+forgotten job answers 404 like an unknown one, and its id may be submitted again. The model
+encodes itself (``encode``/``load``, a versioned msgspec Struct) so that the gateway restarts
+from a snapshot (``libs.bus.snapshot``) instead of replaying the whole stream.
 
 Pure: no NATS, no clock (``expire`` takes "now"). Events arrive in stream order; each rule below
 is idempotent, so the gateway may also apply its own ``Submitted`` right after publishing it (to
@@ -67,7 +69,8 @@ class JobsSnapshot(msgspec.Struct, kw_only=True):
 
     version: int
     jobs: list[_Entry]
-    finished: list[str]
+    finished: list[tuple[str, float]]  # (job id, when it was seen ending), in that order
+    now: float = 0.0
     orphans: int = 0
     expired: int = 0
 
@@ -92,7 +95,8 @@ class JobsModel:
         self.retention_s = retention_s
         self.max_finished = max_finished
         self._jobs: dict[str, _Entry] = {}
-        self._finished: dict[str, None] = {}  # terminal jobs in the order they ended
+        self._finished: dict[str, float] = {}  # terminal job -> "now" when it ended, in order
+        self._now = 0.0  # the latest "now" given to ``expire``
         self.orphans = 0  # events for a job whose Submitted was never seen (or is forgotten)
         self.expired = 0  # finished jobs forgotten so far
         self.on_expire: Callable[[str], None] | None = None  # told each forgotten job id
@@ -166,19 +170,20 @@ class JobsModel:
             entry.dropped += 1
         entry.events.append(event)
         if entry.view.state in TERMINAL_STATES:
-            self._finished[event.job_id] = None
+            self._finished[event.job_id] = self._now
             while len(self._finished) > self.max_finished:
                 self._forget(next(iter(self._finished)))
         return True
 
     def expire(self, now: float) -> int:
-        """Forget finished jobs that ended before ``now - retention_s``; how many were."""
-        cutoff = now - self.retention_s
+        """Forget finished jobs seen ending before ``now - retention_s``; how many were. ``now``
+        is also when jobs that end from here on are taken to have ended (it never goes back)."""
+        self._now = max(self._now, now)
+        cutoff = self._now - self.retention_s
         n = 0
         while self._finished:
-            job_id = next(iter(self._finished))
-            end = self._jobs[job_id].view.end_time
-            if end is not None and end >= cutoff:
+            job_id, ended = next(iter(self._finished.items()))
+            if ended >= cutoff:
                 break
             self._forget(job_id)
             n += 1
@@ -198,7 +203,8 @@ class JobsModel:
         snap = JobsSnapshot(
             version=SNAPSHOT_VERSION,
             jobs=list(self._jobs.values()),
-            finished=list(self._finished),
+            finished=list(self._finished.items()),
+            now=self._now,
             orphans=self.orphans,
             expired=self.expired,
         )
@@ -217,11 +223,12 @@ class JobsModel:
         for e in snap.jobs:
             e.view.spec = e.submitted.spec  # one spec per job in memory, as after a fold
             jobs[e.view.id] = e
-        missing = [j for j in snap.finished if j not in jobs]
+        missing = [j for j, _ in snap.finished if j not in jobs]
         if missing:
             raise ValueError(f"jobs snapshot lists {len(missing)} finished jobs it does not hold")
         self._jobs = jobs
-        self._finished = dict.fromkeys(snap.finished)
+        self._finished = dict(snap.finished)
+        self._now = max(self._now, snap.now)
         self.orphans, self.expired = snap.orphans, snap.expired
         return self
 
