@@ -47,7 +47,7 @@ _TERMINAL_STATE: dict[type, str] = {
     Cancelled: "cancelled",
 }
 
-SNAPSHOT_VERSION = 1  # bump when JobsSnapshot or _Entry change shape: old snapshots are ignored
+SNAPSHOT_VERSION = 1  # bump when JobsSnapshot or _Stored change shape: old snapshots are ignored
 DEFAULT_KEEP_EVENTS = 16  # events kept per job in memory (Submitted + the newest 15)
 DEFAULT_RETENTION_S = 86_400.0  # a finished job is forgotten a day (Mosaic clock) after its end
 DEFAULT_MAX_FINISHED = 100_000  # ... or when this many newer finished jobs are held
@@ -65,11 +65,39 @@ class _Entry(msgspec.Struct, array_like=True, gc=False):
         return any(_event_key(e) == key for e in self.events)
 
 
+class _Stored(msgspec.Struct, array_like=True, gc=False):
+    """An ``_Entry`` in a snapshot: the Submitted event without its spec, which the view holds
+    (the spec is the biggest part of a job; stored once, the snapshot is ~30% smaller)."""
+
+    view: JobView
+    submitted_time: float
+    submitted_node: str | None
+    submitted_reason: str
+    events: list[LifecycleEvent]
+    dropped: int
+
+    @classmethod
+    def of(cls, e: _Entry) -> _Stored:
+        sub = e.submitted
+        return cls(e.view, sub.time, sub.node, sub.reason, e.events, e.dropped)
+
+    def entry(self) -> _Entry:
+        view = self.view
+        sub = Submitted(
+            job_id=view.id,
+            time=self.submitted_time,
+            node=self.submitted_node,
+            reason=self.submitted_reason,
+            spec=view.spec,
+        )
+        return _Entry(view=view, submitted=sub, events=self.events, dropped=self.dropped)
+
+
 class JobsSnapshot(msgspec.Struct, kw_only=True):
     """The model as stored in a snapshot: jobs in submission order, finished ones by end."""
 
     version: int
-    jobs: list[_Entry]
+    jobs: list[_Stored]
     finished: list[tuple[str, float]]  # (job id, when it was seen ending), in that order
     now: float = 0.0
     orphans: int = 0
@@ -203,7 +231,7 @@ class JobsModel:
         """The whole model as msgpack bytes (``JobsSnapshot``)."""
         snap = JobsSnapshot(
             version=SNAPSHOT_VERSION,
-            jobs=list(self._jobs.values()),
+            jobs=[_Stored.of(e) for e in self._jobs.values()],
             finished=list(self._finished.items()),
             now=self._now,
             orphans=self.orphans,
@@ -229,9 +257,13 @@ class JobsModel:
             if was_enabled:
                 gc.enable()
         jobs: dict[str, _Entry] = {}
-        for e in snap.jobs:
-            e.view.spec = e.submitted.spec  # one spec per job in memory, as after a fold
-            jobs[e.view.id] = e
+        for stored in snap.jobs:
+            entry = stored.entry()
+            for event in entry.events:  # shared strings, as after a fold
+                _compact(event, entry.view.id)
+            if entry.view.node is not None:
+                entry.view.node = sys.intern(entry.view.node)
+            jobs[entry.view.id] = entry
         missing = [j for j, _ in snap.finished if j not in jobs]
         if missing:
             raise ValueError(f"jobs snapshot lists {len(missing)} finished jobs it does not hold")

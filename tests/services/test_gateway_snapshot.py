@@ -259,6 +259,7 @@ def test_the_model_round_trips_through_its_snapshot_and_refuses_another_version(
     assert back.list() == m.list() and back.orphans == 1
     assert back.events("done") == m.events("done")
     assert back.get("done").spec is back.events("done")[0].spec  # one copy per job
+    assert back.get("done").node is m.get("done").node  # one string per node name
     back.expire(601.0)  # the end was seen at 500, before the snapshot
     assert [j.id for j in back.list()] == ["wait"]
     other = msgspec.msgpack.encode({"version": 2, "jobs": []})
