@@ -39,6 +39,7 @@ from services.gateway.service import (
     ReadModelConfig,
     main,
 )
+from tests.services._gateway_model_size import measure
 from tests.services.test_gateway import until
 
 
@@ -280,3 +281,13 @@ def test_decisions_are_deduplicated_bounded_and_forgotten():
     assert d.for_job("x") == [] and len(d) == 2
     d.forget("y")
     assert d.for_job("y") == [] and len(DecisionsModel().load(d.encode())) == 1
+
+
+def test_a_jobs_memory_is_bounded_whatever_its_number_of_events():
+    """Before this model a job held every event and a key per event (~3.3 KB/job at 7 events,
+    ~17 KB at 45); now the newest 16 events: at 45 events a job costs well under twice what it
+    costs at 7, and its snapshot less than the JSON it was folded from."""
+    short, _ = measure(2_000, 2)
+    long, snapshot = measure(2_000, 40)
+    assert short < 2_600 and long < 1.8 * short
+    assert snapshot < 2_500
