@@ -117,6 +117,7 @@ class Gateway:
         self._lifecycle = await self._follow(
             SNAPSHOT_JOBS,
             subjects.STREAM_LIFECYCLE,
+            subjects.STREAM_LIFECYCLE_SUBJECTS[0],
             LifecycleEvent,
             self._on_event,
             self.jobs,
@@ -125,6 +126,7 @@ class Gateway:
         await self._follow(
             SNAPSHOT_DECISIONS,
             subjects.STREAM_DECISIONS,
+            subjects.STREAM_DECISIONS_SUBJECTS[0],
             Decision,
             self._on_decision,
             self.decisions,
@@ -138,7 +140,14 @@ class Gateway:
         await self.bus.subscribe(subjects.TELEMETRY_ALL, TelemetrySample, self._on_sample)
 
     async def _follow(
-        self, key: str, stream: str, type_: Any, handler: Any, model: Any, snapshots: bool
+        self,
+        key: str,
+        stream: str,
+        subject: str,
+        type_: Any,
+        handler: Any,
+        model: Any,
+        snapshots: bool,
     ) -> Any:
         """Consume all of ``stream`` into ``model``, from its snapshot on when there is one."""
         start_seq = None
@@ -148,7 +157,7 @@ class Gateway:
             start_seq = restored.start_seq
         consumer = await self.bus.consume(
             stream,
-            subjects.STREAMS[stream][0],
+            subject,
             type_,
             handler,
             durable=None,

@@ -10,6 +10,7 @@ from structlog.testing import capture_logs
 
 from libs.bus import Bus
 from libs.bus.replay import wait_caught_up
+from libs.bus.server import start_nats_server
 from libs.bus.snapshot import (
     Restored,
     SnapshotEnvelope,
@@ -192,3 +193,24 @@ async def test_the_snapshotter_saves_after_every_s_when_events_trickle(bus, stor
     await snapshotter.stop(final=False)
     env = await store.load()
     assert env is not None and (env.seq, env.body) == (1, b"1")
+
+
+async def test_a_snapshot_survives_a_nats_restart(tmp_path):
+    """The stream's identity (its creation time) is the server's stored one, so a restarted
+    server's stream still matches the snapshot: it is used, not replaced by a full replay."""
+    restored = []
+    for _ in range(2):
+        server = start_nats_server(tmp_path / "nats")
+        try:
+            bus = await Bus.connect(server.url, "test")
+            await bus.ensure_topology()
+            await ensure_snapshot_bucket(bus)
+            store = SnapshotStore(bus, KEY, STREAM)
+            restored.append(await store.restore(bytes.decode))
+            if not restored[-1].model:
+                await publish(bus, 3)
+                await store.save(3, b"before the restart")
+            await bus.close()
+        finally:
+            server.stop()
+    assert restored == [Restored(None, None), Restored("before the restart", 4, 0)]
