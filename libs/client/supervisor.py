@@ -24,6 +24,8 @@ import msgspec
 
 from libs.bus.server import NatsServer, free_port, start_nats_server
 from libs.client.api import ClientError, MosaicClient
+from libs.client.credentials import ensure_admin_token
+from libs.client.tokens import admin_token_file
 from libs.clock import Clock
 from proto.nodes import NodeSpec
 
@@ -113,7 +115,9 @@ class Stack:
         return self.data_dir / "logs"
 
     def client(self) -> MosaicClient:
-        return MosaicClient(self.gateway_url)
+        """A client with the stack's admin token (``data_dir/credentials/admin.token``, which the
+        gateway was started with; made here if nobody has yet)."""
+        return MosaicClient(self.gateway_url, token=ensure_admin_token(self.data_dir))
 
     def metrics_urls(self) -> dict[str, str]:
         return {
@@ -213,6 +217,7 @@ class Stack:
             "clock_factor": self.clock.factor,
             "pids": self.pids(),
             "logs": str(self.logs_dir),
+            "admin_token_file": str(admin_token_file(self.data_dir).resolve()),
             "metrics": self.metrics_urls(),
         }
         path.write_text(json.dumps(state, indent=2))
@@ -253,14 +258,19 @@ def _stop_services(services: list[Service], *, timeout_s: float) -> list[str]:
     return forced
 
 
-def service_args(name: str, nodes: list[NodeSpec]) -> list[str]:
-    """The command line of one service; the simulated nodes all live in one process each."""
+def service_args(name: str, nodes: list[NodeSpec], data_dir: Path | None = None) -> list[str]:
+    """The command line of one service; the simulated nodes all live in one process each.
+
+    The executor journals what it runs in ``data_dir/executor`` so that a restarted one (by
+    this supervisor or by hand) re-adopts its jobs instead of losing them."""
     args = [sys.executable, "-m", f"services.{name}"]
     node_flags = [a for n in nodes for a in ("--node-spec", msgspec.json.encode(n).decode())]
     if name == "telemetry":
         args += ["--backend", "sim", *node_flags]
     elif name == "executor":
         args += ["--mode", "sim", *node_flags]
+        if data_dir is not None:
+            args += ["--state-dir", str(data_dir / "executor")]
     return args
 
 
@@ -306,6 +316,9 @@ def start_stack(
             ),
         }
     )
+    # the gateway's admin token (kept if a previous run made one): the CLI finds the same file
+    ensure_admin_token(data_dir)
+    base_env["MOSAIC_ADMIN_TOKEN_FILE"] = str(admin_token_file(data_dir).resolve())
     base_env.update(extra_env or {})
     try:
         for name in services:
@@ -316,7 +329,7 @@ def start_stack(
                 env["MOSAIC_HTTP_PORT"] = str(stack.gateway_port)
             svc = Service(
                 name=name,
-                args=service_args(name, stack.nodes),
+                args=service_args(name, stack.nodes, data_dir),
                 env=env,
                 log_path=data_dir / "logs" / f"{name}.log",
                 metrics_port=port,

@@ -30,6 +30,7 @@ from proto import subjects
 from proto.decisions import Decision
 from proto.events import Checkpointed, Completed, Placed, Started, Submitted
 from proto.jobs import JobSpec
+from services.gateway.auth import Authenticator
 from services.gateway.decisions_view import DecisionsModel
 from services.gateway.jobs_view import JobsModel
 from services.gateway.service import (
@@ -39,6 +40,7 @@ from services.gateway.service import (
     ReadModelConfig,
     main,
 )
+from tests.services._gateway_auth import ADMIN, admin_token_file
 from tests.services._gateway_model_size import measure
 from tests.services.test_gateway import until
 
@@ -59,7 +61,8 @@ QUIET = ReadModelConfig(every_events=1_000_000, every_s=3600.0)
 async def running(nats_url: str, config: ReadModelConfig = QUIET) -> AsyncIterator[Gateway]:
     """A gateway's bus side on its own connection, caught up; stopped cleanly after."""
     bus = await Bus.connect(nats_url, "gateway")
-    gw = Gateway(bus, Clock(epoch=time.time()), get_logger(), trace.get_tracer("test"), config)
+    clock, tracer = Clock(epoch=time.time()), trace.get_tracer("test")
+    gw = Gateway(bus, clock, get_logger(), tracer, Authenticator(admin_token=None), config)
     try:
         await gw.start()
         assert await gw.wait_caught_up(10.0)
@@ -165,7 +168,12 @@ async def test_over_http_a_restart_from_the_snapshot_shows_the_same_jobs(nats_ur
     seen: list[list[dict]] = []
     for _ in range(2):
         stop = asyncio.Event()
-        args = argparse.Namespace(http_host="127.0.0.1", http_port=port, read_models=config)
+        args = argparse.Namespace(
+            http_host="127.0.0.1",
+            http_port=port,
+            admin_token_file=str(admin_token_file()),
+            read_models=config,
+        )
         task = asyncio.create_task(
             serve(
                 "gateway",
@@ -177,7 +185,7 @@ async def test_over_http_a_restart_from_the_snapshot_shows_the_same_jobs(nats_ur
                 clock=Clock(epoch=time.time()),
             )
         )
-        async with aiohttp.ClientSession() as http:
+        async with aiohttp.ClientSession(headers=ADMIN) as http:
 
             async def listed(http: aiohttp.ClientSession = http) -> list[dict] | None:
                 try:
