@@ -45,6 +45,11 @@ KV_LEASES = "leases"  # "placer" -> holder id (active/standby)
 KV_PROFILES = "profiles"  # "<model>.<class>" -> learnt profile entry (owner: profiler)
 KV_TENANTS = "tenants"  # tenant name -> TenantRecord, a hash of its API token (owner: gateway)
 
+# --- object store buckets ----------------------------------------------------------------------
+# "<service>.<model>" -> that read model's latest snapshot and the stream sequence it reflects
+# (owner: that service; libs.bus.snapshot). One object per key, replaced whole on each save.
+OBJ_SNAPSHOTS = "snapshots"
+
 STREAMS: dict[str, tuple[str, ...]] = {
     STREAM_JOBS: STREAM_JOBS_SUBJECTS,
     STREAM_LIFECYCLE: STREAM_LIFECYCLE_SUBJECTS,
