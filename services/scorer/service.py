@@ -71,10 +71,11 @@ class Scorer:
         self.queue_kv = await self.bus.kv(subjects.KV_QUEUE, RankedQueue)
         nodes_kv = await self.bus.kv(subjects.KV_NODES, NodeSpec)
         ledger_kv = await self.bus.kv(subjects.KV_LEDGER, Allocation)
-        self.nodes = {k: e.value for k, e in (await nodes_kv.items()).items()}
-        self.ledger = {k: e.value for k, e in (await ledger_kv.items()).items()}
-        await nodes_kv.watch(self._on_node, include_current=False)
-        await ledger_kv.watch(self._on_alloc, include_current=False)
+        # one watch per bucket delivers the current values and then every change: a snapshot
+        # followed by a separate watch would miss a key deleted in between, and the ranking
+        # would count a freed allocation as held ("double booking") until the next restart
+        await nodes_kv.watch(self._on_node)
+        await ledger_kv.watch(self._on_alloc)
         consumer = await self.bus.consume(
             subjects.STREAM_LIFECYCLE,
             f"{subjects.LIFECYCLE_PREFIX}.>",
