@@ -4,19 +4,27 @@ keeps dying stops the stack with the log named. Real processes and a real nats-s
 
 from __future__ import annotations
 
+import contextlib
+import json
+import os
+import queue
+import signal
+import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
 import pytest
 
-from libs.bus.server import NatsServer
+from libs.bus.server import NatsServer, free_port
 from libs.client.child import Service
 from libs.client.restarts import GiveUp, Restarter, RestartPolicy
 from libs.client.supervisor import Stack, StackError, start_stack
 from libs.clock import Clock
 from libs.obs.health import Health, ObsServer
 from libs.policy.inventory import demo_cluster
+from tests.e2e.conftest import ROOT, require_services
 
 QUICK = RestartPolicy(first_backoff_s=0.05, max_backoff_s=0.2, unhealthy_after_s=0.3)
 
@@ -124,3 +132,38 @@ def test_unhealthy_child_is_replaced_and_nats_is_restarted(
     finally:
         obs.close()
         stack.stop()
+
+
+def test_mosaic_up_restarts_a_sigkilled_placer_and_says_so(tmp_path: Path) -> None:
+    require_services()
+    port = free_port()
+    args = [sys.executable, "-m", "libs.client.cli", "up", "--no-live", "--nodes", "3",
+            "--duration", "90", "--port", str(port), "--data-dir", str(tmp_path)]  # fmt: skip
+    proc = subprocess.Popen(
+        args, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+    )
+    lines: queue.Queue[str] = queue.Queue()
+    threading.Thread(target=lambda: [lines.put(x) for x in proc.stdout], daemon=True).start()  # type: ignore[union-attr]
+    output: list[str] = []
+
+    def wait_for(text: str, timeout_s: float = 90) -> None:
+        deadline = time.monotonic() + timeout_s
+        while not any(text in line for line in output):
+            assert time.monotonic() < deadline and proc.poll() is None, "".join(output)
+            with contextlib.suppress(queue.Empty):
+                output.append(lines.get(timeout=1))
+
+    try:
+        wait_for("metrics    placer")  # started and ready
+        placer = json.loads((tmp_path / "stack.json").read_text())["pids"]["placer"]
+        os.kill(placer, signal.SIGKILL)
+        wait_for("restarted placer (exit code -9, restart 1)")
+        state = json.loads((tmp_path / "stack.json").read_text())
+        assert state["pids"]["placer"] != placer and state["restarts"]["placer"] == 1
+        proc.send_signal(signal.SIGINT)
+        code = proc.wait(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert code == 0, "".join(output)
