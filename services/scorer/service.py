@@ -19,6 +19,7 @@ from libs.bus.connection import Bus
 from libs.bus.replay import wait_caught_up
 from libs.bus.runtime import ServiceContext
 from libs.clock import Clock
+from libs.obs.health import Heartbeat
 from libs.policy.config import REGIMES, PolicyConfig
 from libs.policy.profiles import ProfileTable
 from proto import subjects
@@ -40,6 +41,7 @@ class ScorerSettings:
     debounce_s: float = 0.1  # quiet time after a change before ranking
     max_delay_s: float = 1.0  # but never later than this after the first change
     rescore_s: float = 2.0  # wall seconds between rankings when nothing changes
+    wedged_after_s: float = 120.0  # /healthz 503 when the ranking loop made no turn this long
 
 
 class Scorer:
@@ -65,6 +67,7 @@ class Scorer:
         self.last_queue: RankedQueue | None = None
         self._dirty = asyncio.Event()
         self._last_change = 0.0
+        self.heartbeat = Heartbeat("scorer ranking loop", self.settings.wedged_after_s)
 
     async def start(self) -> None:
         """Mirror nodes and ledger, replay the lifecycle stream, and wait until caught up."""
@@ -105,9 +108,19 @@ class Scorer:
             self._dirty.set()
 
     async def run(self, stop: asyncio.Event) -> None:
-        """Rank after changes (debounced) and every ``rescore_s``, until ``stop``."""
+        """Rank after changes (debounced) and every ``rescore_s``, until ``stop``. The loop is a
+        health check: no turn for ``wedged_after_s`` (or its death) turns ``/healthz`` 503."""
+        self.bus.health.register("scorer_loop", self.heartbeat.check)
+        try:
+            await self._run(stop)
+        except BaseException as exc:
+            self.heartbeat.dead(repr(exc))
+            raise
+
+    async def _run(self, stop: asyncio.Event) -> None:
         s = self.settings
         while not stop.is_set():
+            self.heartbeat.beat()
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._dirty.wait(), timeout=s.rescore_s)
             if stop.is_set():
