@@ -158,6 +158,8 @@ class Placer(Announcer, NodeWatch, Cancels):
     async def _on_event(self, ev: LifecycleEvent) -> None:
         self.tracker.apply(ev)
         self.reconciler.on_event(ev, time.monotonic())
+        if is_terminal(ev):
+            self.cancelling.discard(ev.job_id)
         if (is_terminal(ev) or isinstance(ev, Preempted)) and ev.job_id in self.ledger:
             self._kick.set()  # resources to free (the cycle does it, under the lock)
 
