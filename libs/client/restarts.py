@@ -28,6 +28,10 @@ class RestartPolicy:
 class GiveUp(Exception):
     """Too many restarts in the window; the message says how many and the last reason."""
 
+    def __init__(self, name: str, message: str) -> None:
+        super().__init__(message)
+        self.name = name
+
 
 @dataclass
 class _Child:
@@ -62,8 +66,9 @@ class Restarter:
             c.restarts.popleft()
         if len(c.restarts) >= p.max_restarts:
             raise GiveUp(
+                name,
                 f"{name} failed again ({reason}) after {len(c.restarts)} restarts within "
-                f"{p.window_s:.0f} s"
+                f"{p.window_s:.0f} s",
             )
         if ran_s >= p.reset_after_s:
             c.backoff_s = p.first_backoff_s

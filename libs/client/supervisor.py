@@ -151,7 +151,7 @@ class Stack:
                     svc.start()
                     out.append(f"restarted {svc.name} ({reason}, restart {svc.restarts})")
         except GiveUp as exc:
-            name = str(exc).split(" ", 1)[0]
+            name = exc.name
             log = (
                 self.services[name].log_path
                 if name in self.services
