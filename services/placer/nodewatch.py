@@ -1,11 +1,12 @@
 """The placer's shell around ``reconcile``: executor reports in, lost allocations requeued.
 
-Why here and not in the cycle's pure step: requeueing publishes and must first make sure the
-lifecycle stream has been read up to now. An executor publishes a job's terminal event (and
-waits for the stream's ack) *before* it drops the job from its reports, so once our lifecycle
-consumer has caught up with the stream as it is now, a job that completed normally is known to
-the tracker and is never requeued. If the catch-up cannot be proven (NATS slow), nothing is
-requeued this round. A mixin of ``Placer``.
+Why a job that completes normally is never requeued: its executor publishes the terminal event
+moments after the job leaves its reports, while a loss needs several reports over two report
+intervals (about 10 s); and before requeueing, the placer reads the lifecycle stream up to its
+current end and checks the tracker again, so a terminal event published in that window is seen
+first. If the catch-up cannot be proven (NATS slow), nothing is requeued this round. (An
+executor that published terminal events before dropping the attempt from its reports would make
+this strict rather than a matter of seconds.) A mixin of ``Placer``.
 """
 
 from __future__ import annotations
