@@ -43,6 +43,7 @@ KV_QUEUE = "queue"  # "ranked" -> RankedQueue (owner: scorer)
 KV_QUEUE_KEY = "ranked"
 KV_LEASES = "leases"  # "placer" -> holder id (active/standby)
 KV_PROFILES = "profiles"  # "<model>.<class>" -> learnt profile entry (owner: profiler)
+KV_TENANTS = "tenants"  # tenant name -> TenantRecord, a hash of its API token (owner: gateway)
 
 STREAMS: dict[str, tuple[str, ...]] = {
     STREAM_JOBS: STREAM_JOBS_SUBJECTS,
@@ -52,7 +53,7 @@ STREAMS: dict[str, tuple[str, ...]] = {
     STREAM_INTENTS: STREAM_INTENTS_SUBJECTS,
     STREAM_DLQ: STREAM_DLQ_SUBJECTS,
 }
-KV_BUCKETS: tuple[str, ...] = (KV_NODES, KV_LEDGER, KV_QUEUE, KV_LEASES, KV_PROFILES)
+KV_BUCKETS: tuple[str, ...] = (KV_NODES, KV_LEDGER, KV_QUEUE, KV_LEASES, KV_PROFILES, KV_TENANTS)
 
 
 def lifecycle(job_id: str) -> str:

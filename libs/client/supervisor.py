@@ -28,7 +28,9 @@ import msgspec
 from libs.bus.server import NatsServer, free_port, start_nats_server
 from libs.client.api import ClientError, MosaicClient
 from libs.client.child import ROOT, Service, stop_services
+from libs.client.credentials import ensure_admin_token
 from libs.client.restarts import GiveUp, Restarter
+from libs.client.tokens import admin_token_file
 from libs.clock import Clock
 from proto.nodes import NodeSpec
 
@@ -73,7 +75,9 @@ class Stack:
         return self.data_dir / "logs"
 
     def client(self) -> MosaicClient:
-        return MosaicClient(self.gateway_url)
+        """A client with the stack's admin token (``data_dir/credentials/admin.token``, which the
+        gateway was started with; made here if nobody has yet)."""
+        return MosaicClient(self.gateway_url, token=ensure_admin_token(self.data_dir))
 
     def metrics_urls(self) -> dict[str, str]:
         return {
@@ -231,6 +235,7 @@ class Stack:
             "pids": self.pids(),
             "restarts": {n: s.restarts for n, s in self.services.items()},
             "logs": str(self.logs_dir),
+            "admin_token_file": str(admin_token_file(self.data_dir).resolve()),
             "metrics": self.metrics_urls(),
         }
         path.write_text(json.dumps(state, indent=2))
@@ -301,6 +306,9 @@ def start_stack(
             ),
         }
     )
+    # the gateway's admin token (kept if a previous run made one): the CLI finds the same file
+    ensure_admin_token(data_dir)
+    base_env["MOSAIC_ADMIN_TOKEN_FILE"] = str(admin_token_file(data_dir).resolve())
     base_env.update(extra_env or {})
     try:
         for name in services:

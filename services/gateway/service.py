@@ -21,8 +21,10 @@ from proto.events import LifecycleEvent, Submitted
 from proto.jobs import CancelRequest, JobSpec
 from proto.ledger import Allocation
 from proto.nodes import NodeSpec, TelemetrySample
+from proto.tenants import TenantRecord
 from proto.views import JobView
 from services.gateway.api import build_app
+from services.gateway.auth import AuthConfigError, Authenticator, load_admin_token
 from services.gateway.decisions_view import DecisionsModel
 from services.gateway.jobs_view import JobsModel
 from services.gateway.nodes_view import NodesModel
@@ -36,11 +38,13 @@ DUPLICATE_WAIT_S = 2.0  # how long a duplicate submit waits for the read model t
 class Gateway:
     """The bus side of the gateway: read models in, ``jobs.submit``/``jobs.cancel`` out."""
 
-    def __init__(self, bus: Any, clock: Any, log: Any, tracer: Any) -> None:
+    def __init__(self, bus: Any, clock: Any, log: Any, tracer: Any, auth: Authenticator) -> None:
         self.bus = bus
         self.clock = clock
         self.log = log
         self.tracer = tracer
+        self.auth = auth
+        self.tenants_kv: Any = None
         self.jobs = JobsModel()
         self.nodes = NodesModel()
         self.decisions = DecisionsModel()
@@ -70,6 +74,9 @@ class Gateway:
         ledger_kv = await self.bus.kv(subjects.KV_LEDGER, Allocation)
         await ledger_kv.watch(self._on_allocation)
         await self.bus.subscribe(subjects.TELEMETRY_ALL, TelemetrySample, self._on_sample)
+        # tenants before serving: a token issued before a restart must work on the first request
+        self.tenants_kv = await self.bus.kv(subjects.KV_TENANTS, TenantRecord)
+        await self.tenants_kv.watch(self._on_tenant)
 
     # --- inputs ------------------------------------------------------------------------------
 
@@ -87,6 +94,9 @@ class Gateway:
 
     async def _on_sample(self, sample: TelemetrySample) -> None:
         self.nodes.put_sample(sample)
+
+    async def _on_tenant(self, name: str, record: TenantRecord | None) -> None:
+        self.auth.put(name, record)
 
     # --- outputs -----------------------------------------------------------------------------
 
@@ -169,7 +179,34 @@ def add_http_args(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
     parser.add_argument(
         "--http-port", type=int, default=port, help="HTTP port (env MOSAIC_HTTP_PORT)"
     )
+    parser.add_argument(
+        "--admin-token-file",
+        default=os.environ.get("MOSAIC_ADMIN_TOKEN_FILE") or None,
+        help="file holding the admin bearer token (env MOSAIC_ADMIN_TOKEN_FILE)",
+    )
+    parser.add_argument(
+        "--insecure-no-auth",
+        action="store_true",
+        default=os.environ.get("MOSAIC_INSECURE_NO_AUTH") == "1",
+        help="no admin token: every caller is the admin (env MOSAIC_INSECURE_NO_AUTH=1)",
+    )
     return parser
+
+
+def authenticator(args: Any, log: Any) -> Authenticator:
+    """The admin token from ``--admin-token-file``; without one the gateway refuses to start
+    unless ``--insecure-no-auth`` says so explicitly (fail closed: a forgotten flag must not
+    open the API to anyone who can reach it)."""
+    path = getattr(args, "admin_token_file", None) or os.environ.get("MOSAIC_ADMIN_TOKEN_FILE")
+    if path:
+        return Authenticator(load_admin_token(path))
+    if getattr(args, "insecure_no_auth", False):
+        log.warning("http_auth_disabled", note="--insecure-no-auth: every caller is the admin")
+        return Authenticator(admin_token=None)
+    raise AuthConfigError(
+        "no admin token: pass --admin-token-file (env MOSAIC_ADMIN_TOKEN_FILE), which `mosaic up`"
+        " writes to DATA_DIR/credentials/admin.token, or --insecure-no-auth"
+    )
 
 
 async def main(ctx: Any) -> None:
@@ -177,7 +214,12 @@ async def main(ctx: Any) -> None:
     host = getattr(ctx.args, "http_host", None) or os.environ.get("MOSAIC_HTTP_HOST", "127.0.0.1")
     port = getattr(ctx.args, "http_port", None)
     port = DEFAULT_HTTP_PORT if port is None else port
-    gw = Gateway(ctx.bus, ctx.clock, ctx.log, ctx.tracer)
+    try:
+        auth = authenticator(ctx.args, ctx.log)
+    except AuthConfigError as exc:
+        ctx.log.error("http_auth_config", error=str(exc))
+        raise
+    gw = Gateway(ctx.bus, ctx.clock, ctx.log, ctx.tracer, auth)
     await gw.start()
     if not await gw.wait_caught_up(REPLAY_WAIT_S):
         ctx.log.warning("lifecycle_replay_slow", jobs=len(gw.jobs), waited_s=REPLAY_WAIT_S)
