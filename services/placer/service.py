@@ -245,7 +245,9 @@ class Placer(Announcer, NodeWatch, Cancels):
             self.heartbeat.dead(repr(exc))
             raise
         finally:
-            health.unregister("placer_lease")
+            if stop.is_set():  # a clean stop is not a failure; a crash stays reported
+                health.unregister("placer_lease")
+                health.unregister("placer_cycle")
             lease_task.cancel()
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await lease_task
