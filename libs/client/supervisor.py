@@ -253,14 +253,19 @@ class Stack:
         self.stop()
 
 
-def service_args(name: str, nodes: list[NodeSpec]) -> list[str]:
-    """The command line of one service; the simulated nodes all live in one process each."""
+def service_args(name: str, nodes: list[NodeSpec], data_dir: Path | None = None) -> list[str]:
+    """The command line of one service; the simulated nodes all live in one process each.
+
+    The executor journals what it runs in ``data_dir/executor`` so that a restarted one (by
+    this supervisor or by hand) re-adopts its jobs instead of losing them."""
     args = [sys.executable, "-m", f"services.{name}"]
     node_flags = [a for n in nodes for a in ("--node-spec", msgspec.json.encode(n).decode())]
     if name == "telemetry":
         args += ["--backend", "sim", *node_flags]
     elif name == "executor":
         args += ["--mode", "sim", *node_flags]
+        if data_dir is not None:
+            args += ["--state-dir", str(data_dir / "executor")]
     return args
 
 
@@ -319,7 +324,7 @@ def start_stack(
                 env["MOSAIC_HTTP_PORT"] = str(stack.gateway_port)
             svc = Service(
                 name=name,
-                args=service_args(name, stack.nodes),
+                args=service_args(name, stack.nodes, data_dir),
                 env=env,
                 log_path=data_dir / "logs" / f"{name}.log",
                 metrics_port=port,

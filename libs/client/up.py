@@ -61,7 +61,7 @@ def prepare_data_dir(data_dir: Path, keep_state: bool) -> None:
     """A fresh run starts from empty streams unless ``--keep-state``: old jobs would replay."""
     data_dir.mkdir(parents=True, exist_ok=True)
     if not keep_state:
-        for sub in ("nats", "logs"):
+        for sub in ("nats", "logs", "executor"):  # executor: its journal of running jobs
             shutil.rmtree(data_dir / sub, ignore_errors=True)
 
 

@@ -17,17 +17,21 @@ from opentelemetry.trace import SpanKind, Status, StatusCode
 from prometheus_client import CONTENT_TYPE_LATEST, REGISTRY, generate_latest
 
 from proto.jobs import JobSpec
-from proto.validation import FieldError, JobRejected
+from proto.validation import MAX_COMMAND_BYTES, FieldError, JobRejected
 from proto.views import TERMINAL_STATES, ErrorResponse, JobView, NodeView, SubmitResponse
 from services.gateway import dashboard, metrics, public_page, tenants
 from services.gateway.admission import admit, parse
 from services.gateway.auth import Principal, caller, middleware
+from services.gateway.httpserver import ConnectionGuard, HttpTimeouts
 from services.gateway.jobs_view import encode_events
 
 if TYPE_CHECKING:
     from services.gateway.service import Gateway
 
 GATEWAY_KEY: web.AppKey[Gateway] = web.AppKey("gateway")
+GUARD_KEY: web.AppKey[ConnectionGuard] = web.AppKey("connection_guard")
+MAX_BODY_BYTES = 1 << 20  # a request body; a job itself is bounded far lower (MAX_JOB_BYTES)
+_BODY_METHODS = frozenset({"POST", "PUT", "PATCH"})
 JOB_STATES = ("pending", "placed", "running", "completed", "failed", "cancelled")
 DEFAULT_TENANT = "default"  # JobSpec's default: what a body without ``tenant`` decodes to
 _encoder = msgspec.json.Encoder()
@@ -82,6 +86,56 @@ async def observe(
             )
 
 
+@web.middleware
+async def json_errors(
+    request: web.Request, handler: Callable[[web.Request], Awaitable[web.StreamResponse]]
+) -> web.StreamResponse:
+    """aiohttp's own refusals (404, 405, 413...) as the same JSON ``ErrorResponse`` as ours,
+    with a message that says what to change. Why: a client decodes one error shape, and
+    bad input must never fall through to ``observe``'s 500."""
+    try:
+        return await handler(request)
+    except web.HTTPException as exc:
+        if exc.status < 400:
+            raise
+        resp = error(exc.status, _refusal_message(request, exc))
+        if "Allow" in exc.headers:
+            resp.headers["Allow"] = exc.headers["Allow"]
+        return resp
+
+
+def _refusal_message(request: web.Request, exc: web.HTTPException) -> str:
+    path = request.path if len(request.path) <= 200 else request.path[:200] + "..."
+    if exc.status == 404:
+        return f"no such route: {path}"
+    if exc.status == 405:
+        allowed = exc.headers.get("Allow", "")
+        return f"method {request.method} not allowed on {path} (allowed: {allowed})"
+    if exc.status == 413:
+        return (
+            f"request body over {MAX_BODY_BYTES} bytes "
+            f"(a job's command may be at most {MAX_COMMAND_BYTES} bytes)"
+        )
+    return exc.reason
+
+
+@web.middleware
+async def require_json(
+    request: web.Request, handler: Callable[[web.Request], Awaitable[web.StreamResponse]]
+) -> web.StreamResponse:
+    """A request body must say ``Content-Type: application/json`` (UTF-8), else 415.
+
+    Why: a browser sends a cross-origin ``text/plain`` form post without asking first; refusing
+    every other type stops such posts from acting. A bodiless POST passes (nothing to decode).
+    """
+    if request.method in _BODY_METHODS and request.body_exists:
+        charset = (request.charset or "utf-8").lower()
+        if request.content_type != "application/json" or charset not in ("utf-8", "utf8"):
+            sent = request.headers.get("Content-Type", "none")[:100]
+            return error(415, f"Content-Type must be application/json (UTF-8), got {sent!r}")
+    return await handler(request)
+
+
 async def submit(request: web.Request) -> web.Response:
     gw = request.app[GATEWAY_KEY]
     now = gw.clock.now()
@@ -103,7 +157,7 @@ async def submit(request: web.Request) -> web.Response:
     if existing is not None:  # known: answer without publishing anything
         metrics.SUBMISSIONS.labels("duplicate").inc()
         return json_response(SubmitResponse(job=existing, duplicate=True), 200)
-    errs = admit(spec, now=now, nodes=gw.nodes.cluster())
+    errs = admit(spec, now=now, nodes=gw.nodes.cluster()) or _fits_bus(gw, spec)
     if errs:
         metrics.SUBMISSIONS.labels("refused").inc()
         gw.log.info("job_refused", job_id=spec.id, errors=[f"{e.field}: {e.reason}" for e in errs])
@@ -150,6 +204,19 @@ def _visible_job(request: web.Request, job_id: str) -> JobView | None:
     if view is None or who is None or not who.sees(view.tenant):
         return None
     return view
+
+
+def _fits_bus(gw: Gateway, spec: JobSpec) -> list[FieldError]:
+    """A job whose messages would exceed the server's max payload, refused at the edge: NATS
+    would refuse the publish, and nats-py answers that by closing the connection. The bounds
+    of ``proto.validation`` keep a job far below the 1 MiB default; this covers a server
+    configured with less. Half the payload: the ``Submitted`` event and headers come on top."""
+    limit = int(getattr(gw.bus.nc, "max_payload", 0) or 0)
+    size = len(_encoder.encode(spec))
+    if limit and size > limit // 2:
+        reason = f"encodes to {size} bytes; this bus takes jobs up to {limit // 2} bytes"
+        return [FieldError("command" if spec.command else "job", reason)]
+    return []
 
 
 def _unavailable(gw: Gateway, action: str, job_id: str, exc: Exception) -> web.Response:
@@ -290,10 +357,17 @@ def _counts(jobs: list[JobView]) -> dict[str, int]:
     return out
 
 
-def build_app(gw: Gateway) -> web.Application:
+def build_app(gw: Gateway, timeouts: HttpTimeouts | None = None) -> web.Application:
+    """The app. Its ``GUARD_KEY`` watches for slow clients once ``serve`` calls ``watch``.
+    Authentication comes before the Content-Type check and the body read: a stranger learns
+    nothing and makes the gateway read nothing."""
+    guard = ConnectionGuard(timeouts or HttpTimeouts(), error)
     auth = middleware(lambda request: request.app[GATEWAY_KEY].auth)
-    app = web.Application(middlewares=[observe, auth], client_max_size=1 << 20)
+    middlewares = [guard.track, observe, json_errors, auth, require_json, guard.read_body]
+    app = web.Application(middlewares=middlewares, client_max_size=MAX_BODY_BYTES)
     app[GATEWAY_KEY] = gw
+    app[GUARD_KEY] = guard
+    app.on_cleanup.append(guard.close)
     app.router.add_get("/", index)
     app.router.add_get("/healthz", healthz)
     app.router.add_get("/metrics", metrics_text)

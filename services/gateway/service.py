@@ -23,9 +23,15 @@ from proto.ledger import Allocation
 from proto.nodes import NodeSpec, TelemetrySample
 from proto.tenants import TenantRecord
 from proto.views import JobView
-from services.gateway.api import build_app
+from services.gateway.api import GUARD_KEY, build_app
 from services.gateway.auth import AuthConfigError, Authenticator, load_admin_token
 from services.gateway.decisions_view import DecisionsModel
+from services.gateway.httpserver import (
+    BODY_TIMEOUT_S,
+    HEADER_TIMEOUT_S,
+    GatewayRunner,
+    HttpTimeouts,
+)
 from services.gateway.jobs_view import JobsModel
 from services.gateway.nodes_view import NodesModel
 
@@ -156,10 +162,22 @@ class Gateway:
         return True
 
 
-async def serve(gw: Gateway, host: str, port: int) -> web.AppRunner:
-    """Start the HTTP server; the caller cleans the runner up on shutdown."""
-    runner = web.AppRunner(build_app(gw), access_log=None)
+async def serve(
+    gw: Gateway, host: str, port: int, timeouts: HttpTimeouts | None = None
+) -> web.AppRunner:
+    """Start the HTTP server; the caller cleans the runner up on shutdown.
+
+    Slow clients are cut off (``services.gateway.httpserver``): a connection without a full
+    request head for ``timeouts.header_s`` is closed, and so is one idle that long between
+    requests (aiohttp's keep-alive timer, set to the same, is the second line of it); what
+    the HTTP parser refuses is answered in JSON (``GatewayRunner``).
+    """
+    timeouts = timeouts or HttpTimeouts()
+    app = build_app(gw, timeouts)
+    runner = GatewayRunner(app, access_log=None, keepalive_timeout=timeouts.header_s)
     await runner.setup()
+    assert runner.server is not None
+    app[GUARD_KEY].watch(runner.server)
     await web.TCPSite(runner, host, port).start()
     return runner
 
@@ -189,6 +207,18 @@ def add_http_args(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
         action="store_true",
         default=os.environ.get("MOSAIC_INSECURE_NO_AUTH") == "1",
         help="no admin token: every caller is the admin (env MOSAIC_INSECURE_NO_AUTH=1)",
+    )
+    parser.add_argument(
+        "--http-header-timeout-s",
+        type=float,
+        default=HEADER_TIMEOUT_S,
+        help="close a connection without a full request head (or idle) this long",
+    )
+    parser.add_argument(
+        "--http-body-timeout-s",
+        type=float,
+        default=BODY_TIMEOUT_S,
+        help="answer 408 to a request whose body has not arrived within this",
     )
     return parser
 
@@ -224,7 +254,11 @@ async def main(ctx: Any) -> None:
     if not await gw.wait_caught_up(REPLAY_WAIT_S):
         ctx.log.warning("lifecycle_replay_slow", jobs=len(gw.jobs), waited_s=REPLAY_WAIT_S)
     ctx.log.info("read_model_ready", jobs=len(gw.jobs), nodes=len(gw.nodes.specs))
-    runner = await serve(gw, host, port)
+    timeouts = HttpTimeouts(
+        header_s=getattr(ctx.args, "http_header_timeout_s", None) or HEADER_TIMEOUT_S,
+        body_s=getattr(ctx.args, "http_body_timeout_s", None) or BODY_TIMEOUT_S,
+    )
+    runner = await serve(gw, host, port, timeouts)
     ctx.log.info("gateway_listening", url=f"http://{host}:{port}/")
     try:
         await ctx.stop.wait()

@@ -37,9 +37,10 @@ from proto.events import LifecycleEvent, Preempted, is_terminal
 from proto.jobs import CancelRequest
 from proto.ledger import Allocation
 from proto.nodes import ExecutorReport, NodeSpec, TelemetrySample
+from proto.validation import describe
 from services.placer.announce import SERVICE, Announcer
 from services.placer.cancels import Cancels
-from services.placer.cycle import Assign, plan_cycle
+from services.placer.cycle import INVALID, Assign, Refuse, plan_cycle
 from services.placer.leadership import Leadership
 from services.placer.nodewatch import NodeWatch
 from services.placer.reconcile import Reconciler
@@ -265,6 +266,9 @@ class Placer(Announcer, NodeWatch, Cancels):
             down = self.down_nodes()
             await self._reconcile()
             await self._announce_unannounced()
+            for spec, errors in self.tracker.invalid_jobs():  # unsound Submitted: see tracker
+                if spec.id not in self.ended_here:
+                    await self._refuse(Refuse(spec, f"{INVALID}: {describe(errors)}"))
             entry = await self.queue_kv.get(subjects.KV_QUEUE_KEY)
             pending = self._pending(entry.value if entry else None)
             if not pending:

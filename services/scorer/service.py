@@ -24,9 +24,10 @@ from libs.policy.config import REGIMES, PolicyConfig
 from libs.policy.profiles import ProfileTable
 from proto import subjects
 from proto.decisions import RankedQueue
-from proto.events import LifecycleEvent, Queued
+from proto.events import LifecycleEvent, Queued, Submitted
 from proto.ledger import Allocation
 from proto.nodes import NodeSpec
+from proto.validation import FieldError, describe
 from services.scorer.pending import PendingSet
 from services.scorer.ranking import build_queue
 
@@ -61,7 +62,7 @@ class Scorer:
         self.settings = settings or ScorerSettings()
         self.policy = policy or PolicyConfig.default()
         self.profiles = profiles or ProfileTable.default()
-        self.pending = PendingSet()
+        self.pending = PendingSet(on_invalid=self._on_invalid)
         self.nodes: dict[str, NodeSpec] = {}
         self.ledger: dict[str, Allocation] = {}
         self.last_queue: RankedQueue | None = None
@@ -89,6 +90,10 @@ class Scorer:
             self.log.warning("replay_incomplete", hint="ranking with what was replayed so far")
         self.log.info("replayed", pending=len(self.pending))
         self._dirty.set()
+
+    def _on_invalid(self, ev: Submitted, errors: list[FieldError]) -> None:
+        """Kept out of the queue; the placer publishes its Failed (services.scorer.pending)."""
+        self.log.warning("invalid_job_from_bus", job_id=ev.job_id, errors=describe(errors))
 
     async def _on_node(self, key: str, value: NodeSpec | None) -> None:
         if value is None:
