@@ -168,6 +168,8 @@ class NodeExecutor:
     async def handle(self, cmd: RunCommand | KillCommand | CheckpointCommand) -> None:
         if isinstance(cmd, RunCommand):
             await self.on_run(cmd)
+        elif isinstance(cmd, KillCommand) and cmd.silent:
+            await self.on_stop_superseded(cmd.job_id, cmd.attempt)
         elif isinstance(cmd, KillCommand):
             await self.on_stop(cmd.job_id, cmd.reason, checkpoint=False)
         else:
@@ -304,6 +306,15 @@ class NodeExecutor:
             self.journal.remove(entry.job_id, entry.attempt)
         except OSError as exc:
             self.log.error("journal_remove_failed", job_id=entry.job_id, error=repr(exc))
+
+    async def on_stop_superseded(self, job_id: str, attempt: int | None) -> None:
+        """The placer requeued this attempt while it ran here unseen (this node was down, or
+        this executor was, past the placer's grace): stop it without an event of its own."""
+        job = self.running.get(job_id)
+        if job is None or attempt is None or job.entry.attempt != attempt:
+            self.log.info("stale_stop_ignored", job_id=job_id, attempt=attempt)
+            return
+        await self._supersede(job, attempt + 1)
 
     async def on_stop(self, job_id: str, reason: str, *, checkpoint: bool) -> None:
         job = self.running.pop(job_id, None)

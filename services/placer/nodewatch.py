@@ -20,6 +20,7 @@ from prometheus_client import Counter, Gauge
 from libs.bus.connection import Bus, Consumer
 from libs.bus.replay import wait_caught_up
 from proto import subjects
+from proto.commands import KillCommand
 from proto.events import Cancelled, Preempted
 from proto.ledger import Allocation
 from proto.nodes import ExecutorReport, NodeSpec
@@ -67,10 +68,26 @@ class NodeWatch:
                 alloc is not None and (alloc.node, alloc.attempt) == (report.node, attempt)
             ):
                 continue  # started but its Started event not read yet, or already told
-            self._told_stale.add((job, attempt))
             STALE.inc()
-            if self.active:
+            if self.active and self._superseded(job, attempt):
+                self._told_stale.add((job, attempt))
                 self.log.warning("stale_attempt", job=job, attempt=attempt, node=report.node)
+                await self.bus.publish(
+                    subjects.node_command(report.node, "kill"),
+                    KillCommand(
+                        job_id=job, reason="superseded: requeued", attempt=attempt, silent=True
+                    ),
+                    msg_id=f"stop-stale-{job}-{attempt}",
+                )
+
+    def _superseded(self, job: str, attempt: int) -> bool:
+        """True when the lifecycle says this attempt is over for the placer: requeued (a later
+        attempt is due or placed) or the job ended. An attempt whose Started we have not read
+        yet is not (the ledger check above); neither is an unknown job."""
+        if job not in self.tracker.specs:
+            return False
+        t = self.tracker
+        return t.holds_nothing(job, attempt) or t.placed.get(job, 0) > attempt
 
     def down_nodes(self) -> set[str]:
         """Refresh which nodes are down (logging changes); the cycle cordons them."""

@@ -169,6 +169,23 @@ async def test_kill_cancels(sim: Harness) -> None:
     assert len(sim.of("k")) == 2  # no Completed after the Cancelled
 
 
+async def test_silent_stop_of_a_superseded_attempt_publishes_nothing(sim: Harness) -> None:
+    """The placer requeued attempt 1 while this node ran it unseen: a silent, attempt-scoped
+    kill stops it with no event (its end was published as the requeue); a silent kill naming
+    another attempt leaves the running one alone."""
+    await sim.run("s", runtime_s=36000)
+    await sim.wait("s", 1)
+    kill = subjects.node_command("t4-0", "kill")
+    await sim.bus.publish(kill, KillCommand(job_id="s", reason="x", attempt=2, silent=True))
+    await sim.bus.publish(kill, KillCommand(job_id="s", reason="x", attempt=1, silent=True))
+    await sim.run("after", runtime_s=100)  # commands are handled in order: s is stopped by now
+    await sim.wait("after", 2)
+    await sim.run("s", runtime_s=100, attempt=2)  # the requeued attempt runs and ends the job
+    events = await sim.wait("s", 3)
+    assert [type(e) for e in events] == [Started, Started, Completed]
+    assert [e.attempt for e in events if isinstance(e, Started)] == [1, 2]
+
+
 async def test_checkpoint_preempts_with_progress(sim: Harness) -> None:
     await sim.run("c", runtime_s=10_000)  # 10 wall s
     await sim.wait("c", 1)

@@ -12,9 +12,12 @@ import asyncio
 import contextlib
 import uuid
 
+import msgspec
+
 from libs.bus import Bus
 from libs.policy.inventory import NodeGroup, expand
 from proto import subjects
+from proto.commands import KillCommand
 from proto.events import Completed, Placed, Preempted, is_terminal
 from proto.jobs import JobSpec
 from proto.ledger import Allocation
@@ -45,6 +48,7 @@ class Reporter:
         self.nodes = nodes
         self.silent: set[str] = set()
         self.forgotten: set[tuple[str, int]] = set()
+        self.stale: dict[str, tuple[str, int]] = {}  # node -> an old attempt it still runs
         self.boot = {n: uuid.uuid4().hex for n in nodes}
         self._task: asyncio.Task[None] | None = None
 
@@ -53,11 +57,15 @@ class Reporter:
         for cmd in self.executor.runs:
             a = cmd.allocation
             latest[a.job_id] = (a.node, a.attempt)
-        return tuple(
+        listed = tuple(
             RunningAttempt(job_id=job, attempt=attempt)
             for job, (n, attempt) in latest.items()
             if n == node and job not in self.executor._done and (job, attempt) not in self.forgotten
         )
+        if node in self.stale:
+            job, attempt = self.stale[node]
+            listed += (RunningAttempt(job_id=job, attempt=attempt),)
+        return listed
 
     def forget(self, job: str, attempt: int, node: str) -> None:
         """The node's executor restarted and lost this attempt."""
@@ -166,8 +174,14 @@ async def test_a_silent_node_is_down_its_jobs_move_and_it_comes_back(nats_url):
         assert first.node in p.reconciler.down
         preempted = [e for e in await _events(bus, "x") if isinstance(e, Preempted)]
         assert len(preempted) == 1 and f"node {first.node} down" in preempted[0].reason
-        reporter.silent.clear()  # it is back
+        # it is back, still running the attempt the placer moved (its executor re-adopted it):
+        # that attempt is stopped silently, the job ends once, from its new attempt
+        reporter.stale[first.node] = ("x", 1)
+        reporter.silent.clear()
         await poll(lambda: asyncio.sleep(0, not p.reconciler.down), timeout_s=10)
+        stop_cmd = await poll(lambda: _kill_for(bus, first.node), timeout_s=10)
+        assert (stop_cmd.job_id, stop_cmd.attempt, stop_cmd.silent) == ("x", 1, True)
+        del reporter.stale[first.node]
         await submit(bus, JobSpec(id="y", gpus=1))  # the only free GPU is on the node back
         y = await poll(lambda: _placed(bus, "y", 1), timeout_s=20)
         assert y.node == first.node
@@ -179,6 +193,17 @@ async def test_a_silent_node_is_down_its_jobs_move_and_it_comes_back(nats_url):
         await reporter.close()
         await executor.close()
     await bus.close()
+
+
+async def _kill_for(bus: Bus, node: str) -> KillCommand | None:
+    """The newest kill command on ``node.<node>.kill`` in the NODECMD stream, if any."""
+    try:
+        msg = await bus.js.get_last_msg(
+            subjects.STREAM_NODECMD, subjects.node_command(node, "kill")
+        )
+    except Exception:
+        return None
+    return msgspec.json.decode(msg.data, type=KillCommand)
 
 
 async def _placed(bus: Bus, job: str, attempt: int) -> Placed | None:
