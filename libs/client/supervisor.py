@@ -218,7 +218,10 @@ class Stack:
         if self.stopped:
             return []
         # the gateway first (no new work), the node side last (it reports what was running)
-        order = [self.services[n] for n in reversed(SERVICES) if n in self.services]
+        rank = {n: i for i, n in enumerate(SERVICES)}
+        order = sorted(
+            self.services.values(), key=lambda s: -rank.get(module_of(s.name), len(rank))
+        )
         forced = stop_services(order, timeout_s=timeout_s)
         self.nats.stop()
         self.stopped = True
@@ -253,11 +256,18 @@ class Stack:
         self.stop()
 
 
+def module_of(name: str) -> str:
+    """A service's module: ``placer@standby`` is a second placer replica (the lease decides
+    which one is active), run as ``python -m services.placer``."""
+    return name.split("@", 1)[0]
+
+
 def service_args(name: str, nodes: list[NodeSpec], data_dir: Path | None = None) -> list[str]:
     """The command line of one service; the simulated nodes all live in one process each.
 
     The executor journals what it runs in ``data_dir/executor`` so that a restarted one (by
     this supervisor or by hand) re-adopts its jobs instead of losing them."""
+    name = module_of(name)
     args = [sys.executable, "-m", f"services.{name}"]
     node_flags = [a for n in nodes for a in ("--node-spec", msgspec.json.encode(n).decode())]
     if name == "telemetry":
@@ -326,7 +336,7 @@ def start_stack(
                 name=name,
                 args=service_args(name, stack.nodes, data_dir),
                 env=env,
-                log_path=data_dir / "logs" / f"{name}.log",
+                log_path=data_dir / "logs" / f"{name.replace('@', '-')}.log",
                 metrics_port=port,
             )
             stack.services[name] = svc
