@@ -172,10 +172,24 @@ def main(argv: list[str] | None = None) -> int:
         print(line)
     print(f"bench wall time {time.perf_counter() - t0:.0f} s")
     if not args.no_doc:
-        DOC.write_text(render_doc(pr, pcmd, gr, gcmd, rows, notes))
+        DOC.write_text(render_doc(pr, pcmd, gr, gcmd, rows, notes) + kept_sections(DOC))
         print(f"wrote {DOC}")
     (args.out / "bench.json").write_text(json.dumps({"philly": pr, "gavel": gr}, indent=2))
     return 0
+
+
+KEEP_MARKER = "<!-- measured by other commands: make bench keeps everything below -->"
+
+
+def kept_sections(doc: Path) -> str:
+    """The page's sections that other commands measure (fuzzing, chaos), from ``KEEP_MARKER``
+    on: ``make bench`` rewrites its own figures and leaves theirs as they were."""
+    try:
+        text = doc.read_text()
+    except OSError:
+        return ""
+    at = text.find(KEEP_MARKER)
+    return "\n" + text[at:] if at >= 0 else ""
 
 
 def render_doc(pr, pcmd, gr, gcmd, rows, notes) -> str:

@@ -69,3 +69,14 @@ def test_bad_policy_and_cli_error(capsys):
         run_simulation("synthetic:10", "demo", 0, ["fifo", "sjf"], None)
     assert main(["--trace", "synthetic:10", "--cluster", "nonsense"]) == 2
     assert "unknown cluster" in capsys.readouterr().out
+
+
+def test_bench_page_keeps_the_sections_other_commands_measured(tmp_path) -> None:
+    from libs.sim.bench import KEEP_MARKER, kept_sections
+
+    page = tmp_path / "benchmarks.md"
+    assert kept_sections(page) == ""  # no page yet
+    page.write_text(f"# Benchmarks\nold figures\n\n{KEEP_MARKER}\n\n## Fuzzing\n10,000 requests\n")
+    kept = kept_sections(page)
+    assert kept.startswith(f"\n{KEEP_MARKER}") and "10,000 requests" in kept
+    assert "old figures" not in kept
