@@ -18,9 +18,9 @@ placer can reconcile its ledger with what runs and notice a restart.
 
 Known limits: an attempt whose journal file is unreadable, or a node whose state directory is
 lost, is not re-adopted; it disappears from the node's reports and the placer's reconciliation
-requeues it (a local process of it may still run). The journal forgets an attempt once its
-terminal event is out, so a run command redelivered after that *and* after a restart (its ack
-lost in the crash) would start the attempt again. With a temporary state directory (no
+requeues it (a local process of it may still run). An attempt that ended leaves a tombstone
+for a day (``journal.DONE_KEEP_S``), so a run command redelivered after a restart (its ack lost
+in the crash) is ignored rather than run again. With a temporary state directory (no
 ``--state-dir``), nothing survives the process: a clean stop then terminates local jobs, as
 nobody could re-adopt them.
 """
@@ -127,6 +127,7 @@ class NodeExecutor:
         self.log.info("executor_ready", durable=self.durable_name, boot_id=self.boot_id)
 
     async def recover(self) -> None:
+        self.journal.prune_done()
         entries, bad = self.journal.load()
         for path, why in bad:
             self.log.error("journal_entry_unreadable", path=str(path), error=why)
@@ -209,7 +210,11 @@ class NodeExecutor:
             return
         key = (alloc.job_id, alloc.attempt)
         current = self.running.get(alloc.job_id)
-        if key in self.accepted or (current is not None and current.entry.attempt >= alloc.attempt):
+        if (
+            key in self.accepted
+            or (current is not None and current.entry.attempt >= alloc.attempt)
+            or self.journal.is_done(alloc.job_id, alloc.attempt)
+        ):
             self.log.info("run_ignored_duplicate", job_id=alloc.job_id, attempt=alloc.attempt)
             return
         if current is not None:

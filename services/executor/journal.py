@@ -14,6 +14,9 @@ An entry goes through three states, each a rewrite of the same file:
 3. ending: ``pending``, the lifecycle events still to publish, written before they are
    published; the file is removed once they are out. A restart re-publishes them with the same
    ``Nats-Msg-Id`` (JetStream drops the repeat) instead of running the job again.
+4. done: an empty ``<job>-<attempt>.done`` tombstone replaces the entry for ``DONE_KEEP_S``, so a
+   run command whose ack was lost in a crash, redelivered after the attempt ended, is ignored
+   instead of running the attempt a second time.
 
 The format is the executor's private state, read by no other process, so it lives here rather
 than in ``proto/`` (which holds what services exchange). ``version`` lets a later format refuse
@@ -25,6 +28,7 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import os
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from urllib.parse import quote
@@ -35,6 +39,7 @@ from proto.commands import RunCommand
 from proto.events import LifecycleEvent
 
 VERSION = 1
+DONE_KEEP_S = 86_400.0  # wall s a tombstone is kept: far beyond a redelivery after a restart
 _MAX_NAME = 120  # well under the 255 bytes a file name may have, with suffixes
 
 
@@ -109,8 +114,29 @@ class Journal:
         os.replace(tmp, path)
         self._sync_dir()
 
+    def done_path(self, job_id: str, attempt: int) -> Path:
+        return self.root / f"{file_stem(job_id, attempt)}.done"
+
+    def is_done(self, job_id: str, attempt: int) -> bool:
+        """True when this attempt ran here and ended (within ``DONE_KEEP_S``)."""
+        return self.done_path(job_id, attempt).exists()
+
+    def prune_done(self, now_s: float | None = None) -> int:
+        """Drop tombstones older than ``DONE_KEEP_S``; returns how many."""
+        cutoff = (time.time() if now_s is None else now_s) - DONE_KEEP_S
+        dropped = 0
+        for path in self.root.glob("*.done"):
+            with contextlib.suppress(OSError):
+                if path.stat().st_mtime < cutoff:
+                    path.unlink()
+                    dropped += 1
+        return dropped
+
     def remove(self, job_id: str, attempt: int) -> None:
-        """Forget the attempt (its terminal event is out): the entry and its exit-status file."""
+        """Forget the attempt (its terminal event is out): a tombstone first, then the entry
+        and its exit-status file."""
+        fd = os.open(self.done_path(job_id, attempt), os.O_WRONLY | os.O_CREAT, 0o600)
+        os.close(fd)
         for path in (self.path(job_id, attempt), self.rc_path(job_id, attempt)):
             with contextlib.suppress(FileNotFoundError):
                 path.unlink()

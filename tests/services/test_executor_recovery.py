@@ -235,6 +235,28 @@ async def test_redelivered_run_of_a_journaled_attempt_starts_no_second_process(
     await until(lambda: n.running(second) == set())
 
 
+async def test_a_run_redelivered_after_its_attempt_ended_and_a_restart_is_ignored(
+    sim_node: Node,
+) -> None:
+    """The ack of a run command lost in a crash after the attempt had already ended: the
+    redelivered command finds the attempt's tombstone and runs nothing a second time."""
+    n = sim_node
+    first = await n.start()
+    await n.h.run("t1", runtime_s=300)
+    await n.h.wait("t1", 2)
+    await until(lambda: n.running(first) == set())
+    n.crash()
+    second = await n.start()
+    # the same attempt again (a long one: were it run, the node would report it running;
+    # its events would not show it, having the same message ids as the first run's)
+    await n.h.run("t1", runtime_s=600_000)
+    await n.h.run("t2", runtime_s=300)  # handled after it, in order
+    await n.h.wait("t2", 2)
+    assert kinds(n.h, "t1") == ["Started", "Completed"]
+    assert n.running(second) == set()
+    assert Journal(n.state_dir / T4.id).is_done("t1", 1)
+
+
 async def test_events_journaled_before_a_crash_are_published_on_restart(
     sim_node: Node,
 ) -> None:
