@@ -45,7 +45,7 @@ async def test_oversized_publish_is_refused_and_the_connection_stays(
 
 async def test_oversized_struct_and_kv_value_are_refused(bus: Bus) -> None:
     spec = JobSpec(id="huge", command="x" * bus.nc.max_payload)
-    with pytest.raises(PayloadTooLarge, match="jobs.submit"):
+    with pytest.raises(PayloadTooLarge, match=r"jobs\.submit"):
         await bus.publish(subjects.SUBJECT_SUBMIT, spec, msg_id="huge")
     kv = await bus.kv(subjects.KV_NODES, NodeSpec)
     big = NodeSpec(
