@@ -87,6 +87,7 @@ STREAMS: dict[str, tuple[str, ...]] = {
     STREAM_INTENTS: STREAM_INTENTS_SUBJECTS,
     STREAM_DLQ: STREAM_DLQ_SUBJECTS,
 }
+STREAM_DEFAULT_LIMITS = StreamLimits(max_age_s=7 * DAY_S, max_bytes=256 * MIB)  # any not listed
 STREAM_LIMITS: dict[str, StreamLimits] = {
     STREAM_JOBS: STREAM_JOBS_LIMITS,
     STREAM_LIFECYCLE: STREAM_LIFECYCLE_LIMITS,

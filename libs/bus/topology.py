@@ -44,7 +44,7 @@ def _env_name(name: str) -> str:
 def stream_limits(name: str, env: Mapping[str, str] | None = None) -> StreamLimits:
     """The limits of stream ``name``: its default in ``proto.subjects``, then the environment."""
     env = os.environ if env is None else env
-    base = subjects.STREAM_LIMITS.get(name) or StreamLimits(max_age_s=0.0, max_bytes=-1)
+    base = subjects.STREAM_LIMITS.get(name, subjects.STREAM_DEFAULT_LIMITS)
     prefix = f"MOSAIC_STREAM_{_env_name(name)}_"
     age = env.get(prefix + "MAX_AGE_S")
     size = env.get(prefix + "MAX_BYTES")
