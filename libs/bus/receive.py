@@ -255,10 +255,10 @@ class Receiver:
         monitor: LoopMonitor,
     ) -> None:
         while True:
-            monitor.beat()
             try:
                 msgs = await psub.fetch(batch, timeout=FETCH_TIMEOUT_S)
             except (TimeoutError, nats.errors.TimeoutError):
+                monitor.beat()  # a quiet stream (or an outage): no fault of this loop
                 continue
             except asyncio.CancelledError:
                 raise
@@ -267,8 +267,13 @@ class Receiver:
                     monitor.ended("NATS connection closed")
                     return
                 self.log.warning("fetch_failed", subject=pattern, error=repr(exc))
+                if not self.nc.is_connected:
+                    # an outage is not this loop's fault: restarting the service would not
+                    # help; connected yet failing (its consumer deleted, ...) it wedges
+                    monitor.beat()
                 await asyncio.sleep(1.0)
                 continue
+            monitor.beat()
             for msg in msgs:
                 monitor.beat()
                 try:

@@ -321,3 +321,24 @@ async def test_wedged_handler_is_reported_idle_subscription_is_not(bus: Bus) -> 
     assert "wedged" in bus.health.problems()["subscribe:telemetry.*"]
     release.set()
     await wait_for(bus.health.healthy, what="healthy again once the handler returns")
+
+
+async def test_consumer_deleted_on_the_server_reports_wedged(bus: Bus) -> None:
+    async def nothing(_: object) -> None:
+        return None
+
+    await bus.consume(
+        subjects.STREAM_LIFECYCLE,
+        "lifecycle.>",
+        LifecycleEvent,
+        nothing,
+        durable="gone",
+        wedged_after_s=1.0,
+    )
+    await bus.js.delete_consumer(subjects.STREAM_LIFECYCLE, "gone")
+    # connected, yet every fetch fails: no progress, so unhealthy (a restart recreates it)
+    await wait_for(
+        lambda: "wedged" in bus.health.problems().get("consume:LIFECYCLE:lifecycle.>:gone", ""),
+        timeout_s=20,
+        what="deleted consumer reported",
+    )
