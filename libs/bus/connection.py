@@ -24,7 +24,13 @@ from opentelemetry import trace
 from libs.bus import topology
 from libs.bus.errors import BusUnavailable, PayloadTooLarge
 from libs.bus.kv import TypedKV
-from libs.bus.limits import PAYLOAD_MARGIN_BYTES, DecodeLimits, header_size, truncated
+from libs.bus.limits import (
+    DEAD_LETTER_REASON_MAX,
+    PAYLOAD_MARGIN_BYTES,
+    DecodeLimits,
+    header_size,
+    truncated,
+)
 from libs.bus.monitor import LoopMonitor
 from libs.bus.receive import Consumer, Receiver, make_decoder, subject_matches
 from libs.bus.tracectx import inject_headers
@@ -280,6 +286,8 @@ class Bus(Receiver):
         DEAD_LETTERS.labels(self.service, pattern or subject).inc()
         DEAD_LETTER_KINDS.labels(self.service, kind).inc()
         kept, note = truncated(data)
+        if len(reason) > DEAD_LETTER_REASON_MAX:
+            reason = reason[:DEAD_LETTER_REASON_MAX] + "…"
         reason += note
         letter = DeadLetter(
             service=self.service, subject=subject, reason=reason, time=time.time(), data=kept

@@ -22,6 +22,7 @@ DEFAULT_MAX_JSON_DEPTH = 64  # the deepest proto message nests < 10 levels
 # what a dead letter keeps of a rejected message: enough to debug it, small enough that the
 # letter itself (base64, 4/3 larger) always fits the server's max payload
 DEAD_LETTER_DATA_MAX = 64 * 1024
+DEAD_LETTER_REASON_MAX = 2000  # characters; a handler's exception text can be anything
 # headers nats-py or JetStream may add beyond ours; what publish keeps free under max_payload
 PAYLOAD_MARGIN_BYTES = 512
 

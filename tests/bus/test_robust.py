@@ -146,7 +146,7 @@ async def test_core_subscription_survives_garbage_and_failing_handler(bus: Bus) 
 
     async def handler(s: TelemetrySample) -> None:
         if s.node == "explode":
-            raise ValueError("bad sample")
+            raise ValueError("bad sample" + "!" * 100_000)  # a reason of any length
         got.append(s.node)
 
     def sample(node: str) -> TelemetrySample:
@@ -163,6 +163,7 @@ async def test_core_subscription_survives_garbage_and_failing_handler(bus: Bus) 
     assert reasons[0].startswith("too deep")
     assert all(r.startswith("decode") for r in reasons[1:4])
     assert reasons[4].startswith("handler failed") and "bad sample" in reasons[4]
+    assert len(reasons[4]) <= 2001
     assert bus.health.report()[0] == 200, bus.health.problems()
 
 
