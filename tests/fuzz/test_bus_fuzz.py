@@ -80,6 +80,9 @@ class Target:
 
 
 token = st.from_regex(r"\A[a-zA-Z0-9_-]{1,10}\Z")
+# KV keys from a fixed set, as in a real bucket (one per node, per job): a bucket is bounded
+# and refuses writes when full (KV streams discard new), so endless fresh keys would fill it
+kv_key = st.sampled_from([f"k{i}" for i in range(20)])
 node_cmd = st.sampled_from(["run", "kill", "checkpoint", "bogus"]).map(lambda v: f"node.n1.{v}")
 TARGETS = [
     Target(
@@ -208,7 +211,7 @@ TARGETS = [
                 max_power_w=400.0,
             ),
         ),
-        token,
+        kv_key,
         "last",
     ),
     Target(
@@ -217,7 +220,7 @@ TARGETS = [
         subjects.KV_LEDGER,
         Allocation,
         (ALLOC,),
-        token,
+        kv_key,
         "last",
     ),
 ]
