@@ -129,6 +129,7 @@ def dlq(service: str) -> str:
 
 
 # --- KV retention (bytes a bucket may hold, history 1; no TTL: a ledger entry must not expire) --
+# A full bucket refuses writes (KV streams discard new): it never drops a value to make room.
 KV_DEFAULT_MAX_BYTES = 64 * MIB  # any bucket not listed below
 KV_MAX_BYTES: dict[str, int] = {
     KV_NODES: 64 * MIB,  # one NodeSpec per node
