@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import datetime
+import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Generic, TypeVar
@@ -172,6 +174,43 @@ class TypedKV(Generic[T]):
                 await watcher.stop()
         return out
 
+    async def purge_deletes(self, older_than_s: float = 1800.0) -> int:
+        """Remove the delete markers older than ``older_than_s``; returns how many went.
+
+        Why: with history 1 a deleted key still holds its marker (about 100 bytes). The ledger
+        gets one per finished job, and a bucket at its ``max_bytes`` refuses writes, so its
+        owner calls this now and then. Safe against a writer in between: each purge removes
+        the key's messages only up to its marker's revision, so a value written after the
+        marker stays. A watcher that saw the delete loses nothing; one that starts later
+        simply never sees that key.
+        """
+        stream = f"KV_{self.bucket}"
+        info = await self.bus.js.stream_info(stream)
+        if info.state.messages == 0:
+            return 0
+        now = time.time()
+        old: list[tuple[str, int]] = []
+        watcher = await self.raw.watchall(headers_only=True)
+        try:
+            while True:
+                e = await watcher.updates(timeout=ITEMS_TIMEOUT_S)
+                if e is None:
+                    continue
+                if e.operation in _DELETE_OPS and _age_s(e.created, now) >= older_than_s:
+                    old.append((e.key, e.revision))
+                if not e.delta:
+                    break
+        except nats.errors.TimeoutError:
+            pass
+        finally:
+            with contextlib.suppress(Exception):
+                await watcher.stop()
+        for key, revision in old:
+            await self.bus.js.purge_stream(
+                stream, seq=revision + 1, subject=f"$KV.{self.bucket}.{key}"
+            )
+        return len(old)
+
     async def watch(
         self,
         handler: Callable[[str, T | None], Awaitable[None]],
@@ -252,3 +291,10 @@ class TypedKV(Generic[T]):
                 msg_id=f"kv-{self.bucket}-{e.key}-{e.revision}-handler",
                 kind="handler",
             )
+
+
+def _age_s(created: Any, now: float) -> float:
+    """Seconds since a KV entry's ``created`` (a datetime in nats-py; 0 when unknown)."""
+    if isinstance(created, datetime.datetime):
+        return now - created.timestamp()
+    return 0.0
