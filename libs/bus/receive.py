@@ -207,6 +207,7 @@ class Receiver:
         retry_delay_s: float = 0.5,
         ack_wait_s: float = 30.0,
         batch: int = 32,
+        opt_start_seq: int | None = None,
         wedged_after_s: float | None = None,
     ) -> Consumer:
         """A JetStream pull consumer on ``subject`` of ``stream``, handled in order by a task.
@@ -216,15 +217,21 @@ class Receiver:
         dead-lettered and terminated (so it is never lost and never loops forever). A message
         over the decode limits or that does not decode is dead-lettered and terminated at once.
         ``durable`` consumers keep their position on the server across restarts; ``deliver_all``
-        replays the stream from its start on first creation (else only new messages).
-        ``wedged_after_s`` (default: the larger of 60 s and twice ``ack_wait_s``): a loop with
-        no progress for that long reports unhealthy. ``type_``: see ``make_decoder``.
+        replays the stream from its start on first creation (else only new messages);
+        ``opt_start_seq`` (>= 1) starts at that stream sequence instead (a read model resuming
+        from a snapshot, ``libs.bus.snapshot``). ``wedged_after_s`` (default: the larger of 60 s
+        and twice ``ack_wait_s``): a loop with no progress for that long reports unhealthy.
+        ``type_``: see ``make_decoder``.
         """
         if max_deliver < 1:
             raise ValueError(f"max_deliver must be >= 1, got {max_deliver}")
+        deliver = api.DeliverPolicy.ALL if deliver_all else api.DeliverPolicy.NEW
+        if opt_start_seq is not None:
+            deliver = api.DeliverPolicy.BY_START_SEQUENCE
         config = api.ConsumerConfig(
             ack_policy=api.AckPolicy.EXPLICIT,
-            deliver_policy=api.DeliverPolicy.ALL if deliver_all else api.DeliverPolicy.NEW,
+            deliver_policy=deliver,
+            opt_start_seq=opt_start_seq,
             max_deliver=max_deliver,
             ack_wait=ack_wait_s,
             filter_subject=subject,
