@@ -8,13 +8,17 @@ is a dead letter, and ``/healthz`` tells the truth: 200 after garbage, 503 once 
 from __future__ import annotations
 
 import asyncio
+import json
+import urllib.error
+import urllib.request
+from typing import Any
 
 import pytest
 from prometheus_client import REGISTRY
 
 from libs.bus import Bus
 from libs.bus.limits import DecodeLimits
-from libs.obs.health import Health
+from libs.obs.health import Health, ObsServer
 from proto import subjects
 from proto.decisions import DeadLetter
 from proto.events import Completed, LifecycleEvent, Started
@@ -343,3 +347,37 @@ async def test_consumer_deleted_on_the_server_reports_wedged(bus: Bus) -> None:
         timeout_s=20,
         what="deleted consumer reported",
     )
+
+
+async def test_healthz_over_http_200_after_garbage_503_once_a_loop_is_killed(bus: Bus) -> None:
+    server = ObsServer(bus.health, 0)
+    url = f"http://127.0.0.1:{server.port}/healthz"
+
+    def get() -> tuple[int, dict[str, Any]]:
+        try:
+            with urllib.request.urlopen(url, timeout=5) as r:
+                return r.status, json.loads(r.read())
+        except urllib.error.HTTPError as e:
+            return e.code, json.loads(e.read())
+
+    got: list[str] = []
+
+    async def handler(ev: LifecycleEvent) -> None:
+        got.append(ev.job_id)
+
+    try:
+        consumer = await bus.consume(
+            subjects.STREAM_LIFECYCLE, "lifecycle.>", LifecycleEvent, handler
+        )
+        await bus.js.publish("lifecycle.bad", NESTED_6KB)
+        await bus.publish("lifecycle.ok", Started(job_id="ok", time=1.0))
+        await wait_for(lambda: got == ["ok"], what="the event after the garbage")
+        status, body = await asyncio.to_thread(get)
+        assert status == 200 and body["status"] == "ok"
+        assert "consume:LIFECYCLE:lifecycle.>" in body["checks"]
+        consumer.task.cancel()
+        await wait_for(lambda: not bus.health.healthy(), what="dead loop")
+        status, body = await asyncio.to_thread(get)
+        assert status == 503 and "consume:LIFECYCLE:lifecycle.>" in body["problems"]
+    finally:
+        server.close()
