@@ -1,32 +1,67 @@
-"""Every subject, stream and KV bucket name. Nothing else in the code base spells one out."""
+"""Every subject, stream and KV bucket name. Nothing else in the code base spells one out.
+
+Beside each stream and bucket stands its retention default (issue 12: nothing bounded growth, at
+about 3.7 KB of JetStream per job). Once a limit is reached the oldest messages are discarded;
+``libs.bus.topology`` applies these, with the operator's overrides from the environment
+(``MOSAIC_STREAM_<NAME>_MAX_AGE_S``, ``_MAX_BYTES``, ``_MAX_MSGS`` and
+``MOSAIC_KV_<BUCKET>_MAX_BYTES``; see docs/runtime-contract.md). The server reserves the sum of
+every ``max_bytes`` up front, so the defaults (about 3 GiB in all) fit a laptop's JetStream store.
+"""
 
 from __future__ import annotations
+
+import msgspec
+
+
+class StreamLimits(msgspec.Struct, frozen=True, kw_only=True):
+    """Retention of one stream; the oldest messages go once any limit is reached."""
+
+    max_age_s: float  # seconds a message is kept; 0 = no age limit
+    max_bytes: int  # bytes the stream may hold; -1 = no size limit
+    max_msgs: int = -1  # messages the stream may hold; -1 = no count limit
+
+
+DAY_S = 86_400.0
+MIB = 1024 * 1024
+GIB = 1024 * MIB
 
 # --- durable streams (JetStream) ---------------------------------------------------------------
 STREAM_JOBS = "JOBS"  # submissions and cancellations, deduplicated by Nats-Msg-Id
 SUBJECT_SUBMIT = "jobs.submit"
 SUBJECT_CANCEL = "jobs.cancel"
 STREAM_JOBS_SUBJECTS = ("jobs.>",)
+# a job may pend for weeks; 512 MiB is about 500k submissions
+STREAM_JOBS_LIMITS = StreamLimits(max_age_s=30 * DAY_S, max_bytes=512 * MIB)
 
 STREAM_LIFECYCLE = "LIFECYCLE"  # every lifecycle event of every job
 LIFECYCLE_PREFIX = "lifecycle"
 STREAM_LIFECYCLE_SUBJECTS = ("lifecycle.>",)
+# read models replay it: large but bounded (about 500k jobs of events)
+STREAM_LIFECYCLE_LIMITS = StreamLimits(max_age_s=30 * DAY_S, max_bytes=1 * GIB)
 
 STREAM_NODECMD = "NODECMD"  # placer -> executor commands
 NODE_PREFIX = "node"
 STREAM_NODECMD_SUBJECTS = ("node.>",)
+# a command matters until its executor acts on it
+STREAM_NODECMD_LIMITS = StreamLimits(max_age_s=7 * DAY_S, max_bytes=256 * MIB)
 
 STREAM_DECISIONS = "DECISIONS"  # audit records
 DECISIONS_PREFIX = "decisions"
 STREAM_DECISIONS_SUBJECTS = ("decisions.>",)
+# the audit trail `mosaic explain` reads
+STREAM_DECISIONS_LIMITS = StreamLimits(max_age_s=14 * DAY_S, max_bytes=512 * MIB)
 
 STREAM_INTENTS = "INTENTS"  # defrag/thermal -> placer
 INTENTS_PREFIX = "intents"
 STREAM_INTENTS_SUBJECTS = ("intents.>",)
+# an intent is checked against the ledger at once, or is stale
+STREAM_INTENTS_LIMITS = StreamLimits(max_age_s=1 * DAY_S, max_bytes=64 * MIB)
 
 STREAM_DLQ = "DLQ"
 DLQ_PREFIX = "dlq"
 STREAM_DLQ_SUBJECTS = ("dlq.>",)
+# a flood of garbage must not fill the disk: a week, 256 MiB, a million letters
+STREAM_DLQ_LIMITS = StreamLimits(max_age_s=7 * DAY_S, max_bytes=256 * MIB, max_msgs=1_000_000)
 
 # --- plain NATS (latest sample wins) -----------------------------------------------------------
 TELEMETRY_PREFIX = "telemetry"
@@ -58,6 +93,15 @@ STREAMS: dict[str, tuple[str, ...]] = {
     STREAM_INTENTS: STREAM_INTENTS_SUBJECTS,
     STREAM_DLQ: STREAM_DLQ_SUBJECTS,
 }
+STREAM_DEFAULT_LIMITS = StreamLimits(max_age_s=7 * DAY_S, max_bytes=256 * MIB)  # any not listed
+STREAM_LIMITS: dict[str, StreamLimits] = {
+    STREAM_JOBS: STREAM_JOBS_LIMITS,
+    STREAM_LIFECYCLE: STREAM_LIFECYCLE_LIMITS,
+    STREAM_NODECMD: STREAM_NODECMD_LIMITS,
+    STREAM_DECISIONS: STREAM_DECISIONS_LIMITS,
+    STREAM_INTENTS: STREAM_INTENTS_LIMITS,
+    STREAM_DLQ: STREAM_DLQ_LIMITS,
+}
 KV_BUCKETS: tuple[str, ...] = (KV_NODES, KV_LEDGER, KV_QUEUE, KV_LEASES, KV_PROFILES, KV_TENANTS)
 
 
@@ -88,3 +132,20 @@ def decisions(service: str) -> str:
 
 def dlq(service: str) -> str:
     return f"{DLQ_PREFIX}.{service}"
+
+
+# --- KV retention (bytes a bucket may hold, history 1; no TTL: a ledger entry must not expire) --
+# A full bucket refuses writes (KV streams discard new): it never drops a value to make room.
+KV_DEFAULT_MAX_BYTES = 64 * MIB  # any bucket not listed below
+KV_MAX_BYTES: dict[str, int] = {
+    KV_NODES: 64 * MIB,  # one NodeSpec per node
+    KV_LEDGER: 256 * MIB,  # one Allocation per running job
+    KV_QUEUE: 64 * MIB,  # one key: the ranked queue (a value is at most max_payload)
+    KV_LEASES: 8 * MIB,  # a handful of lease records
+    KV_PROFILES: 64 * MIB,  # one entry per (GPU model, workload class)
+}
+
+
+def kv_max_bytes(bucket: str) -> int:
+    """The default size limit of KV ``bucket``."""
+    return KV_MAX_BYTES.get(bucket, KV_DEFAULT_MAX_BYTES)

@@ -2,7 +2,7 @@
 dead letters, trace-context headers, and the service runtime shell."""
 
 from libs.bus.connection import Bus, Consumer
-from libs.bus.errors import BusError, BusUnavailable, CasConflict, KeyExists
+from libs.bus.errors import BusError, BusUnavailable, CasConflict, KeyExists, PayloadTooLarge
 from libs.bus.kv import Entry, KvWatch, TypedKV
 from libs.bus.lease import Lease, LeaseRecord
 from libs.bus.nodeargs import add_node_spec_arg, node_specs_from_args, parse_node_specs
@@ -25,6 +25,7 @@ __all__ = [
     "KvWatch",
     "Lease",
     "LeaseRecord",
+    "PayloadTooLarge",
     "ServiceConfig",
     "ServiceContext",
     "TypedKV",

@@ -13,94 +13,83 @@ import asyncio
 import contextlib
 import time
 from collections.abc import Awaitable, Callable, Mapping
-from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 import msgspec
-import nats
 import nats.errors
-import nats.js.errors
 from nats.aio.client import Client as NatsClient
-from nats.aio.msg import Msg
 from nats.aio.subscription import Subscription
-from nats.js import api
 from opentelemetry import trace
-from opentelemetry.trace import SpanKind, Status, StatusCode
 
-from libs.bus.errors import BusUnavailable
+from libs.bus import topology
+from libs.bus.errors import BusUnavailable, PayloadTooLarge
 from libs.bus.kv import TypedKV
-from libs.bus.tracectx import extract_context, inject_headers
+from libs.bus.limits import (
+    DEAD_LETTER_REASON_MAX,
+    PAYLOAD_MARGIN_BYTES,
+    DecodeLimits,
+    header_size,
+    truncated,
+)
+from libs.bus.monitor import LoopMonitor
+from libs.bus.receive import Consumer, Receiver, make_decoder, subject_matches
+from libs.bus.tracectx import inject_headers
 from libs.obs.health import Health
 from libs.obs.logging import get_logger
-from libs.obs.metrics import DEAD_LETTERS, HANDLER_ERRORS, HANDLER_SECONDS, MESSAGES
+from libs.obs.metrics import DEAD_LETTER_KINDS, DEAD_LETTERS
 from proto import subjects
 from proto.decisions import DeadLetter
+
+__all__ = ["Bus", "Consumer", "make_decoder", "subject_matches"]
 
 T = TypeVar("T")
 Handler = Callable[[T], Awaitable[None]]
 
 MSG_ID_HEADER = "Nats-Msg-Id"
-DUPLICATE_WINDOW_S = 600.0  # Nats-Msg-Id dedupe horizon: a retry within 10 min is dropped
-# err_code of "stream name already in use with a different configuration"
-_STREAM_NAME_IN_USE = 10058
+DUPLICATE_WINDOW_S = topology.DUPLICATE_WINDOW_S
 
-_OK, _DEAD, _FAILED = "ok", "dead", "failed"
-
-Decode = Callable[[str, bytes], Any]
+# server errors after which reconnecting cannot help: the credentials are wrong or gone
+_FINAL_SERVER_ERRORS = ("authorization violation", "authentication expired", "revoked")
 
 
-def subject_matches(pattern: str, subject: str) -> bool:
-    """NATS wildcard match: ``*`` is one token, a final ``>`` is one or more tokens."""
-    p, s = pattern.split("."), subject.split(".")
-    for i, tok in enumerate(p):
-        if tok == ">":
-            return len(s) > i
-        if i >= len(s) or (tok != "*" and tok != s[i]):
-            return False
-    return len(p) == len(s)
+class _ReconnectingClient(NatsClient):
+    """nats-py's client, except that a server ``-ERR`` reconnects instead of closing for good.
+
+    Why: on any ``-ERR`` but a stale connection or a permissions violation, nats-py 2.x closes
+    the client (``_process_err``), and a closed client never comes back. The server sends one
+    for a publish over ``max_payload`` ("Maximum Payload Violation"), a slow consumer, a parser
+    error — and drops that connection; so one oversized message cut the placer off NATS for
+    good (issue 12). Here those take the same path as a lost socket: the normal reconnect, with
+    the subscriptions replayed. Authentication failures still close (retrying the same
+    credentials would loop), and ``Bus``'s "nats" health check then reports the closed
+    connection, so the supervisor restarts the service.
+    """
+
+    async def _process_err(self, err_msg: str) -> None:
+        text = err_msg.strip("'")
+        lowered = text.lower()
+        if (
+            self.is_connecting
+            or "permissions violation" in lowered
+            or "stale connection" in lowered
+            or any(e in lowered for e in _FINAL_SERVER_ERRORS)
+        ):
+            await super()._process_err(err_msg)
+            return
+        err = nats.errors.Error(f"nats: {text}")
+        self._err = err
+        await self._error_cb(err)
+        await self._process_op_err(err)
 
 
-def make_decoder(type_: Any) -> Decode:
-    """``type_`` is one type for every subject, or a mapping ``{subject pattern: type}`` for a
-    subscription whose subjects carry different messages (``node.<n>.run`` vs ``.kill``): the
-    first matching pattern decides. A subject no pattern matches is a decode error."""
-    if isinstance(type_, Mapping):
-        table = [(pat, msgspec.json.Decoder(t)) for pat, t in type_.items()]
+class Bus(Receiver):
+    """One service's connection: ``nc`` (core NATS), ``js`` (JetStream), typed helpers.
 
-        def by_subject(subject: str, data: bytes) -> Any:
-            for pat, dec in table:
-                if subject_matches(pat, subject):
-                    return dec.decode(data)
-            raise msgspec.DecodeError(f"no message type for subject {subject!r}")
+    Receiving (``subscribe``, ``consume``) lives in ``libs.bus.receive``."""
 
-        return by_subject
-    decoder = msgspec.json.Decoder(type_)
-    return lambda _subject, data: decoder.decode(data)
-
-
-@dataclass
-class Consumer:
-    """A running JetStream consumer loop; ``stop()`` ends it (the durable state stays on the
-    server, so a restarted service resumes where it left off)."""
-
-    stream: str
-    subject: str
-    durable: str | None
-    task: asyncio.Task[None]
-    sub: Any = field(repr=False, default=None)
-
-    async def stop(self) -> None:
-        self.task.cancel()
-        with contextlib.suppress(asyncio.CancelledError, Exception):
-            await self.task
-        with contextlib.suppress(Exception):
-            await self.sub.unsubscribe()
-
-
-class Bus:
-    """One service's connection: ``nc`` (core NATS), ``js`` (JetStream), typed helpers."""
-
-    def __init__(self, nc: NatsClient, service: str, url: str = "") -> None:
+    def __init__(
+        self, nc: NatsClient, service: str, url: str = "", *, limits: DecodeLimits | None = None
+    ) -> None:
         self.nc = nc
         self.js = nc.jetstream()
         self.service = service
@@ -110,10 +99,49 @@ class Bus:
         self._consumers: list[Consumer] = []
         self._subs: list[Subscription] = []
         self._watchers: list[Any] = []
-        # the service's health checks (``libs.obs.health``); ``serve`` hands in the one that
-        # ``/healthz`` reports, so a consumer loop or watcher can register its own check
-        self.health = Health(service)
-        self.health.register("nats", self._connection_problem)
+        self._monitors: dict[str, LoopMonitor] = {}
+        # what a received message may be before it is decoded (size, JSON depth)
+        self.limits = limits or DecodeLimits.from_env()
+        self._health = Health(service)
+        self.health = self._health
+
+    @property
+    def health(self) -> Health:
+        """The service's health checks (``libs.obs.health``): "nats" and one per receive loop.
+
+        ``serve`` hands in the one ``/healthz`` reports; the checks of loops started before
+        move to it, so none is lost whichever comes first."""
+        return self._health
+
+    @health.setter
+    def health(self, health: Health) -> None:
+        self._health = health
+        health.register("nats", self._connection_problem)
+        for name, monitor in self._monitors.items():
+            health.register(name, monitor.check)
+
+    def _monitor(self, name: str, *, wedged_after_s: float, idle_ok: bool) -> LoopMonitor:
+        """A ``LoopMonitor`` for a new loop, registered as health check ``name`` (``#2`` etc.
+        appended when that name is taken)."""
+        unique, n = name, 1
+        while unique in self._monitors:
+            n += 1
+            unique = f"{name}#{n}"
+        monitor = LoopMonitor(
+            unique,
+            service=self.service,
+            wedged_after_s=wedged_after_s,
+            idle_ok=idle_ok,
+            log=self.log,
+            on_stop=self._forget_monitor,
+        )
+        self._monitors[unique] = monitor
+        self._health.register(unique, monitor.check)
+        return monitor
+
+    def _forget_monitor(self, monitor: LoopMonitor) -> None:
+        self._monitors.pop(monitor.name, None)
+        self._health.unregister(monitor.name)
 
     # --- connection ----------------------------------------------------------------------------
 
@@ -123,7 +151,8 @@ class Bus:
     ) -> Bus:
         """Connect, retrying with exponential backoff (capped at 5 s) while the server starts.
 
-        Once connected, nats-py reconnects on its own forever; a service only gives up at start.
+        Once connected, nats-py reconnects on its own forever, after a server ``-ERR`` too
+        (``_ReconnectingClient``); a service only gives up at start.
         """
         if attempts < 1:
             raise ValueError(f"attempts must be >= 1, got {attempts}")
@@ -131,7 +160,8 @@ class Bus:
         last: BaseException | None = None
         for i in range(attempts):
             try:
-                nc = await nats.connect(
+                nc = _ReconnectingClient()
+                await nc.connect(
                     url,
                     name=service,
                     connect_timeout=2,
@@ -162,7 +192,10 @@ class Bus:
         return None
 
     async def close(self) -> None:
-        """Stop consumers and watchers, then drain: in-flight handlers finish, publishes flush."""
+        """Stop consumers and watchers, then drain: in-flight handlers finish, publishes flush.
+        Every loop is marked stopped first, so ending them raises no health alarm."""
+        for monitor in list(self._monitors.values()):
+            monitor.stop()
         for c in self._consumers:
             await c.stop()
         for w in self._watchers:
@@ -178,46 +211,10 @@ class Bus:
 
     # --- topology ------------------------------------------------------------------------------
 
-    async def ensure_topology(self) -> None:
-        """Create every stream and KV bucket of ``proto.subjects`` if missing.
-
-        Idempotent and safe when several services race: the server accepts a create with a
-        config identical to the existing one. A stream created by an older version with a
-        different config is updated in place (or kept, with a warning, if the change is not
-        allowed); its messages are never deleted.
-        """
-        for name, subs in subjects.STREAMS.items():
-            await self._ensure_stream(name, subs)
-        for bucket in subjects.KV_BUCKETS:
-            await self._ensure_bucket(bucket)
-
-    async def _ensure_stream(self, name: str, subs: tuple[str, ...]) -> None:
-        config = api.StreamConfig(
-            name=name,
-            subjects=list(subs),
-            storage=api.StorageType.FILE,
-            retention=api.RetentionPolicy.LIMITS,
-            discard=api.DiscardPolicy.OLD,
-            duplicate_window=DUPLICATE_WINDOW_S,
-        )
-        try:
-            await self.js.add_stream(config)
-        except nats.js.errors.BadRequestError as exc:
-            if exc.err_code != _STREAM_NAME_IN_USE:
-                raise
-            try:
-                await self.js.update_stream(config)
-                self.log.info("stream_updated", stream=name)
-            except nats.js.errors.APIError as upd:
-                self.log.warning("stream_config_differs", stream=name, error=str(upd))
-
-    async def _ensure_bucket(self, bucket: str) -> None:
-        try:
-            await self.js.create_key_value(bucket=bucket, history=1, storage=api.StorageType.FILE)
-        except nats.js.errors.BadRequestError as exc:
-            if exc.err_code != _STREAM_NAME_IN_USE:
-                raise
-            self.log.warning("bucket_config_differs", bucket=bucket, error=str(exc))
+    async def ensure_topology(self, env: Mapping[str, str] | None = None) -> None:
+        """Create every stream and KV bucket of ``proto.subjects``, with their retention limits
+        (``env`` overrides, default ``os.environ``); see ``libs.bus.topology``."""
+        await topology.ensure_topology(self.js, self.log, env)
 
     # --- publishing ----------------------------------------------------------------------------
 
@@ -241,16 +238,32 @@ class Bus:
     async def publish_bytes(
         self, subject: str, data: bytes, *, msg_id: str | None = None, durable: bool = True
     ) -> bool:
+        """``publish`` for bytes already encoded. Raises ``PayloadTooLarge`` (sending nothing)
+        when ``data`` and the headers could exceed the server's max payload."""
         headers = inject_headers()
-        if durable:
-            if msg_id:
-                headers[MSG_ID_HEADER] = msg_id
-            ack = await self.js.publish(subject, data, headers=headers)
-            return not ack.duplicate
         if msg_id:
             headers[MSG_ID_HEADER] = msg_id
+        self.check_payload(subject, data, headers)
+        if durable:
+            ack = await self.js.publish(subject, data, headers=headers)
+            return not ack.duplicate
         await self.nc.publish(subject, data, headers=headers or None)
         return True
+
+    def max_publish_bytes(self) -> int:
+        """The most a message (data plus headers) may be: the server's ``max_payload`` (from
+        its INFO, so a reconfigured server counts) less ``PAYLOAD_MARGIN_BYTES``."""
+        return self.nc.max_payload - PAYLOAD_MARGIN_BYTES
+
+    def check_payload(
+        self, subject: str, data: bytes, headers: Mapping[str, str] | None = None
+    ) -> None:
+        """Raise ``PayloadTooLarge`` unless ``data`` with ``headers`` fits; see
+        ``max_publish_bytes``. Sent anyway, the server would drop the connection."""
+        size = len(data) + header_size(headers)
+        limit = self.max_publish_bytes()
+        if size > limit:
+            raise PayloadTooLarge(subject, size, limit)
 
     async def dead_letter(
         self,
@@ -260,190 +273,30 @@ class Bus:
         *,
         pattern: str | None = None,
         msg_id: str | None = None,
+        kind: str = "decode",
     ) -> None:
-        """Park ``data`` (received on ``subject``) on ``dlq.<service>`` with ``reason``; count it.
+        """Park ``data`` (received on ``subject``) on ``dlq.<service>`` with ``reason``; count it
+        (``mosaic_dead_letters_total`` by subscription, ``..._by_kind_total`` by ``kind``:
+        too_large, too_deep, decode, handler).
 
         Never raises: a dead letter that cannot be published is logged with its reason, because
-        the caller is a handler loop that must keep running.
+        the caller is a handler loop that must keep running. Data over ``DEAD_LETTER_DATA_MAX``
+        is cut (the reason says so), so the letter itself always fits the server's limit.
         """
         DEAD_LETTERS.labels(self.service, pattern or subject).inc()
+        DEAD_LETTER_KINDS.labels(self.service, kind).inc()
+        kept, note = truncated(data)
+        if len(reason) > DEAD_LETTER_REASON_MAX:
+            reason = reason[:DEAD_LETTER_REASON_MAX] + "…"
+        reason += note
         letter = DeadLetter(
-            service=self.service, subject=subject, reason=reason, time=time.time(), data=data
+            service=self.service, subject=subject, reason=reason, time=time.time(), data=kept
         )
         self.log.warning("dead_letter", subject=subject, reason=reason, size=len(data))
         try:
             await self.publish(subjects.dlq(self.service), letter, msg_id=msg_id)
         except Exception as exc:
             self.log.error("dead_letter_lost", subject=subject, reason=reason, error=repr(exc))
-
-    # --- receiving -----------------------------------------------------------------------------
-
-    async def subscribe(
-        self,
-        subject: str,
-        type_: Any,
-        handler: Callable[[Any], Awaitable[None]],
-        *,
-        queue: str | None = None,
-    ) -> Subscription:
-        """Core NATS subscription (no redelivery: for telemetry and pokes). Handlers of one
-        subscription run one at a time, in order. ``type_``: see ``make_decoder``."""
-        decoder = make_decoder(type_)
-
-        async def on_msg(msg: Msg) -> None:
-            await self._dispatch(subject, decoder, handler, msg)
-
-        sub = await self.nc.subscribe(subject, queue=queue or "", cb=on_msg)
-        self._subs.append(sub)
-        return sub
-
-    async def consume(
-        self,
-        stream: str,
-        subject: str,
-        type_: Any,
-        handler: Callable[[Any], Awaitable[None]],
-        *,
-        durable: str | None = None,
-        deliver_all: bool = True,
-        max_deliver: int = 5,
-        retry_delay_s: float = 0.5,
-        ack_wait_s: float = 30.0,
-        batch: int = 32,
-        opt_start_seq: int | None = None,
-    ) -> Consumer:
-        """A JetStream pull consumer on ``subject`` of ``stream``, handled in order by a task.
-
-        The message is acked after ``handler`` returns. A handler exception is logged and the
-        message nak'ed with a growing delay; after ``max_deliver`` failed attempts it is
-        dead-lettered (so it is never lost and never loops forever). ``durable`` consumers keep
-        their position on the server across restarts; ``deliver_all`` replays the stream from
-        its start on first creation (else only new messages); ``opt_start_seq`` (>= 1) starts at
-        that stream sequence instead (a read model resuming from a snapshot, ``libs.bus.snapshot``).
-        ``type_``: see ``make_decoder``.
-        """
-        deliver = api.DeliverPolicy.ALL if deliver_all else api.DeliverPolicy.NEW
-        if opt_start_seq is not None:
-            deliver = api.DeliverPolicy.BY_START_SEQUENCE
-        config = api.ConsumerConfig(
-            ack_policy=api.AckPolicy.EXPLICIT,
-            deliver_policy=deliver,
-            opt_start_seq=opt_start_seq,
-            max_deliver=max_deliver,
-            ack_wait=ack_wait_s,
-            filter_subject=subject,
-            inactive_threshold=None if durable else 300.0,
-        )
-        psub = await self.js.pull_subscribe(subject, durable=durable, stream=stream, config=config)
-        decoder = make_decoder(type_)
-        task = asyncio.create_task(
-            self._pull_loop(psub, subject, decoder, handler, max_deliver, retry_delay_s, batch),
-            name=f"consume:{stream}:{subject}",
-        )
-        consumer = Consumer(stream=stream, subject=subject, durable=durable, task=task, sub=psub)
-        self._consumers.append(consumer)
-        return consumer
-
-    async def _pull_loop(
-        self,
-        psub: Any,
-        pattern: str,
-        decoder: Decode,
-        handler: Callable[[Any], Awaitable[None]],
-        max_deliver: int,
-        retry_delay_s: float,
-        batch: int,
-    ) -> None:
-        while True:
-            try:
-                msgs = await psub.fetch(batch, timeout=5.0)
-            except (TimeoutError, nats.errors.TimeoutError):
-                continue
-            except asyncio.CancelledError:
-                raise
-            except Exception as exc:
-                if self.nc.is_closed:
-                    return
-                self.log.warning("fetch_failed", subject=pattern, error=repr(exc))
-                await asyncio.sleep(1.0)
-                continue
-            for msg in msgs:
-                await self._handle_durable(
-                    msg, pattern, decoder, handler, max_deliver, retry_delay_s
-                )
-
-    async def _handle_durable(
-        self,
-        msg: Msg,
-        pattern: str,
-        decoder: Decode,
-        handler: Callable[[Any], Awaitable[None]],
-        max_deliver: int,
-        retry_delay_s: float,
-    ) -> None:
-        outcome, error = await self._dispatch(pattern, decoder, handler, msg)
-        try:
-            if outcome == _FAILED:
-                delivered = msg.metadata.num_delivered
-                if delivered >= max_deliver:
-                    await self.dead_letter(
-                        msg.subject,
-                        msg.data,
-                        f"handler failed {delivered} times: {error}",
-                        pattern=pattern,
-                    )
-                    await msg.term()
-                else:
-                    await msg.nak(delay=retry_delay_s * delivered)
-            elif outcome == _DEAD:
-                await msg.term()
-            else:
-                await msg.ack()
-        except Exception as exc:  # the connection may be closing; the server redelivers
-            self.log.warning("ack_failed", subject=msg.subject, error=repr(exc))
-
-    async def _dispatch(
-        self,
-        pattern: str,
-        decoder: Decode,
-        handler: Callable[[Any], Awaitable[None]],
-        msg: Msg,
-    ) -> tuple[str, str]:
-        """Decode, then run ``handler`` in a span parented by the message's trace context.
-        Returns (outcome, error text); never raises (except cancellation)."""
-        try:
-            value = decoder(msg.subject, msg.data)
-        except (msgspec.DecodeError, msgspec.ValidationError) as exc:
-            await self.dead_letter(msg.subject, msg.data, f"decode: {exc}", pattern=pattern)
-            return _DEAD, str(exc)
-        parent = extract_context(msg.headers)
-        with self._tracer.start_as_current_span(
-            f"handle {pattern}",
-            context=parent,
-            kind=SpanKind.CONSUMER,
-            attributes={
-                "messaging.system": "nats",
-                "messaging.destination.name": msg.subject,
-                "mosaic.service": self.service,
-            },
-            record_exception=False,
-            set_status_on_exception=False,
-        ) as span:
-            t0 = time.perf_counter()
-            try:
-                await handler(value)
-            except asyncio.CancelledError:
-                raise
-            except Exception as exc:
-                span.record_exception(exc)
-                span.set_status(Status(StatusCode.ERROR, repr(exc)))
-                HANDLER_ERRORS.labels(self.service, pattern).inc()
-                self.log.exception("handler_failed", subject=msg.subject, error=repr(exc))
-                return _FAILED, repr(exc)
-            finally:
-                HANDLER_SECONDS.labels(self.service, pattern).observe(time.perf_counter() - t0)
-        MESSAGES.labels(self.service, pattern).inc()
-        return _OK, ""
 
     # --- key/value -----------------------------------------------------------------------------
 

@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import datetime
+import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Generic, TypeVar
@@ -20,6 +22,8 @@ import nats.js.errors
 from nats.js.kv import KeyValue
 
 from libs.bus.errors import CasConflict, KeyExists
+from libs.bus.monitor import LoopMonitor
+from libs.bus.receive import WEDGED_AFTER_S, guarded_decode
 
 ITEMS_TIMEOUT_S = 5.0
 
@@ -30,6 +34,8 @@ T = TypeVar("T")
 
 _DELETE_OPS = ("DEL", "PURGE")
 CATCH_UP_TIMEOUT_S = 30.0  # watch() waits at most this long for the current values
+# room under max_payload for the headers a KV write carries (expected-revision header)
+_KV_WRITE_HEADERS = {"Nats-Expected-Last-Subject-Sequence": "18446744073709551615"}
 
 
 @dataclass(frozen=True)
@@ -41,11 +47,16 @@ class Entry(Generic[T]):
 class KvWatch:
     """A running watch; ``stop()`` ends it."""
 
-    def __init__(self, watcher: Any, task: asyncio.Task[None]) -> None:
+    def __init__(
+        self, watcher: Any, task: asyncio.Task[None], monitor: LoopMonitor | None = None
+    ) -> None:
         self._watcher = watcher
         self.task = task
+        self.monitor = monitor
 
     async def stop(self) -> None:
+        if self.monitor is not None:
+            self.monitor.stop()
         self.task.cancel()
         with contextlib.suppress(asyncio.CancelledError, Exception):
             await self.task
@@ -56,8 +67,10 @@ class KvWatch:
 class TypedKV(Generic[T]):
     """Values of ``type_`` (a msgspec Struct) stored as JSON under string keys.
 
-    A stored value that does not decode is dead-lettered (once per revision, thanks to the
-    Nats-Msg-Id dedupe) and treated as absent, so one bad record cannot stop a reader.
+    A stored value that does not decode, or is over the bus's decode limits, is dead-lettered
+    (once per revision, thanks to the Nats-Msg-Id dedupe) and treated as absent, so one bad
+    record cannot stop a reader. A write that could exceed the server's max payload raises
+    ``PayloadTooLarge`` before anything is sent.
     """
 
     def __init__(self, bus: Bus, raw: KeyValue, bucket: str, type_: type[T]) -> None:
@@ -68,17 +81,24 @@ class TypedKV(Generic[T]):
         self._decoder = msgspec.json.Decoder(type_)
 
     async def _decode(self, key: str, data: bytes | None, revision: int) -> T | None:
-        try:
-            return self._decoder.decode(data or b"")
-        except (msgspec.DecodeError, msgspec.ValidationError) as exc:
-            await self.bus.dead_letter(
-                f"$KV.{self.bucket}.{key}",
-                data or b"",
-                f"decode: {exc}",
-                pattern=f"kv.{self.bucket}",
-                msg_id=f"kv-{self.bucket}-{key}-{revision}",
-            )
-            return None
+        value, rejected = guarded_decode(self.bus.limits, self._decoder.decode, data or b"")
+        if rejected is None:
+            return value
+        kind, reason = rejected
+        await self.bus.dead_letter(
+            f"$KV.{self.bucket}.{key}",
+            data or b"",
+            reason,
+            pattern=f"kv.{self.bucket}",
+            msg_id=f"kv-{self.bucket}-{key}-{revision}",
+            kind=kind,
+        )
+        return None
+
+    def _encode(self, key: str, value: T) -> bytes:
+        data = msgspec.json.encode(value)
+        self.bus.check_payload(f"$KV.{self.bucket}.{key}", data, _KV_WRITE_HEADERS)
+        return data
 
     async def get(self, key: str) -> Entry[T] | None:
         """The current value and its revision; None when absent, deleted or undecodable."""
@@ -91,19 +111,19 @@ class TypedKV(Generic[T]):
 
     async def put(self, key: str, value: T) -> int:
         """Unconditional write; returns the new revision."""
-        return await self.raw.put(key, msgspec.json.encode(value))
+        return await self.raw.put(key, self._encode(key, value))
 
     async def create(self, key: str, value: T) -> int:
         """Write only if ``key`` has no value (a deleted key counts as absent)."""
         try:
-            return await self.raw.create(key, msgspec.json.encode(value))
+            return await self.raw.create(key, self._encode(key, value))
         except nats.js.errors.KeyWrongLastSequenceError as exc:
             raise KeyExists(f"{self.bucket}/{key} already exists") from exc
 
     async def update(self, key: str, value: T, revision: int) -> int:
         """Compare-and-set: write only if ``revision`` is still the latest for ``key``."""
         try:
-            return await self.raw.update(key, msgspec.json.encode(value), last=revision)
+            return await self.raw.update(key, self._encode(key, value), last=revision)
         except nats.js.errors.KeyWrongLastSequenceError as exc:
             raise CasConflict(
                 f"{self.bucket}/{key}: revision {revision} is no longer the latest"
@@ -154,51 +174,127 @@ class TypedKV(Generic[T]):
                 await watcher.stop()
         return out
 
+    async def purge_deletes(self, older_than_s: float = 1800.0) -> int:
+        """Remove the delete markers older than ``older_than_s``; returns how many went.
+
+        Why: with history 1 a deleted key still holds its marker (about 100 bytes). The ledger
+        gets one per finished job, and a bucket at its ``max_bytes`` refuses writes, so its
+        owner calls this now and then. Safe against a writer in between: each purge removes
+        the key's messages only up to its marker's revision, so a value written after the
+        marker stays. A watcher that saw the delete loses nothing; one that starts later
+        simply never sees that key.
+        """
+        stream = f"KV_{self.bucket}"
+        info = await self.bus.js.stream_info(stream)
+        if info.state.messages == 0:
+            return 0
+        now = time.time()
+        old: list[tuple[str, int]] = []
+        watcher = await self.raw.watchall(headers_only=True)
+        try:
+            while True:
+                e = await watcher.updates(timeout=ITEMS_TIMEOUT_S)
+                if e is None:
+                    continue
+                if e.operation in _DELETE_OPS and _age_s(e.created, now) >= older_than_s:
+                    old.append((e.key, e.revision))
+                if not e.delta:
+                    break
+        except nats.errors.TimeoutError:
+            pass
+        finally:
+            with contextlib.suppress(Exception):
+                await watcher.stop()
+        for key, revision in old:
+            await self.bus.js.purge_stream(
+                stream, seq=revision + 1, subject=f"$KV.{self.bucket}.{key}"
+            )
+        return len(old)
+
     async def watch(
         self,
         handler: Callable[[str, T | None], Awaitable[None]],
         *,
         key: str = ">",
         include_current: bool = True,
+        wedged_after_s: float = WEDGED_AFTER_S,
     ) -> KvWatch:
         """Call ``handler(key, value)`` for every change (value None = deleted), in order.
 
         With ``include_current`` the current value of each key is delivered first, and this
         returns only once they have all been handled: a reader can build its state from the
-        watch alone, with no gap between a snapshot and the updates. A handler exception is
-        logged; the watch goes on.
+        watch alone, with no gap between a snapshot and the updates. A value that does not
+        decode is dead-lettered and skipped; a handler exception is logged and dead-lettered
+        (the watch has no redelivery); either way the watch goes on. The watch is a health
+        check of the bus (``kv-watch:<bucket>:<key>``): it fails if the task ends other than
+        by ``stop()``, or one change is in the handler longer than ``wedged_after_s``.
         """
         watcher = await self.raw.watch(key)
         log = self.bus.log.bind(bucket=self.bucket)
         caught_up = asyncio.Event()
+        name = f"kv-watch:{self.bucket}:{key}"
+        monitor = self.bus._monitor(name, wedged_after_s=wedged_after_s, idle_ok=True)
 
         async def loop() -> None:
             initial = True
-            async for e in watcher:
-                if e is None:
-                    initial = False
-                    caught_up.set()
-                    continue
-                if initial and not include_current:
-                    continue
-                if e.operation in _DELETE_OPS:
-                    value: T | None = None
-                else:
-                    value = await self._decode(e.key, e.value, e.revision)
-                    if value is None:
+            try:
+                async for e in watcher:
+                    if e is None:
+                        initial = False
+                        caught_up.set()
                         continue
-                try:
-                    await handler(e.key, value)
-                except asyncio.CancelledError:
-                    raise
-                except Exception as exc:
-                    log.exception("kv_watch_handler_failed", key=e.key, error=repr(exc))
+                    if initial and not include_current:
+                        continue
+                    monitor.begin()
+                    try:
+                        await self._deliver(e, handler, log)
+                    except asyncio.CancelledError:
+                        raise
+                    except Exception as exc:  # a bug here must not end the watch
+                        log.exception("kv_watch_entry_failed", key=e.key, error=repr(exc))
+                    finally:
+                        monitor.end()
+                monitor.ended("the watcher stopped")
+            finally:
+                caught_up.set()  # never leave watch() waiting on a loop that is gone
 
-        task = asyncio.create_task(loop(), name=f"kv-watch:{self.bucket}")
-        handle = KvWatch(watcher, task)
+        task = monitor.attach(asyncio.create_task(loop(), name=name))
+        handle = KvWatch(watcher, task, monitor)
         self.bus._track_watcher(handle)
         try:
             await asyncio.wait_for(caught_up.wait(), CATCH_UP_TIMEOUT_S)
         except TimeoutError:
             log.warning("kv_watch_catch_up_slow", timeout_s=CATCH_UP_TIMEOUT_S)
         return handle
+
+    async def _deliver(
+        self, e: Any, handler: Callable[[str, T | None], Awaitable[None]], log: Any
+    ) -> None:
+        """One change to ``handler``: decoded (or None for a deletion), or dead-lettered."""
+        if e.operation in _DELETE_OPS:
+            value: T | None = None
+        else:
+            value = await self._decode(e.key, e.value, e.revision)
+            if value is None:
+                return
+        try:
+            await handler(e.key, value)
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:
+            log.exception("kv_watch_handler_failed", key=e.key, error=repr(exc))
+            await self.bus.dead_letter(
+                f"$KV.{self.bucket}.{e.key}",
+                e.value or b"",
+                f"handler failed: {exc!r}",
+                pattern=f"kv.{self.bucket}",
+                msg_id=f"kv-{self.bucket}-{e.key}-{e.revision}-handler",
+                kind="handler",
+            )
+
+
+def _age_s(created: Any, now: float) -> float:
+    """Seconds since a KV entry's ``created`` (a datetime in nats-py; 0 when unknown)."""
+    if isinstance(created, datetime.datetime):
+        return now - created.timestamp()
+    return 0.0

@@ -22,6 +22,17 @@ DEAD_LETTERS = Counter(
     "Messages that could not be decoded or handled and went to dlq.<service>.",
     ["service", "subject"],
 )
+DEAD_LETTER_KINDS = Counter(
+    "mosaic_dead_letters_by_kind_total",
+    "Dead letters by why: too_large, too_deep (decode limits), decode, handler (kept failing).",
+    ["service", "kind"],
+)
+LOOPS_ENDED = Counter(
+    "mosaic_receive_loops_ended_total",
+    "Receive loops (consumers, subscriptions, KV watches) that ended other than by their owner's "
+    "stop(); each also makes /healthz 503.",
+    ["service", "loop"],
+)
 HANDLER_ERRORS = Counter(
     "mosaic_handler_errors_total",
     "Handler calls that raised (the message is retried, then dead-lettered).",

@@ -9,6 +9,7 @@ import pytest
 from libs.bus import Bus, CasConflict, KeyExists, Lease, LeaseRecord
 from proto import subjects
 from proto.decisions import DeadLetter
+from proto.ledger import Allocation
 from proto.nodes import NodeSpec
 from tests.bus.conftest import wait_for
 
@@ -132,3 +133,32 @@ async def test_renewal_keeps_the_lease(bus: Bus) -> None:
         assert not await other.try_acquire()
     assert holder.is_held
     await holder.release()
+
+
+def _alloc(job_id: str, node: str) -> Allocation:
+    return Allocation(
+        job_id=job_id,
+        node=node,
+        gpu_indices=(0,),
+        gpu_share=1.0,
+        gpu_mem_gb=8.0,
+        host_mem_gb=16.0,
+        cpus=4.0,
+        time=1.0,
+    )
+
+
+async def test_purge_deletes_drops_old_markers_and_keeps_newer_values(bus: Bus) -> None:
+    kv = await bus.kv(subjects.KV_LEDGER, Allocation)
+    for i in range(5):
+        await kv.put(f"j{i}", _alloc(f"j{i}", "n1"))
+    for i in range(4):
+        await kv.delete(f"j{i}")
+    await kv.put("j0", _alloc("j0", "n2"))  # written again after its delete
+    stream = f"KV_{subjects.KV_LEDGER}"
+    assert (await bus.js.stream_info(stream)).state.messages == 5  # j0, 3 markers, j4
+    assert await kv.purge_deletes(older_than_s=3600) == 0  # none old enough
+    assert await kv.purge_deletes(older_than_s=0) == 3  # j1..j3; j0 has a value again
+    assert (await bus.js.stream_info(stream)).state.messages == 2
+    assert set(await kv.items()) == {"j0", "j4"}
+    assert (await kv.get("j0")).value.node == "n2"  # type: ignore[union-attr]
