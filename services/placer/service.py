@@ -42,6 +42,7 @@ from services.placer.announce import SERVICE, Announcer
 from services.placer.cancels import Cancels
 from services.placer.cycle import INVALID, Assign, Refuse, plan_cycle
 from services.placer.leadership import Leadership
+from services.placer.ledger_gc import purge_ledger_markers
 from services.placer.nodewatch import NodeWatch
 from services.placer.reconcile import Reconciler
 from services.placer.settings import PlacerSettings, settings_from_args
@@ -91,6 +92,7 @@ class Placer(Announcer, NodeWatch, Cancels):
         self._cadence = BackfillCadence(self.policy.backfill_interval_s)
         self._told_waiting: dict[str, str] = {}  # the reason last published as a wait Decision
         self._nodes_changed = time.monotonic()
+        self._last_purge = time.monotonic()  # the first purge comes one purge_every_s in
         self._kick = asyncio.Event()
         self._lock = asyncio.Lock()
         self._active = False
@@ -263,6 +265,9 @@ class Placer(Announcer, NodeWatch, Cancels):
                 return 0
             t0 = time.perf_counter()
             await self._free_ended()
+            if time.monotonic() - self._last_purge >= self.settings.purge_every_s:
+                self._last_purge = time.monotonic()
+                await purge_ledger_markers(self.ledger_kv, self.log, self.settings.purge_after_s)
             down = self.down_nodes()
             await self._reconcile()
             await self._announce_unannounced()

@@ -22,6 +22,10 @@ class PlacerSettings:
     holder: str = ""
     reconcile: ReconcileSettings = field(default_factory=ReconcileSettings)
     wedged_after_s: float = 120.0  # /healthz 503 when the cycle loop made no turn this long
+    # the ledger's delete markers (one per ended job) are purged this often, once older than
+    # purge_after_s: the bucket is bounded and would otherwise fill and refuse writes
+    purge_every_s: float = 600.0
+    purge_after_s: float = 1800.0
 
     def holder_id(self) -> str:
         return self.holder or f"{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:6]}"
