@@ -104,6 +104,7 @@ class NodeExecutor:
         self.log = (log or bus.log).bind(node=node.id)
         self.running: dict[str, RunningJob] = {}
         self.accepted: set[tuple[str, int]] = set()  # (job, attempt) runs already started
+        self.ending: dict[str, Entry] = {}  # attempts whose terminal events are being published
         self.consumer: Consumer | None = None
         self._tasks: set[asyncio.Task[None]] = set()
         self._report_now = asyncio.Event()
@@ -305,8 +306,16 @@ class NodeExecutor:
             self.journal.put(msgspec.structs.replace(entry, pending=events))
         except OSError as exc:  # publish anyway: an event out beats a journal kept
             self.log.error("journal_write_failed", job_id=entry.job_id, error=repr(exc))
-        for event in events:
-            await self._emit(event, entry.attempt)
+        # reported until its events are out: while NATS is slow to take them (a stream
+        # electing a leader), the placer must not think the attempt lost and run it again
+        self.ending[entry.job_id] = entry
+        try:
+            for event in events:
+                await self._emit(event, entry.attempt)
+        finally:
+            if self.ending.get(entry.job_id) is entry:
+                del self.ending[entry.job_id]
+            self._report_now.set()
         try:
             self.journal.remove(entry.job_id, entry.attempt)
         except OSError as exc:
@@ -350,14 +359,20 @@ class NodeExecutor:
         await self._finish(entry, events)
 
     def report(self) -> ExecutorReport:
-        """What runs now: every attempt between its start and its end."""
+        """What runs now: every attempt between its start and the moment its end is published
+        (an attempt whose terminal event is still being published is listed, without a pid)."""
+        entries = {job.entry.job_id: job.entry for job in self.running.values()}
+        for job_id, entry in self.ending.items():
+            entries.setdefault(job_id, entry)
         running = tuple(
             RunningAttempt(
-                job_id=job.entry.job_id,
-                attempt=job.entry.attempt,
-                pid=job.entry.launch.pid if job.entry.launch and job.entry.launch.pid > 0 else None,
+                job_id=e.job_id,
+                attempt=e.attempt,
+                pid=e.launch.pid
+                if e.job_id in self.running and e.launch and e.launch.pid > 0
+                else None,
             )
-            for job in sorted(self.running.values(), key=lambda j: j.entry.job_id)
+            for e in sorted(entries.values(), key=lambda e: e.job_id)
         )
         return ExecutorReport(
             node=self.node.id,

@@ -361,3 +361,37 @@ def test_bad_node_spec_exits_nonzero_with_message() -> None:
     )
     assert proc.returncode == 2
     assert "not valid JSON" in proc.stderr
+
+
+async def test_an_attempt_stays_reported_until_its_end_is_published(
+    nats_url: str, tmp_path: Path
+) -> None:
+    """While the terminal event cannot be published (the stream is gone, e.g. electing a
+    leader), the attempt is still reported: the placer must not requeue a job that finished."""
+    bus = await Bus.connect(nats_url, "test")
+    await bus.ensure_topology()
+    h = Harness(bus)
+    await h.collect()
+    reports: list[ExecutorReport] = []
+
+    async def on_report(r: ExecutorReport) -> None:
+        reports.append(r)
+
+    await bus.subscribe(subjects.executor_report("t4-0"), ExecutorReport, on_report)
+    task, stop = await _start(nats_url, "sim", tmp_path, report_interval=0.2)
+    try:
+        await h.run("e1", runtime_s=500)  # half a wall second
+        await h.wait("e1", 1)
+        await bus.js.delete_stream(subjects.STREAM_LIFECYCLE)  # Completed cannot go out now
+        await asyncio.sleep(1.5)  # it has ended; its event is being retried
+        n = len(reports)
+        await _until(lambda: len(reports) >= n + 3)
+        assert all([a.job_id for a in r.running] == ["e1"] for r in reports[n:])
+        await bus.ensure_topology()  # the stream is back: the event goes out, the report empties
+        await _until(lambda: reports[-1].running == (), timeout_s=20)
+        last = await bus.js.get_last_msg(subjects.STREAM_LIFECYCLE, subjects.lifecycle("e1"))
+        assert b'"completed"' in last.data
+    finally:
+        stop.set()
+        assert await asyncio.wait_for(task, 15) == 0
+        await bus.close()
