@@ -6,6 +6,7 @@ directory they own, and never a shared or mocked one.
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import socket
@@ -46,10 +47,15 @@ class NatsServer:
     process: subprocess.Popen[bytes]
     monitor_port: int | None = None
     _own_dir: bool = field(default=False, repr=False)
+    tls: bool = False
+    config_path: Path | None = None
 
     @property
     def url(self) -> str:
-        return f"nats://127.0.0.1:{self.port}"
+        """The plain address, without credentials (those travel apart, never in a URL that is
+        printed or logged). ``tls://`` when the server requires TLS."""
+        scheme = "tls" if self.tls else "nats"
+        return f"{scheme}://127.0.0.1:{self.port}"
 
     def stop(self) -> None:
         if self.process.poll() is None:
@@ -75,13 +81,26 @@ def start_nats_server(
     port: int | None = None,
     monitor: bool = False,
     timeout_s: float = 15.0,
+    auth: str | None = None,
+    tls: tuple[str | os.PathLike[str], str | os.PathLike[str], str | os.PathLike[str]]
+    | None = None,
 ) -> NatsServer:
-    """Start nats-server with JetStream; return once it accepts connections."""
+    """Start nats-server with JetStream; return once it accepts connections.
+
+    ``auth``: an ``authorization { ... }`` block (``libs.bus.auth.authorization_block``); the
+    server then refuses clients without a user. ``tls``: (cert, key, CA) files; the server then
+    refuses plain connections. Without either the server is open, as the unit tests want it.
+    Both go into a config file in the store directory, readable only by its owner.
+    """
     own = store_dir is None
     path = Path(store_dir) if store_dir else Path(tempfile.mkdtemp(prefix="mosaic-nats-"))
     path.mkdir(parents=True, exist_ok=True)
     port = port or free_port()
     args = [find_nats_server(), "-a", "127.0.0.1", "-p", str(port), "-js", "-sd", str(path)]
+    config_path = None
+    if auth is not None or tls is not None:
+        config_path = write_server_config(path / "nats-server.conf", auth=auth, tls=tls)
+        args += ["-c", str(config_path)]
     mport = None
     if monitor:
         mport = free_port()
@@ -97,9 +116,39 @@ def start_nats_server(
         try:
             with socket.create_connection(("127.0.0.1", port), timeout=0.2):
                 return NatsServer(
-                    port=port, store_dir=path, process=proc, monitor_port=mport, _own_dir=own
+                    port=port,
+                    store_dir=path,
+                    process=proc,
+                    monitor_port=mport,
+                    _own_dir=own,
+                    tls=tls is not None,
+                    config_path=config_path,
                 )
         except OSError:
             time.sleep(0.05)
     proc.kill()
     raise TimeoutError(f"nats-server did not listen on port {port} within {timeout_s} s")
+
+
+def write_server_config(
+    path: Path,
+    *,
+    auth: str | None = None,
+    tls: tuple[str | os.PathLike[str], str | os.PathLike[str], str | os.PathLike[str]]
+    | None = None,
+) -> Path:
+    """A nats-server config with the authorization block and TLS settings (the listen address,
+    port and JetStream store stay on the command line). Mode 0600: it holds passwords."""
+    parts: list[str] = []
+    if auth is not None:
+        parts.append(auth)
+    if tls is not None:
+        cert, key, ca = (json.dumps(str(Path(p).resolve())) for p in tls)
+        parts.append(
+            f"tls {{\n  cert_file: {cert}\n  key_file: {key}\n  ca_file: {ca}\n  timeout: 2\n}}\n"
+        )
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w") as f:
+        f.write("\n".join(parts))
+    os.chmod(path, 0o600)
+    return path

@@ -22,8 +22,10 @@ from pathlib import Path
 
 import msgspec
 
+from libs.bus.auth import ADMIN
 from libs.bus.server import NatsServer, free_port, start_nats_server
 from libs.client.api import ClientError, MosaicClient
+from libs.client.credentials import Credentials
 from libs.clock import Clock
 from proto.nodes import NodeSpec
 
@@ -99,6 +101,7 @@ class Stack:
     gateway_port: int
     services: dict[str, Service] = field(default_factory=dict)
     stopped: bool = False
+    credentials: Credentials | None = None  # None: NATS without users (auth=False)
 
     @property
     def gateway_url(self) -> str:
@@ -106,7 +109,10 @@ class Stack:
 
     @property
     def nats_url(self) -> str:
-        return self.nats.url
+        """The operator's address: with authentication on, the ``admin`` user is in it, so
+        tests and the CLI on this machine connect as the operator. Never print it; the plain
+        address is ``nats.url``."""
+        return admin_url(self.nats.url, self.credentials)
 
     @property
     def logs_dir(self) -> Path:
@@ -208,7 +214,8 @@ class Stack:
         path = self.data_dir / "stack.json"
         state = {
             "gateway_url": self.gateway_url,
-            "nats_url": self.nats_url,
+            "nats_url": self.nats.url,
+            "credentials_dir": str(self.credentials.directory) if self.credentials else None,
             "clock_epoch": self.clock.epoch,
             "clock_factor": self.clock.factor,
             "pids": self.pids(),
@@ -264,6 +271,25 @@ def service_args(name: str, nodes: list[NodeSpec]) -> list[str]:
     return args
 
 
+def admin_url(url: str, creds: Credentials | None) -> str:
+    """``url`` with the admin user and password in it (nats-py reads them from the URL)."""
+    if creds is None:
+        return url
+    scheme, rest = url.split("://", 1)
+    return f"{scheme}://{ADMIN}:{creds.passwords[ADMIN]}@{rest}"
+
+
+def service_credentials_env(name: str, creds: Credentials | None) -> dict[str, str]:
+    """The variables that hand a service its secrets: its NATS credentials file, and the
+    gateway the admin token's file (never the secrets themselves, which ``ps e`` would show)."""
+    if creds is None:
+        return {}
+    env = {"MOSAIC_NATS_CREDS": str(creds.path(name))}
+    if name == "gateway":
+        env["MOSAIC_ADMIN_TOKEN_FILE"] = str(creds.admin_token_path)
+    return env
+
+
 def start_stack(
     nodes: list[NodeSpec],
     *,
@@ -276,15 +302,29 @@ def start_stack(
     ready_timeout_s: float = 90.0,
     wait: bool = True,
     interrupted: Callable[[], bool] | None = None,
+    auth: bool = True,
+    tls: tuple[Path, Path, Path] | None = None,
 ) -> Stack:
     """Start nats-server and every service; return once the gateway lists every node.
 
-    On any failure everything already started is stopped before the error propagates."""
+    ``auth``: fresh credentials in ``data_dir/credentials`` (``libs.client.credentials``), a
+    NATS user per service with only its subjects (``libs.bus.auth``); each service gets its
+    file as ``MOSAIC_NATS_CREDS``. ``tls``: (cert, key, CA) for the server; clients then verify
+    it against the CA. On any failure everything already started is stopped before the error
+    propagates."""
     if not nodes:
         raise StackError("the cluster has no nodes")
     data_dir = Path(data_dir)
     (data_dir / "logs").mkdir(parents=True, exist_ok=True)
-    nats = start_nats_server(data_dir / "nats")
+    creds = None
+    if auth:
+        creds = Credentials.generate(data_dir / "credentials", nodes=[n.id for n in nodes])
+        creds.tls_ca_file = str(Path(tls[2]).resolve()) if tls else None
+    nats = start_nats_server(
+        data_dir / "nats", auth=creds.server_authorization() if creds else None, tls=tls
+    )
+    if creds is not None:
+        creds.write(nats.url)
     clock = Clock(epoch=time.time(), factor=clock_factor)
     stack = Stack(
         nodes=list(nodes),
@@ -292,9 +332,11 @@ def start_stack(
         data_dir=data_dir,
         nats=nats,
         gateway_port=gateway_port or free_port(),
+        credentials=creds,
     )
     base_env = dict(os.environ)
-    base_env.pop("MOSAIC_METRICS_PORT", None)
+    for inherited in ("MOSAIC_METRICS_PORT", "MOSAIC_NATS_CREDS", "MOSAIC_ADMIN_TOKEN_FILE"):
+        base_env.pop(inherited, None)
     base_env.update(clock.env())
     base_env.update(
         {
@@ -314,6 +356,7 @@ def start_stack(
             env["MOSAIC_METRICS_PORT"] = str(port or 0)
             if name == "gateway":
                 env["MOSAIC_HTTP_PORT"] = str(stack.gateway_port)
+            env.update(service_credentials_env(name, creds))
             svc = Service(
                 name=name,
                 args=service_args(name, stack.nodes),

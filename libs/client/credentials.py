@@ -1,0 +1,121 @@
+"""The credentials ``mosaic up`` generates in ``DATA_DIR/credentials/``.
+
+Why in the data dir: the CLI, a job producer and the tests on the same machine must find them
+without being told (``stack.json`` names the folder), and they must be new on every run, so a
+file copied from an old run is worth nothing. What is there:
+
+* ``<user>.json`` for every NATS user (``libs.bus.auth.USERS``): the keyword arguments of
+  ``nats.connect`` (``servers``, ``user``, ``password``, ``inbox_prefix``, and with TLS the CA
+  file), handed to each service as ``MOSAIC_NATS_CREDS``;
+* ``producer.json``: the same for a job producer (may publish ``jobs.submit``/``jobs.cancel``);
+* ``admin.token``: the HTTP admin bearer token (the gateway reads ``MOSAIC_ADMIN_TOKEN_FILE``).
+
+Every file is mode 0600 in a 0700 folder: they are passwords.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import secrets
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from libs.bus.auth import USERS, authorization_block, inbox_prefix, load_connect_options
+
+ADMIN_TOKEN_FILE = "admin.token"
+PRODUCER_FILE = "producer.json"
+SECRET_BYTES = 32  # token_urlsafe(32): 43 characters, 256 bits
+
+
+def new_secret() -> str:
+    """A random URL-safe secret (safe in a URL, a header and a nats-server config string)."""
+    return secrets.token_urlsafe(SECRET_BYTES)
+
+
+def _write_private(path: Path, text: str) -> None:
+    """Write ``text`` to ``path`` readable by the owner only, from the first byte on (no window
+    in which a default umask leaves it world-readable)."""
+    with contextlib.suppress(FileNotFoundError):
+        path.unlink()
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    with os.fdopen(fd, "w") as f:
+        f.write(text)
+
+
+@dataclass
+class Credentials:
+    """One run's secrets. ``passwords`` exist before the server starts (its config needs them);
+    the files are written once its address is known (``write``)."""
+
+    directory: Path
+    nodes: tuple[str, ...] = ()
+    passwords: dict[str, str] = field(default_factory=dict)
+    admin_token: str = ""
+    tls_ca_file: str | None = None
+
+    @classmethod
+    def generate(cls, directory: Path, *, nodes: Sequence[str] = ()) -> Credentials:
+        return cls(
+            directory=Path(directory),
+            nodes=tuple(nodes),
+            passwords={u: new_secret() for u in USERS},
+            admin_token=new_secret(),
+        )
+
+    def server_authorization(self) -> str:
+        """The ``authorization`` block for ``start_nats_server(auth=...)``."""
+        return authorization_block(self.passwords, nodes=self.nodes)
+
+    def path(self, user: str) -> Path:
+        return self.directory / f"{user}.json"
+
+    @property
+    def admin_token_path(self) -> Path:
+        return self.directory / ADMIN_TOKEN_FILE
+
+    def connect_kwargs(self, user: str, url: str) -> dict[str, Any]:
+        """What ``<user>.json`` holds: JSON-able ``nats.connect`` keyword arguments."""
+        kwargs: dict[str, Any] = {
+            "servers": [url],
+            "user": user,
+            "password": self.passwords[user],
+            "inbox_prefix": inbox_prefix(user),
+        }
+        if self.tls_ca_file:
+            kwargs["tls_ca_file"] = self.tls_ca_file
+        return kwargs
+
+    def write(self, url: str) -> Path:
+        """Write every file for a server at ``url``; returns the folder."""
+        self.directory.mkdir(parents=True, exist_ok=True)
+        os.chmod(self.directory, 0o700)
+        for user in self.passwords:
+            text = json.dumps(self.connect_kwargs(user, url), indent=2) + "\n"
+            _write_private(self.path(user), text)
+        _write_private(self.admin_token_path, self.admin_token + "\n")
+        return self.directory
+
+
+def read_admin_token(directory: str | os.PathLike[str]) -> str:
+    """The admin bearer token of a ``mosaic up`` data dir's credentials folder."""
+    return (Path(directory) / ADMIN_TOKEN_FILE).read_text().strip()
+
+
+def load_user(directory: str | os.PathLike[str], user: str) -> dict[str, Any]:
+    """``nats.connect`` keyword arguments of ``user`` (TLS files turned into an ssl context)."""
+    return load_connect_options(Path(directory) / f"{user}.json")
+
+
+def credentials_dir_of(data_dir: str | os.PathLike[str]) -> Path | None:
+    """The credentials folder a running ``mosaic up`` in ``data_dir`` announced in its
+    ``stack.json``; None when there is no stack or it runs without authentication."""
+    try:
+        state = json.loads((Path(data_dir) / "stack.json").read_text())
+    except (OSError, ValueError):
+        return None
+    found = state.get("credentials_dir") if isinstance(state, dict) else None
+    return Path(found) if found else None
