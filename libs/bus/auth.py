@@ -139,7 +139,7 @@ def _unique(items: Iterable[str]) -> tuple[str, ...]:
 
 def permissions(user: str, *, nodes: Sequence[str] = ()) -> Permissions:
     """The allow lists of ``user``. ``nodes``: the node ids an executor or telemetry user hosts
-    (one process may host several simulated nodes); empty means none, not all."""
+    (one process may host several simulated nodes); empty means none, ``"*"`` any node."""
     if user == ADMIN:
         return Permissions(publish=(">",), subscribe=(">",))
     lifecycle = f"{subjects.LIFECYCLE_PREFIX}.>"
@@ -184,10 +184,9 @@ def permissions(user: str, *, nodes: Sequence[str] = ()) -> Permissions:
         sub += [subjects.TELEMETRY_ALL, subjects.QUEUE_UPDATED, subjects.EXECUTOR_REPORTS_ALL]
     elif user == "executor":
         pub += [lifecycle]  # Started, Completed, Failed, Checkpointed, ...
-        for n in nodes:
-            pub += _consume(
-                subjects.STREAM_NODECMD, f"executor-{n}", f"{subjects.NODE_PREFIX}.{n}.*"
-            )
+        for n in nodes:  # "*": any node (Kubernetes DaemonSets: node names unknown ahead)
+            durable = "*" if n == "*" else f"executor-{n}"
+            pub += _consume(subjects.STREAM_NODECMD, durable, f"{subjects.NODE_PREFIX}.{n}.*")
             pub += [subjects.executor_report(n)]
         pub += [f"{JS}.STREAM.INFO.{subjects.STREAM_NODECMD}"]
     elif user == "telemetry":
