@@ -140,7 +140,14 @@ async def run_up(opts: UpOptions, console: Console) -> int:
     last = None
     try:
         console.print(f"gateway    {stack.gateway_url}  (dashboard: {stack.gateway_url}/)")
-        console.print(f"nats       {stack.nats_url}")
+        console.print(f"nats       {stack.nats.url}")  # plain: stack.nats_url holds a password
+        if stack.credentials is not None:
+            where = stack.credentials.directory
+            console.print(
+                f"secrets    {where}  (admin.token: the HTTP admin token; producer.json: "
+                "nats.connect(**json.load(f)) for a job producer; one file per service user)",
+                highlight=False,
+            )
         console.print(f"logs       {stack.logs_dir}")
         for name, url in stack.metrics_urls().items():
             console.print(f"metrics    {name:<10} {url}")
