@@ -3,7 +3,7 @@
 Why a table and not a server config written by hand: the subjects are constants in
 ``proto.subjects``, and the permissions must follow them when they change. Everything here is
 built from those constants, so ``mosaic up``, compose and Kubernetes all get the same rules
-(``python -m libs.bus.auth`` prints the generated ``authorization`` block for the manifests).
+(``python -m libs.client.credentials conf`` prints the deployments' server config).
 
 The principles (DESIGN.md rule 6, issue 12):
 
@@ -27,7 +27,6 @@ from __future__ import annotations
 import json
 import os
 import ssl
-import sys
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -272,14 +271,28 @@ def load_connect_options(path: str | os.PathLike[str]) -> dict[str, Any]:
     return connect_options(data)
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    """Print the authorization block with password variables, for the deploy manifests:
-    ``python -m libs.bus.auth NODE_ID ...`` (the executor and telemetry nodes)."""
-    nodes = list(argv if argv is not None else sys.argv[1:])
+DEPLOY_CONF_HEADER = """\
+# nats-server configuration for docker-compose.yml and deploy/k8s, GENERATED from the permission
+# table in libs/bus/auth.py:   python -m libs.client.credentials conf > deploy/k8s/nats-server.conf
+# Do not edit by hand; tests/security/test_deploy_auth.py fails when it is out of date.
+# Passwords are $NATS_PASSWORD_<USER> variables that nats-server reads from its environment:
+# compose passes deploy/compose/secrets/nats.env, Kubernetes the Secret mosaic-nats-passwords
+# (both made by `python -m libs.client.credentials`). Node agents share the executor and
+# telemetry users for any node ("*"): their node names are not known when this is generated.
+# TLS: add a block  tls { cert_file: "/etc/nats/tls/tls.crt", key_file: "/etc/nats/tls/tls.key",
+# ca_file: "/etc/nats/tls/ca.crt" }  and give every service tls_ca_file in its credentials.
+"""
+
+
+def deploy_server_conf(nodes: Sequence[str] = ("*",)) -> str:
+    """The complete server config the deployments mount (listen, monitoring, JetStream store,
+    users with password variables). Monitoring has no authentication: it is reachable only
+    inside the container (compose) or from the probes and Prometheus (Kubernetes policies)."""
     users = {u: "" for u in USERS}
-    sys.stdout.write(authorization_block(users, nodes=nodes, password_refs=True))
-    return 0
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())
+    return (
+        DEPLOY_CONF_HEADER
+        + 'listen: "0.0.0.0:4222"\n'
+        + 'http: "0.0.0.0:8222"\n'
+        + 'jetstream {\n  store_dir: "/data"\n}\n'
+        + authorization_block(users, nodes=nodes, password_refs=True)
+    )

@@ -119,3 +119,79 @@ def credentials_dir_of(data_dir: str | os.PathLike[str]) -> Path | None:
         return None
     found = state.get("credentials_dir") if isinstance(state, dict) else None
     return Path(found) if found else None
+
+
+# --- secrets for the deployments: ``python -m libs.client.credentials conf|compose|k8s`` ---------
+
+DEPLOY_NATS_URL = "nats://nats:4222"  # the NATS service's name in compose and Kubernetes
+K8S_NAMESPACE = "mosaic"
+
+
+def nats_password_env(passwords: dict[str, str]) -> dict[str, str]:
+    """The variables the deployments' nats-server config reads (``$NATS_PASSWORD_<USER>``)."""
+    return {f"NATS_PASSWORD_{u.upper()}": p for u, p in passwords.items()}
+
+
+def write_compose_secrets(directory: Path, url: str = DEPLOY_NATS_URL) -> Credentials:
+    """``deploy/compose/secrets/``: ``<user>.json``, ``admin.token`` and ``nats.env``.
+
+    The folder is 0700 but the files 0644: compose bind-mounts each secret file as it is, and
+    the services run as uid 10001, not as the host user who made them."""
+    creds = Credentials.generate(directory)
+    creds.write(url)
+    env = "".join(f"{k}={v}\n" for k, v in nats_password_env(creds.passwords).items())
+    _write_private(directory / "nats.env", env)
+    for f in directory.iterdir():
+        os.chmod(f, 0o644)
+    return creds
+
+
+def k8s_secrets(namespace: str = K8S_NAMESPACE, url: str = DEPLOY_NATS_URL) -> str:
+    """Secret manifests with fresh values, to pipe into ``kubectl apply -f -``: one
+    ``mosaic-nats-<user>`` per user (key ``creds.json``), ``mosaic-nats-passwords`` for the
+    server's environment and ``mosaic-admin-token`` (key ``token``). Printed, never stored."""
+    creds = Credentials(directory=Path("."), passwords={u: new_secret() for u in USERS})
+    creds.admin_token = new_secret()
+
+    def secret(name: str, data: dict[str, str]) -> str:
+        items = "".join(f"  {k}: {json.dumps(v)}\n" for k, v in data.items())
+        return (
+            "---\napiVersion: v1\nkind: Secret\ntype: Opaque\n"
+            f"metadata:\n  name: {name}\n  namespace: {namespace}\n"
+            "  labels:\n    app.kubernetes.io/part-of: mosaic\n"
+            f"stringData:\n{items}"
+        )
+
+    docs = [secret("mosaic-nats-passwords", nats_password_env(creds.passwords))]
+    for user in creds.passwords:
+        kwargs = json.dumps(creds.connect_kwargs(user, url))
+        docs.append(secret(f"mosaic-nats-{user}", {"creds.json": kwargs}))
+    docs.append(secret("mosaic-admin-token", {"token": creds.admin_token}))
+    return "".join(docs)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """``conf [NODE ...]``: the deployments' nats-server config; ``compose [DIR]``: compose's
+    secret files (default deploy/compose/secrets); ``k8s [NAMESPACE]``: Secret manifests."""
+    import sys
+
+    from libs.bus.auth import deploy_server_conf
+
+    args = list(argv if argv is not None else sys.argv[1:])
+    what, rest = (args[0], args[1:]) if args else ("", [])
+    if what == "conf":
+        sys.stdout.write(deploy_server_conf(rest or ["*"]))
+    elif what == "compose":
+        folder = Path(rest[0] if rest else "deploy/compose/secrets")
+        write_compose_secrets(folder)
+        print(f"wrote {folder}/ (nats.env, admin.token, one <user>.json per NATS user)")
+    elif what == "k8s":
+        sys.stdout.write(k8s_secrets(rest[0] if rest else K8S_NAMESPACE))
+    else:
+        print(main.__doc__, file=sys.stderr)
+        return 2
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
