@@ -32,8 +32,15 @@ SECRET_BYTES = 32  # token_urlsafe(32): 43 characters, 256 bits
 
 
 def new_secret() -> str:
-    """A random URL-safe secret (safe in a URL, a header and a nats-server config string)."""
-    return secrets.token_urlsafe(SECRET_BYTES)
+    """A random URL-safe secret (safe in a URL, a header and a nats-server config string).
+
+    It starts with a letter: the deployments hand passwords to nats-server as environment
+    variables, which it parses as config values, and one starting with a digit or ``-`` could
+    be read as a number or a size (``12345`` fails the server's start)."""
+    while True:
+        token = secrets.token_urlsafe(SECRET_BYTES)
+        if token[0].isalpha():
+            return token
 
 
 def _write_private(path: Path, text: str) -> None:
