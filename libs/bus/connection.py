@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
 import time
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
@@ -47,6 +48,17 @@ _STREAM_NAME_IN_USE = 10058
 _OK, _DEAD, _FAILED = "ok", "dead", "failed"
 
 Decode = Callable[[str, bytes], Any]
+
+
+def stream_replicas() -> int:
+    """Replicas of every stream and bucket: ``MOSAIC_STREAM_REPLICAS`` (3 on a three-server
+    JetStream cluster, so losing one server loses nothing), else 1. Every service must agree,
+    or the second to start finds a config that differs."""
+    raw = os.environ.get("MOSAIC_STREAM_REPLICAS", "") or "1"
+    try:
+        return max(1, int(raw))
+    except ValueError:
+        raise ValueError(f"MOSAIC_STREAM_REPLICAS must be an integer, got {raw!r}") from None
 
 
 def subject_matches(pattern: str, subject: str) -> bool:
@@ -134,6 +146,7 @@ class Bus:
         ``password``, ``inbox_prefix``, ``tls``; ``libs.bus.auth.load_connect_options``).
         """
         options.pop("servers", None)  # a credentials file names them; ``url`` decides here
+        servers: str | list[str] = [u.strip() for u in url.split(",")] if "," in url else url
         if attempts < 1:
             raise ValueError(f"attempts must be >= 1, got {attempts}")
         log = get_logger(service=service, component="bus")
@@ -141,7 +154,7 @@ class Bus:
         for i in range(attempts):
             try:
                 nc = await nats.connect(
-                    url,
+                    servers,
                     name=service,
                     connect_timeout=2,
                     allow_reconnect=True,
@@ -206,6 +219,7 @@ class Bus:
             name=name,
             subjects=list(subs),
             storage=api.StorageType.FILE,
+            num_replicas=stream_replicas(),
             retention=api.RetentionPolicy.LIMITS,
             discard=api.DiscardPolicy.OLD,
             duplicate_window=DUPLICATE_WINDOW_S,
@@ -223,7 +237,9 @@ class Bus:
 
     async def _ensure_bucket(self, bucket: str) -> None:
         try:
-            await self.js.create_key_value(bucket=bucket, history=1, storage=api.StorageType.FILE)
+            await self.js.create_key_value(
+                bucket=bucket, history=1, storage=api.StorageType.FILE, replicas=stream_replicas()
+            )
         except nats.js.errors.BadRequestError as exc:
             if exc.err_code != _STREAM_NAME_IN_USE:
                 raise

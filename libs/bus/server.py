@@ -8,12 +8,15 @@ from __future__ import annotations
 
 import json
 import os
+import secrets
 import shutil
 import socket
 import subprocess
 import sys
 import tempfile
 import time
+import urllib.error
+import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -84,13 +87,15 @@ def start_nats_server(
     auth: str | None = None,
     tls: tuple[str | os.PathLike[str], str | os.PathLike[str], str | os.PathLike[str]]
     | None = None,
+    extra_config: str | None = None,
 ) -> NatsServer:
     """Start nats-server with JetStream; return once it accepts connections.
 
     ``auth``: an ``authorization { ... }`` block (``libs.bus.auth.authorization_block``); the
     server then refuses clients without a user. ``tls``: (cert, key, CA) files; the server then
     refuses plain connections. Without either the server is open, as the unit tests want it.
-    Both go into a config file in the store directory, readable only by its owner.
+    Both go into a config file in the store directory, readable only by its owner, with
+    ``extra_config`` (a cluster block: ``start_nats_cluster``).
     """
     own = store_dir is None
     path = Path(store_dir) if store_dir else Path(tempfile.mkdtemp(prefix="mosaic-nats-"))
@@ -98,8 +103,10 @@ def start_nats_server(
     port = port or free_port()
     args = [find_nats_server(), "-a", "127.0.0.1", "-p", str(port), "-js", "-sd", str(path)]
     config_path = None
-    if auth is not None or tls is not None:
-        config_path = write_server_config(path / "nats-server.conf", auth=auth, tls=tls)
+    if auth is not None or tls is not None or extra_config is not None:
+        config_path = write_server_config(
+            path / "nats-server.conf", auth=auth, tls=tls, extra=extra_config
+        )
         args += ["-c", str(config_path)]
     mport = None
     if monitor:
@@ -136,10 +143,13 @@ def write_server_config(
     auth: str | None = None,
     tls: tuple[str | os.PathLike[str], str | os.PathLike[str], str | os.PathLike[str]]
     | None = None,
+    extra: str | None = None,
 ) -> Path:
     """A nats-server config with the authorization block and TLS settings (the listen address,
     port and JetStream store stay on the command line). Mode 0600: it holds passwords."""
     parts: list[str] = []
+    if extra is not None:
+        parts.append(extra)
     if auth is not None:
         parts.append(auth)
     if tls is not None:
@@ -152,3 +162,114 @@ def write_server_config(
         f.write("\n".join(parts))
     os.chmod(path, 0o600)
     return path
+
+
+# --- a JetStream cluster, for tests of losing a server -------------------------------------------
+
+TLSFiles = tuple[str | os.PathLike[str], str | os.PathLike[str], str | os.PathLike[str]]
+
+
+@dataclass
+class NatsCluster:
+    """``n`` nats-servers routed into one JetStream cluster. Quacks like ``NatsServer`` where
+    the stack needs it: ``url`` lists every server (comma-separated, ``Bus.connect`` splits it),
+    ``process`` is the first server's (the stack's liveness check; kill another one in tests)."""
+
+    servers: list[NatsServer]
+    store_dir: Path
+
+    @property
+    def url(self) -> str:
+        return ",".join(s.url for s in self.servers)
+
+    @property
+    def process(self) -> subprocess.Popen[bytes]:
+        return self.servers[0].process
+
+    @property
+    def port(self) -> int:
+        return self.servers[0].port
+
+    def kill(self, index: int) -> None:
+        """SIGKILL one server (no shutdown, no goodbye to its routes)."""
+        proc = self.servers[index].process
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait(timeout=10)
+
+    def stop(self) -> None:
+        for s in self.servers:
+            s.stop()
+
+    def __enter__(self) -> NatsCluster:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+
+def start_nats_cluster(
+    store_dir: str | os.PathLike[str],
+    *,
+    n: int = 3,
+    auth: str | None = None,
+    tls: TLSFiles | None = None,
+    timeout_s: float = 60.0,
+) -> NatsCluster:
+    """Start ``n`` servers on free ports, routed to each other, and wait until JetStream has a
+    meta leader (each ``/healthz`` answers 200), so streams with ``n`` replicas can be created.
+
+    The routes listen on loopback and carry their own random user and password, so a client
+    port's users cannot open a route. Streams get their replicas from ``MOSAIC_STREAM_REPLICAS``
+    in every service (``Bus.ensure_topology``)."""
+    if n < 1:
+        raise ValueError(f"n must be >= 1, got {n}")
+    root = Path(store_dir)
+    ports = [free_port() for _ in range(n)]
+    routes = [free_port() for _ in range(n)]
+    route_pw = secrets.token_urlsafe(24)
+    servers: list[NatsServer] = []
+    try:
+        for i in range(n):
+            peers = ", ".join(
+                json.dumps(f"nats-route://route:{route_pw}@127.0.0.1:{routes[j]}")
+                for j in range(n)
+                if j != i
+            )
+            block = (
+                f'server_name: "mosaic-{i}"\n'
+                "cluster {\n"
+                f'  name: "mosaic"\n  listen: "127.0.0.1:{routes[i]}"\n'
+                f'  authorization {{ user: "route", password: {json.dumps(route_pw)} }}\n'
+                f"  routes: [{peers}]\n"
+                "}\n"
+            )
+            server = start_nats_server(
+                root / f"n{i}", port=ports[i], monitor=True, auth=auth, tls=tls, extra_config=block
+            )
+            servers.append(server)
+        _wait_healthy(servers, timeout_s)
+    except BaseException:
+        for s in servers:
+            s.stop()
+        raise
+    return NatsCluster(servers=servers, store_dir=root)
+
+
+def _wait_healthy(servers: list[NatsServer], timeout_s: float) -> None:
+    deadline = time.monotonic() + timeout_s
+    waiting = list(servers)
+    last = ""
+    while waiting and time.monotonic() < deadline:
+        s = waiting[0]
+        try:
+            url = f"http://127.0.0.1:{s.monitor_port}/healthz"
+            with urllib.request.urlopen(url, timeout=2) as resp:
+                if resp.status == 200:
+                    waiting.pop(0)
+                    continue
+        except (OSError, urllib.error.URLError) as exc:
+            last = str(exc)
+        time.sleep(0.2)
+    if waiting:
+        raise TimeoutError(f"JetStream cluster not healthy within {timeout_s} s: {last}")

@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from libs.bus.auth import USERS, authorization_block, inbox_prefix, load_connect_options
+from libs.bus.auth import ADMIN, USERS, authorization_block, inbox_prefix, load_connect_options
 
 ADMIN_TOKEN_FILE = "admin.token"
 PRODUCER_FILE = "producer.json"
@@ -87,7 +87,7 @@ class Credentials:
     def connect_kwargs(self, user: str, url: str) -> dict[str, Any]:
         """What ``<user>.json`` holds: JSON-able ``nats.connect`` keyword arguments."""
         kwargs: dict[str, Any] = {
-            "servers": [url],
+            "servers": url.split(","),  # a cluster: every server
             "user": user,
             "password": self.passwords[user],
             "inbox_prefix": inbox_prefix(user),
@@ -126,6 +126,28 @@ def credentials_dir_of(data_dir: str | os.PathLike[str]) -> Path | None:
         return None
     found = state.get("credentials_dir") if isinstance(state, dict) else None
     return Path(found) if found else None
+
+
+def admin_url(url: str, creds: Credentials | None) -> str:
+    """``url`` with the admin user and password in it (nats-py reads them from the URL)."""
+    if creds is None:
+        return url
+    parts = []
+    for one in url.split(","):
+        scheme, rest = one.split("://", 1)
+        parts.append(f"{scheme}://{ADMIN}:{creds.passwords[ADMIN]}@{rest}")
+    return ",".join(parts)
+
+
+def service_credentials_env(name: str, creds: Credentials | None) -> dict[str, str]:
+    """The variables that hand a service its secrets: its NATS credentials file, and the
+    gateway the admin token's file (never the secrets themselves, which ``ps e`` would show)."""
+    if creds is None:
+        return {}
+    env = {"MOSAIC_NATS_CREDS": str(creds.path(name))}
+    if name == "gateway":
+        env["MOSAIC_ADMIN_TOKEN_FILE"] = str(creds.admin_token_path)
+    return env
 
 
 # --- secrets for the deployments: ``python -m libs.client.credentials conf|compose|k8s`` ---------

@@ -22,10 +22,15 @@ from pathlib import Path
 
 import msgspec
 
-from libs.bus.auth import ADMIN
-from libs.bus.server import NatsServer, free_port, start_nats_server
+from libs.bus.server import (
+    NatsCluster,
+    NatsServer,
+    free_port,
+    start_nats_cluster,
+    start_nats_server,
+)
 from libs.client.api import ClientError, MosaicClient
-from libs.client.credentials import Credentials
+from libs.client.credentials import Credentials, admin_url, service_credentials_env
 from libs.clock import Clock
 from proto.nodes import NodeSpec
 
@@ -97,7 +102,7 @@ class Stack:
     nodes: list[NodeSpec]
     clock: Clock
     data_dir: Path
-    nats: NatsServer
+    nats: NatsServer | NatsCluster
     gateway_port: int
     services: dict[str, Service] = field(default_factory=dict)
     stopped: bool = False
@@ -271,25 +276,6 @@ def service_args(name: str, nodes: list[NodeSpec]) -> list[str]:
     return args
 
 
-def admin_url(url: str, creds: Credentials | None) -> str:
-    """``url`` with the admin user and password in it (nats-py reads them from the URL)."""
-    if creds is None:
-        return url
-    scheme, rest = url.split("://", 1)
-    return f"{scheme}://{ADMIN}:{creds.passwords[ADMIN]}@{rest}"
-
-
-def service_credentials_env(name: str, creds: Credentials | None) -> dict[str, str]:
-    """The variables that hand a service its secrets: its NATS credentials file, and the
-    gateway the admin token's file (never the secrets themselves, which ``ps e`` would show)."""
-    if creds is None:
-        return {}
-    env = {"MOSAIC_NATS_CREDS": str(creds.path(name))}
-    if name == "gateway":
-        env["MOSAIC_ADMIN_TOKEN_FILE"] = str(creds.admin_token_path)
-    return env
-
-
 def start_stack(
     nodes: list[NodeSpec],
     *,
@@ -304,14 +290,16 @@ def start_stack(
     interrupted: Callable[[], bool] | None = None,
     auth: bool = True,
     tls: tuple[Path, Path, Path] | None = None,
+    nats_cluster: int = 1,
 ) -> Stack:
     """Start nats-server and every service; return once the gateway lists every node.
 
     ``auth``: fresh credentials in ``data_dir/credentials`` (``libs.client.credentials``), a
     NATS user per service with only its subjects (``libs.bus.auth``); each service gets its
     file as ``MOSAIC_NATS_CREDS``. ``tls``: (cert, key, CA) for the server; clients then verify
-    it against the CA. On any failure everything already started is stopped before the error
-    propagates."""
+    it against the CA. ``nats_cluster``: that many servers in one JetStream cluster, every
+    stream and bucket with as many replicas (``MOSAIC_STREAM_REPLICAS``). On any failure
+    everything already started is stopped before the error propagates."""
     if not nodes:
         raise StackError("the cluster has no nodes")
     data_dir = Path(data_dir)
@@ -320,9 +308,12 @@ def start_stack(
     if auth:
         creds = Credentials.generate(data_dir / "credentials", nodes=[n.id for n in nodes])
         creds.tls_ca_file = str(Path(tls[2]).resolve()) if tls else None
-    nats = start_nats_server(
-        data_dir / "nats", auth=creds.server_authorization() if creds else None, tls=tls
-    )
+    authorization = creds.server_authorization() if creds else None
+    nats: NatsServer | NatsCluster
+    if nats_cluster > 1:
+        nats = start_nats_cluster(data_dir / "nats", n=nats_cluster, auth=authorization, tls=tls)
+    else:
+        nats = start_nats_server(data_dir / "nats", auth=authorization, tls=tls)
     if creds is not None:
         creds.write(nats.url)
     clock = Clock(epoch=time.time(), factor=clock_factor)
@@ -341,6 +332,7 @@ def start_stack(
     base_env.update(
         {
             "MOSAIC_NATS_URL": nats.url,
+            "MOSAIC_STREAM_REPLICAS": str(max(1, nats_cluster)),
             "MOSAIC_LOG_FORMAT": "json",
             "PYTHONUNBUFFERED": "1",
             "PYTHONPATH": os.pathsep.join(

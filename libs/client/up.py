@@ -45,6 +45,7 @@ class UpOptions:
     summary_every_s: float = 5.0
     keep_state: bool = False
     metrics: bool = True
+    nats_cluster: int = 1  # >1: a JetStream cluster of that many servers, streams with R=N
 
 
 def check_port_free(port: int) -> None:
@@ -199,6 +200,7 @@ async def _start(opts: UpOptions, stop: asyncio.Event) -> Stack:
         gateway_port=opts.port,
         metrics=opts.metrics,
         interrupted=stop.is_set,
+        nats_cluster=opts.nats_cluster,
     )
 
 
