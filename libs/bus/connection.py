@@ -352,6 +352,9 @@ class Bus:
             ack_wait=ack_wait_s,
             filter_subject=subject,
             inactive_threshold=None if durable else 300.0,
+            # as many replicas as the stream: an ephemeral consumer is R1 otherwise, and dies
+            # with its server in a cluster (the gateway's read model then stops for good)
+            num_replicas=stream_replicas(),
         )
         psub = await self.js.pull_subscribe(subject, durable=durable, stream=stream, config=config)
         decoder = make_decoder(type_)

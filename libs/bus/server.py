@@ -173,7 +173,7 @@ TLSFiles = tuple[str | os.PathLike[str], str | os.PathLike[str], str | os.PathLi
 class NatsCluster:
     """``n`` nats-servers routed into one JetStream cluster. Quacks like ``NatsServer`` where
     the stack needs it: ``url`` lists every server (comma-separated, ``Bus.connect`` splits it),
-    ``process`` is the first server's (the stack's liveness check; kill another one in tests)."""
+    ``process`` is a living server's (the stack's liveness check)."""
 
     servers: list[NatsServer]
     store_dir: Path
@@ -184,7 +184,9 @@ class NatsCluster:
 
     @property
     def process(self) -> subprocess.Popen[bytes]:
-        return self.servers[0].process
+        """A living server's process while any lives (the cluster is up), else the first's."""
+        alive = [s.process for s in self.servers if s.process.poll() is None]
+        return alive[0] if alive else self.servers[0].process
 
     @property
     def port(self) -> int:

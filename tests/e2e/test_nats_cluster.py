@@ -13,6 +13,7 @@ import random
 import time
 
 import msgspec
+import nats
 
 from libs.bus.server import NatsCluster
 from libs.client.api import ClientError
@@ -20,8 +21,23 @@ from libs.client.credentials import admin_url
 from libs.client.demo import make_job
 from libs.client.supervisor import start_stack
 from libs.policy.inventory import demo_cluster
+from proto import subjects
 from tests.e2e.checker import check, read_stream
 from tests.e2e.conftest import all_terminal, require_services, wait_for
+
+
+async def _ephemeral_consumer_host(url: str) -> int:
+    """The index of the server leading the most ephemeral LIFECYCLE consumers (the gateway's
+    read model is one): the worst server to lose, and the one a replicated consumer survives."""
+    nc = await nats.connect(url.split(","))
+    try:
+        infos = await nc.jetstream().consumers_info(subjects.STREAM_LIFECYCLE)
+    finally:
+        await nc.close()
+    leaders = [i.cluster.leader for i in infos if not i.config.durable_name and i.cluster]
+    assert leaders, "no ephemeral consumer on LIFECYCLE"
+    name = max(set(leaders), key=leaders.count)
+    return int(name.removeprefix("mosaic-"))
 
 
 def test_a_job_run_survives_losing_one_of_three_nats_servers(tmp_path) -> None:  # type: ignore[no-untyped-def]
@@ -57,13 +73,15 @@ def test_a_job_run_survives_losing_one_of_three_nats_servers(tmp_path) -> None: 
             return sum(j.id in ids and j.state == "completed" for j in client.jobs()) >= 3
 
         wait_for(some_ended, timeout_s=60, what="the first jobs to end", stack=stack)
-        cluster.kill(2)  # mid-run: some jobs placed, some running, some pending
+        victim = asyncio.run(_ephemeral_consumer_host(admin_url(cluster.url, stack.credentials)))
+        cluster.kill(victim)  # mid-run, and the server an ephemeral consumer (a read model) is on
+        alive = next(s for i, s in enumerate(cluster.servers) if i != victim)
         ids |= submit("after", 20)
         wait_for(all_terminal(client, ids), timeout_s=150, what="40 jobs to end", stack=stack)
         states = {j.id: j.state for j in client.jobs() if j.id in ids}
         assert set(states.values()) == {"completed"}, states
 
-        url = admin_url(cluster.servers[0].url, stack.credentials)
+        url = admin_url(alive.url, stack.credentials)
         report = check(asyncio.run(read_stream(url)), stack.nodes)
         assert report.violations == [], report.violations[:10]
         for jid in ids:
