@@ -145,8 +145,7 @@ async def run_up(opts: UpOptions, console: Console) -> int:
         if stack.credentials is not None:
             where = stack.credentials.directory
             console.print(
-                f"secrets    {where}  (admin.token: the HTTP admin token; producer.json: "
-                "nats.connect(**json.load(f)) for a job producer; one file per service user)",
+                f"secrets    {where}  (admin.token, producer.json, a <user>.json per service)",
                 highlight=False,
             )
         console.print(f"logs       {stack.logs_dir}")
