@@ -14,8 +14,15 @@ class RunCommand(msgspec.Struct, frozen=True, kw_only=True):
 
 
 class KillCommand(msgspec.Struct, frozen=True, kw_only=True):
+    """Stop a job. With ``attempt`` only that attempt is stopped (another running there is left
+    alone); ``silent`` stops it without any lifecycle event: the placer sends it for an attempt
+    it already requeued (a node that came back running a job placed again elsewhere), whose end
+    was published then, so the job still ends in exactly one terminal state."""
+
     job_id: str
     reason: str
+    attempt: int | None = None
+    silent: bool = False
 
 
 class CheckpointCommand(msgspec.Struct, frozen=True, kw_only=True):

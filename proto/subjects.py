@@ -43,6 +43,12 @@ KV_QUEUE = "queue"  # "ranked" -> RankedQueue (owner: scorer)
 KV_QUEUE_KEY = "ranked"
 KV_LEASES = "leases"  # "placer" -> holder id (active/standby)
 KV_PROFILES = "profiles"  # "<model>.<class>" -> learnt profile entry (owner: profiler)
+KV_TENANTS = "tenants"  # tenant name -> TenantRecord, a hash of its API token (owner: gateway)
+
+# --- object store buckets ----------------------------------------------------------------------
+# "<service>.<model>" -> that read model's latest snapshot and the stream sequence it reflects
+# (owner: that service; libs.bus.snapshot). One object per key, replaced whole on each save.
+OBJ_SNAPSHOTS = "snapshots"
 
 STREAMS: dict[str, tuple[str, ...]] = {
     STREAM_JOBS: STREAM_JOBS_SUBJECTS,
@@ -52,7 +58,7 @@ STREAMS: dict[str, tuple[str, ...]] = {
     STREAM_INTENTS: STREAM_INTENTS_SUBJECTS,
     STREAM_DLQ: STREAM_DLQ_SUBJECTS,
 }
-KV_BUCKETS: tuple[str, ...] = (KV_NODES, KV_LEDGER, KV_QUEUE, KV_LEASES, KV_PROFILES)
+KV_BUCKETS: tuple[str, ...] = (KV_NODES, KV_LEDGER, KV_QUEUE, KV_LEASES, KV_PROFILES, KV_TENANTS)
 
 
 def lifecycle(job_id: str) -> str:

@@ -336,6 +336,7 @@ class Bus:
         retry_delay_s: float = 0.5,
         ack_wait_s: float = 30.0,
         batch: int = 32,
+        opt_start_seq: int | None = None,
     ) -> Consumer:
         """A JetStream pull consumer on ``subject`` of ``stream``, handled in order by a task.
 
@@ -343,11 +344,17 @@ class Bus:
         message nak'ed with a growing delay; after ``max_deliver`` failed attempts it is
         dead-lettered (so it is never lost and never loops forever). ``durable`` consumers keep
         their position on the server across restarts; ``deliver_all`` replays the stream from
-        its start on first creation (else only new messages). ``type_``: see ``make_decoder``.
+        its start on first creation (else only new messages); ``opt_start_seq`` (>= 1) starts at
+        that stream sequence instead (a read model resuming from a snapshot, ``libs.bus.snapshot``).
+        ``type_``: see ``make_decoder``.
         """
+        deliver = api.DeliverPolicy.ALL if deliver_all else api.DeliverPolicy.NEW
+        if opt_start_seq is not None:
+            deliver = api.DeliverPolicy.BY_START_SEQUENCE
         config = api.ConsumerConfig(
             ack_policy=api.AckPolicy.EXPLICIT,
-            deliver_policy=api.DeliverPolicy.ALL if deliver_all else api.DeliverPolicy.NEW,
+            deliver_policy=deliver,
+            opt_start_seq=opt_start_seq,
             max_deliver=max_deliver,
             ack_wait=ack_wait_s,
             filter_subject=subject,

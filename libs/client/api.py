@@ -16,6 +16,7 @@ from typing import Any, TypeVar
 import msgspec
 
 from proto.jobs import JobSpec
+from proto.tenants import TenantCreated, TenantList, TenantView
 from proto.validation import FieldError
 from proto.views import ErrorResponse, JobView, NodeView, SubmitResponse
 
@@ -58,10 +59,16 @@ class _Nodes(msgspec.Struct):
 
 
 class MosaicClient:
-    """``MosaicClient("http://127.0.0.1:8080").submit(JobSpec(id="j1", gpus=2))``."""
+    """``MosaicClient("http://127.0.0.1:8080", token=...).submit(JobSpec(id="j1", gpus=2))``.
 
-    def __init__(self, base_url: str = DEFAULT_GATEWAY, *, timeout_s: float = 10.0):
+    ``token`` is sent as ``Authorization: Bearer``; without one only ``health()`` answers
+    (``libs.client.tokens.find_token`` finds the token a CLI on this machine would use)."""
+
+    def __init__(
+        self, base_url: str = DEFAULT_GATEWAY, *, token: str | None = None, timeout_s: float = 10.0
+    ):
         self.base_url = base_url.rstrip("/")
+        self.token = token
         self.timeout_s = timeout_s
 
     # --- the API ---------------------------------------------------------------------------
@@ -95,6 +102,19 @@ class MosaicClient:
     def health(self) -> dict[str, Any]:
         return self._call("GET", "/healthz", dict)
 
+    def create_tenant(self, name: str, *, may_run_commands: bool = False) -> TenantCreated:
+        """Admin only: a new tenant and its token (shown this once)."""
+        body = msgspec.json.encode({"name": name, "may_run_commands": may_run_commands})
+        return self._call("POST", "/v1/tenants", TenantCreated, body=body)
+
+    def tenants(self) -> list[TenantView]:
+        """Admin only: every tenant, without tokens."""
+        return self._call("GET", "/v1/tenants", TenantList).tenants
+
+    def delete_tenant(self, name: str) -> dict[str, Any]:
+        """Admin only: revoke the tenant's token (its jobs stay)."""
+        return self._call("DELETE", f"/v1/tenants/{urllib.parse.quote(name, safe='')}", dict)
+
     def get_json(self, path: str) -> Any:
         """Any other route of the gateway (events, decisions...) as plain JSON."""
         return self._call("GET", path, object)
@@ -103,6 +123,8 @@ class MosaicClient:
     def _call(self, method: str, path: str, type_: type[T], *, body: bytes | None = None) -> T:
         url = self.base_url + path
         headers = {"Accept": "application/json"}
+        if self.token:
+            headers["Authorization"] = f"Bearer {self.token}"
         if body is not None:
             headers["Content-Type"] = "application/json"
         req = urllib.request.Request(url, data=body, method=method, headers=headers)
@@ -125,6 +147,8 @@ def _error_from(status: int, data: bytes) -> ClientError:
     """Decode the gateway's ``ErrorResponse``; anything else still becomes one clear line."""
     try:
         err = msgspec.json.decode(data, type=ErrorResponse)
+        if status == 401:  # say how to fix it, not only what is wrong
+            err.error += "; give --token, MOSAIC_TOKEN or MOSAIC_TOKEN_FILE"
         return ClientError(status, err.error, tuple(err.errors))
     except (msgspec.DecodeError, msgspec.ValidationError):
         pass

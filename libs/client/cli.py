@@ -17,7 +17,8 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from libs.client.api import DEFAULT_GATEWAY, ClientError, GatewayUnreachable, MosaicClient
+from libs.client.api import DEFAULT_GATEWAY, ClientError, GatewayUnreachable
+from libs.client.cli_tenants import client_for, register
 from libs.client.specs import FlagError, build_spec, server_now
 from libs.client.supervisor import StackError
 from libs.client.tables import jobs_table, nodes_table
@@ -31,6 +32,7 @@ app = typer.Typer(
 )
 out = Console()
 err = Console(stderr=True)
+register(app)  # the global --token option and `mosaic tenant ...`
 
 GatewayOpt = Annotated[str, typer.Option("--gateway", envvar="MOSAIC_GATEWAY", help="gateway URL")]
 
@@ -186,11 +188,11 @@ def submit(
     except FlagError as exc:
         raise UsageProblem(str(exc)) from None
     try:
-        resp = MosaicClient(gateway).submit(spec)
+        resp = client_for(gateway).submit(spec)
     except GatewayUnreachable:
         raise
     except ClientError as exc:
-        if exc.status == 400:
+        if exc.status in (400, 403):
             raise Refused(f"job refused: {exc.one_line()}") from None
         raise
     note = " (duplicate: already submitted)" if resp.duplicate else ""
@@ -205,7 +207,7 @@ def queue(
     gateway: GatewayOpt = DEFAULT_GATEWAY,
 ) -> None:
     """Jobs like squeue: ID, TENANT, STATE, PRIO, GPUS, NODE, REASON."""
-    jobs = MosaicClient(gateway).jobs(state)
+    jobs = client_for(gateway).jobs(state)
     if not all_ and state is None:
         jobs = [j for j in jobs if j.state not in ("completed", "failed", "cancelled")]
     out.print(jobs_table(jobs))
@@ -214,20 +216,20 @@ def queue(
 @app.command()
 def nodes(gateway: GatewayOpt = DEFAULT_GATEWAY) -> None:
     """Nodes like sinfo: NODE, MODEL, GPUS (used/total), GPU MEM, HOST MEM, TEMP, POWER, STATE."""
-    out.print(nodes_table(MosaicClient(gateway).nodes()))
+    out.print(nodes_table(client_for(gateway).nodes()))
 
 
 @app.command()
 def cancel(job_id: str, gateway: GatewayOpt = DEFAULT_GATEWAY) -> None:
     """Cancel a job (like scancel)."""
-    resp = MosaicClient(gateway).cancel(job_id)
+    resp = client_for(gateway).cancel(job_id)
     out.print(f"{resp.get('job_id', job_id)}: {resp.get('status', 'cancelling')}", highlight=False)
 
 
 @app.command()
 def show(job_id: str, gateway: GatewayOpt = DEFAULT_GATEWAY) -> None:
     """One job and its lifecycle events."""
-    client = MosaicClient(gateway)
+    client = client_for(gateway)
     job = client.job(job_id)
     s = job.spec
     out.print(
@@ -255,7 +257,7 @@ def show(job_id: str, gateway: GatewayOpt = DEFAULT_GATEWAY) -> None:
 @app.command()
 def explain(job_id: str, gateway: GatewayOpt = DEFAULT_GATEWAY) -> None:
     """Why a job is pending, or why it landed where it did: the policy's decisions about it."""
-    body = MosaicClient(gateway).get_json(f"/v1/jobs/{job_id}/decisions")
+    body = client_for(gateway).get_json(f"/v1/jobs/{job_id}/decisions")
     job = body.get("job", {})
     out.print(
         f"[bold]{job_id}[/bold]  state {job.get('state', '?')}  node {job.get('node') or '-'}"

@@ -9,6 +9,8 @@ file copied from an old run is worth nothing. What is there:
   file), handed to each service as ``MOSAIC_NATS_CREDS``;
 * ``producer.json``: the same for a job producer (may publish ``jobs.submit``/``jobs.cancel``);
 * ``admin.token``: the HTTP admin bearer token (the gateway reads ``MOSAIC_ADMIN_TOKEN_FILE``).
+  Unlike the NATS passwords it is kept across runs (``ensure_admin_token``): the CLI and the
+  tenant tokens issued with it keep working after a restart.
 
 Every file is mode 0600 in a 0700 folder: they are passwords.
 """
@@ -65,12 +67,15 @@ class Credentials:
     tls_ca_file: str | None = None
 
     @classmethod
-    def generate(cls, directory: Path, *, nodes: Sequence[str] = ()) -> Credentials:
+    def generate(
+        cls, directory: Path, *, nodes: Sequence[str] = (), admin_token: str | None = None
+    ) -> Credentials:
+        """New NATS passwords; ``admin_token`` kept when given (``mosaic up``), else new."""
         return cls(
             directory=Path(directory),
             nodes=tuple(nodes),
             passwords={u: new_secret() for u in USERS},
-            admin_token=new_secret(),
+            admin_token=admin_token or new_secret(),
         )
 
     def server_authorization(self) -> str:
@@ -107,6 +112,28 @@ class Credentials:
         return self.directory
 
 
+def ensure_admin_token(data_dir: Path | str) -> str:
+    """The admin token under ``data_dir``; made (32 random bytes, URL-safe) if there is none.
+
+    Two racing callers end with the same token: the file is created exclusively and the loser
+    reads the winner's."""
+    folder = Path(data_dir) / "credentials"
+    path = folder / ADMIN_TOKEN_FILE
+    with contextlib.suppress(OSError):
+        token = path.read_text().strip()
+        if token:
+            return token
+    folder.mkdir(mode=0o700, parents=True, exist_ok=True)
+    token = new_secret()
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    except FileExistsError:
+        return path.read_text().strip()
+    with os.fdopen(fd, "w") as f:
+        f.write(token + "\n")
+    return token
+
+
 def read_admin_token(directory: str | os.PathLike[str]) -> str:
     """The admin bearer token of a ``mosaic up`` data dir's credentials folder."""
     return (Path(directory) / ADMIN_TOKEN_FILE).read_text().strip()
@@ -140,14 +167,11 @@ def admin_url(url: str, creds: Credentials | None) -> str:
 
 
 def service_credentials_env(name: str, creds: Credentials | None) -> dict[str, str]:
-    """The variables that hand a service its secrets: its NATS credentials file, and the
-    gateway the admin token's file (never the secrets themselves, which ``ps e`` would show)."""
+    """The variable that hands a service its NATS credentials: the file's path (never the
+    secret itself, which ``ps e`` would show). The gateway's admin token file is set apart."""
     if creds is None:
         return {}
-    env = {"MOSAIC_NATS_CREDS": str(creds.path(name))}
-    if name == "gateway":
-        env["MOSAIC_ADMIN_TOKEN_FILE"] = str(creds.admin_token_path)
-    return env
+    return {"MOSAIC_NATS_CREDS": str(creds.path(name))}
 
 
 # --- secrets for the deployments: ``python -m libs.client.credentials conf|compose|k8s`` ---------

@@ -5,15 +5,18 @@ way (a real nats-server, each service as its own ``python -m services.<name>`` c
 that passes says something about what an operator runs. Every child gets its own session (and
 process group): a Ctrl-C in the terminal reaches only ``mosaic up``, which then stops the
 children in order and checks, by PID, that none is left.
+
+``Stack.supervise`` (called about once a second by ``mosaic up``) restarts a child that exited
+or whose ``/healthz`` keeps failing, with the backoff and give-up rules of
+``libs.client.restarts``; the tests' ``kill``/``restart`` act directly and are never undone by
+it, since only ``mosaic up`` supervises.
 """
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 import signal
-import subprocess
 import sys
 import time
 from collections.abc import Callable
@@ -30,13 +33,20 @@ from libs.bus.server import (
     start_nats_server,
 )
 from libs.client.api import ClientError, MosaicClient
-from libs.client.credentials import Credentials, admin_url, service_credentials_env
+from libs.client.child import ROOT, Service, stop_services
+from libs.client.credentials import (
+    Credentials,
+    admin_url,
+    ensure_admin_token,
+    service_credentials_env,
+)
+from libs.client.restarts import GiveUp, Restarter
+from libs.client.tokens import admin_token_file
 from libs.clock import Clock
 from proto.nodes import NodeSpec
 
 # Start order: telemetry first (it puts the node specs into KV), the gateway last.
 SERVICES: tuple[str, ...] = ("telemetry", "executor", "scorer", "placer", "gateway")
-_ROOT = Path(__file__).resolve().parents[2]  # the folder holding proto/, libs/, services/
 
 
 class StackError(RuntimeError):
@@ -46,53 +56,6 @@ class StackError(RuntimeError):
     def __init__(self, message: str, log_tail: str = ""):
         super().__init__(message)
         self.log_tail = log_tail
-
-
-@dataclass
-class Service:
-    name: str
-    args: list[str]
-    env: dict[str, str]
-    log_path: Path
-    metrics_port: int | None = None
-    process: subprocess.Popen[bytes] | None = None
-    restarts: int = 0
-
-    @property
-    def pid(self) -> int | None:
-        return self.process.pid if self.process else None
-
-    def alive(self) -> bool:
-        return self.process is not None and self.process.poll() is None
-
-    def start(self) -> None:
-        self.log_path.parent.mkdir(parents=True, exist_ok=True)
-        with open(self.log_path, "ab") as log:
-            log.write(f"--- start {self.name} {time.strftime('%H:%M:%S')} ---\n".encode())
-            log.flush()
-            self.process = subprocess.Popen(
-                self.args,
-                stdin=subprocess.DEVNULL,
-                stdout=log,
-                stderr=subprocess.STDOUT,
-                env=self.env,
-                cwd=_ROOT,
-                start_new_session=True,
-            )
-
-    def signal(self, sig: int) -> None:
-        """Signal the child's whole process group (it may have children of its own)."""
-        if self.process is None or self.process.poll() is not None:
-            return
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(self.process.pid, sig)
-
-    def tail(self, lines: int = 8) -> str:
-        try:
-            text = self.log_path.read_text(errors="replace").splitlines()
-        except OSError:
-            return ""
-        return "\n".join(text[-lines:])
 
 
 @dataclass
@@ -106,6 +69,9 @@ class Stack:
     gateway_port: int
     services: dict[str, Service] = field(default_factory=dict)
     stopped: bool = False
+    restarter: Restarter = field(default_factory=Restarter)
+    failure: str | None = None  # why supervise gave up (the stack is then to be stopped)
+    nats_started_at: float = field(default_factory=time.monotonic)
     credentials: Credentials | None = None  # None: NATS without users (auth=False)
 
     @property
@@ -124,7 +90,9 @@ class Stack:
         return self.data_dir / "logs"
 
     def client(self) -> MosaicClient:
-        return MosaicClient(self.gateway_url)
+        """A client with the stack's admin token (``data_dir/credentials/admin.token``, which the
+        gateway was started with; made here if nobody has yet)."""
+        return MosaicClient(self.gateway_url, token=ensure_admin_token(self.data_dir))
 
     def metrics_urls(self) -> dict[str, str]:
         return {
@@ -158,9 +126,66 @@ class Stack:
         """Stop (if running) and start one service again with the same arguments."""
         svc = self._service(name)
         if svc.alive():
-            _stop_services([svc], timeout_s=10)
+            stop_services([svc], timeout_s=10)
         svc.restarts += 1
         svc.start()
+
+    def supervise(self) -> list[str]:
+        """One round: restart what died or stayed unhealthy once its backoff is due.
+
+        Returns a line per restart (``restarted placer (exit code -9, restart 2)``). Raises
+        ``StackError`` naming the log, and sets ``failure``, when a child needs more restarts
+        than the policy allows. NATS is restarted too, on its port and store: every service
+        reconnects by itself (nats-py retries forever once connected), so a crashed server costs
+        an outage, not the stack."""
+        now = time.monotonic()
+        out: list[str] = []
+        try:
+            if self.nats.process.poll() is not None:
+                self._schedule("nats", now, self.nats_started_at, self.nats.process.returncode)
+                if self.restarter.due("nats", now):
+                    reason = self.restarter.restarting("nats", now)
+                    self.nats = start_nats_server(self.nats.store_dir, port=self.nats.port)
+                    self.nats_started_at = time.monotonic()
+                    out.append(f"restarted nats ({reason})")
+            for svc in self.services.values():
+                if svc.process is None:
+                    continue
+                if svc.alive():
+                    problem = svc.health_problem()
+                    if not self.restarter.unhealthy(svc.name, now=now, problem=problem):
+                        continue
+                    stop_services([svc], timeout_s=5)
+                    self.restarter.exited(
+                        svc.name,
+                        now=now,
+                        ran_s=now - svc.started_at,
+                        reason=f"unhealthy: {problem}",
+                    )
+                else:
+                    self._schedule(svc.name, now, svc.started_at, svc.process.returncode)
+                if self.restarter.due(svc.name, now):
+                    reason = self.restarter.restarting(svc.name, now)
+                    svc.restarts += 1
+                    svc.start()
+                    out.append(f"restarted {svc.name} ({reason}, restart {svc.restarts})")
+        except GiveUp as exc:
+            name = exc.name
+            log = (
+                self.services[name].log_path
+                if name in self.services
+                else (self.nats.store_dir / "nats-server.log")
+            )
+            tail = self.services[name].tail() if name in self.services else ""
+            self.failure = f"{exc}; giving up; see {log}"
+            raise StackError(self.failure, tail) from None
+        if out:
+            self.write_state()
+        return out
+
+    def _schedule(self, name: str, now: float, started_at: float, code: int | None) -> None:
+        if not self.restarter.pending(name):
+            self.restarter.exited(name, now=now, ran_s=now - started_at, reason=f"exit code {code}")
 
     def wait_ready(
         self, timeout_s: float = 90.0, *, interrupted: Callable[[], bool] | None = None
@@ -209,7 +234,7 @@ class Stack:
             return []
         # the gateway first (no new work), the node side last (it reports what was running)
         order = [self.services[n] for n in reversed(SERVICES) if n in self.services]
-        forced = _stop_services(order, timeout_s=timeout_s)
+        forced = stop_services(order, timeout_s=timeout_s)
         self.nats.stop()
         self.stopped = True
         return forced
@@ -224,7 +249,9 @@ class Stack:
             "clock_epoch": self.clock.epoch,
             "clock_factor": self.clock.factor,
             "pids": self.pids(),
+            "restarts": {n: s.restarts for n, s in self.services.items()},
             "logs": str(self.logs_dir),
+            "admin_token_file": str(admin_token_file(self.data_dir).resolve()),
             "metrics": self.metrics_urls(),
         }
         path.write_text(json.dumps(state, indent=2))
@@ -242,37 +269,19 @@ class Stack:
         self.stop()
 
 
-def _stop_services(services: list[Service], *, timeout_s: float) -> list[str]:
-    for svc in services:
-        svc.signal(signal.SIGTERM)
-    deadline = time.monotonic() + timeout_s
-    forced: list[str] = []
-    for svc in services:
-        if svc.process is None:
-            continue
-        try:
-            svc.process.wait(timeout=max(0.1, deadline - time.monotonic()))
-        except subprocess.TimeoutExpired:
-            forced.append(svc.name)
-            svc.signal(signal.SIGKILL)
-            svc.process.wait(timeout=10)
-    for svc in services:
-        # a service may have started processes of its own (the executor's local mode): they
-        # share its process group, which outlives the leader; take them down too
-        if svc.process is not None:
-            with contextlib.suppress(ProcessLookupError, PermissionError):
-                os.killpg(svc.process.pid, signal.SIGKILL)
-    return forced
+def service_args(name: str, nodes: list[NodeSpec], data_dir: Path | None = None) -> list[str]:
+    """The command line of one service; the simulated nodes all live in one process each.
 
-
-def service_args(name: str, nodes: list[NodeSpec]) -> list[str]:
-    """The command line of one service; the simulated nodes all live in one process each."""
+    The executor journals what it runs in ``data_dir/executor`` so that a restarted one (by
+    this supervisor or by hand) re-adopts its jobs instead of losing them."""
     args = [sys.executable, "-m", f"services.{name}"]
     node_flags = [a for n in nodes for a in ("--node-spec", msgspec.json.encode(n).decode())]
     if name == "telemetry":
         args += ["--backend", "sim", *node_flags]
     elif name == "executor":
         args += ["--mode", "sim", *node_flags]
+        if data_dir is not None:
+            args += ["--state-dir", str(data_dir / "executor")]
     return args
 
 
@@ -304,9 +313,12 @@ def start_stack(
         raise StackError("the cluster has no nodes")
     data_dir = Path(data_dir)
     (data_dir / "logs").mkdir(parents=True, exist_ok=True)
+    # the gateway's admin token (kept if a previous run made one): the CLI finds the same file
+    admin_token = ensure_admin_token(data_dir)
     creds = None
     if auth:
-        creds = Credentials.generate(data_dir / "credentials", nodes=[n.id for n in nodes])
+        ids = [n.id for n in nodes]
+        creds = Credentials.generate(data_dir / "credentials", nodes=ids, admin_token=admin_token)
         creds.tls_ca_file = str(Path(tls[2]).resolve()) if tls else None
     authorization = creds.server_authorization() if creds else None
     nats: NatsServer | NatsCluster
@@ -336,7 +348,7 @@ def start_stack(
             "MOSAIC_LOG_FORMAT": "json",
             "PYTHONUNBUFFERED": "1",
             "PYTHONPATH": os.pathsep.join(
-                p for p in (str(_ROOT), os.environ.get("PYTHONPATH", "")) if p
+                p for p in (str(ROOT), os.environ.get("PYTHONPATH", "")) if p
             ),
         }
     )
@@ -348,10 +360,11 @@ def start_stack(
             env["MOSAIC_METRICS_PORT"] = str(port or 0)
             if name == "gateway":
                 env["MOSAIC_HTTP_PORT"] = str(stack.gateway_port)
+                env["MOSAIC_ADMIN_TOKEN_FILE"] = str(admin_token_file(data_dir).resolve())
             env.update(service_credentials_env(name, creds))
             svc = Service(
                 name=name,
-                args=service_args(name, stack.nodes),
+                args=service_args(name, stack.nodes, data_dir),
                 env=env,
                 log_path=data_dir / "logs" / f"{name}.log",
                 metrics_port=port,

@@ -62,7 +62,7 @@ def prepare_data_dir(data_dir: Path, keep_state: bool) -> None:
     """A fresh run starts from empty streams unless ``--keep-state``: old jobs would replay."""
     data_dir.mkdir(parents=True, exist_ok=True)
     if not keep_state:
-        for sub in ("nats", "logs"):
+        for sub in ("nats", "logs", "executor"):  # executor: its journal of running jobs
             shutil.rmtree(data_dir / sub, ignore_errors=True)
 
 
@@ -106,9 +106,10 @@ def _snapshot(
         nodes = client.nodes()
     except ClientError as exc:
         problem = exc.one_line()
-    dead = stack.dead()
-    if dead:
-        problem = "; ".join(f"{s.name} exited, see {s.log_path}" for s in dead)
+    if stack.failure:
+        problem = stack.failure
+    elif dead := stack.dead():
+        problem = "; ".join(f"{s.name} exited, restarting (see {s.log_path})" for s in dead)
     return Snapshot(
         jobs=jobs,
         nodes=nodes,
@@ -172,8 +173,8 @@ async def run_up(opts: UpOptions, console: Console) -> int:
         )
         started = time.monotonic()
         last = await _loop(opts, console, stack, demo, dec, stop, started)
-        if last.problem and stack.dead():
-            console.print(f"error: {last.problem}", style="red")
+        if stack.failure:
+            console.print(f"error: {stack.failure}", style="red")
             code = 1
     finally:
         await dec.close()
@@ -229,7 +230,12 @@ async def _loop(
             elif elapsed >= next_line:
                 console.print(summary_line(snap), highlight=False, soft_wrap=True)
                 next_line = elapsed + opts.summary_every_s
-            if stack.dead():
+            # a child that died or stays unhealthy is restarted (with backoff), and said so;
+            # only one that keeps failing stops the stack
+            try:
+                for line in await asyncio.to_thread(stack.supervise):
+                    console.print(line, style="yellow", highlight=False)
+            except StackError:
                 break
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(stop.wait(), timeout=1.0)

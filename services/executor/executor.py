@@ -1,18 +1,36 @@
-"""One node's executor: consumes ``node.<node>.*`` and turns commands into lifecycle events.
+"""One node's executor: consumes ``node.<node>.*``, turns commands into lifecycle events, and
+reports what it runs on ``executor.<node>``.
 
 Every lifecycle publish is durable with a ``Nats-Msg-Id`` of ``<event>-<job>-<attempt>``, so a
 redelivered command or a retried publish never produces a second event.
 
-Known limit: running jobs live in this process only. If the executor restarts, their tasks are
-gone and no terminal event is published for them (sim mode: the job is simply lost; local
-mode: its process is terminated on a clean stop). Reconciling the ledger with what an executor
-actually runs after a restart is a later step.
+No crash loses a job: every attempt is in the node's journal (``services.executor.journal``)
+from before its run command is acked until after its terminal event is out. A restarted
+executor re-adopts each entry before it consumes commands: a simulated run resumes for the
+Mosaic time it had left, a local process (started in a session of its own, so a kill -9 of the
+executor does not take it along) is polled until it exits and its status read from the file its
+wrapper writes; a process that is gone without a status is reported Failed ("lost: …"), and
+events that were about to go out are re-published (JetStream drops the repeats). A redelivered
+run command for a journaled attempt is ignored, so no attempt runs twice. Every
+``report_interval_s`` wall seconds, and at once after a start and after each job starts or
+ends, an ``ExecutorReport`` lists the running attempts with this process's ``boot_id``, so the
+placer can reconcile its ledger with what runs and notice a restart.
+
+Known limits: an attempt whose journal file is unreadable, or a node whose state directory is
+lost, is not re-adopted; it disappears from the node's reports and the placer's reconciliation
+requeues it (a local process of it may still run). The journal forgets an attempt once its
+terminal event is out, so a run command redelivered after that *and* after a restart (its ack
+lost in the crash) would start the attempt again. With a temporary state directory (no
+``--state-dir``), nothing survives the process: a clean stop then terminates local jobs, as
+nobody could re-adopt them.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import uuid
+from collections.abc import Coroutine
 from dataclasses import dataclass
 from typing import Any
 
@@ -32,14 +50,17 @@ from proto.events import (
     Started,
     event_type,
 )
-from proto.nodes import NodeSpec
-from services.executor.runners import Outcome, Runner
+from proto.nodes import ExecutorReport, NodeSpec, RunningAttempt
+from proto.validation import describe, revalidate_command
+from services.executor.journal import Entry, Journal
+from services.executor.runners import Outcome, Runner, StartFailed
 
 COMMAND_TYPES = {
     "node.*.run": RunCommand,
     "node.*.kill": KillCommand,
     "node.*.checkpoint": CheckpointCommand,
 }
+REPORT_INTERVAL_S = 5.0
 
 
 def energy_kwh(node: NodeSpec, cmd: RunCommand, runtime_s: float) -> float:
@@ -50,31 +71,52 @@ def energy_kwh(node: NodeSpec, cmd: RunCommand, runtime_s: float) -> float:
 
 @dataclass
 class RunningJob:
-    cmd: RunCommand
-    started_at: float  # Mosaic clock
+    entry: Entry  # as journaled; ``entry.started_at`` is on the Mosaic clock
     task: asyncio.Task[None]
 
 
 class NodeExecutor:
-    """Runs the jobs of one node with ``runner``. ``running`` and ``accepted`` are in memory."""
+    """Runs the jobs of one node with ``runner``, journaled in ``journal``.
+
+    ``keep_on_stop``: a clean stop leaves the running attempts to the next executor on the same
+    journal (their processes go on); else (a temporary journal) it terminates local ones."""
 
     def __init__(
-        self, bus: Bus, node: NodeSpec, runner: Runner, clock: Clock, log: Any = None
+        self,
+        bus: Bus,
+        node: NodeSpec,
+        runner: Runner,
+        clock: Clock,
+        log: Any = None,
+        *,
+        journal: Journal,
+        report_interval_s: float = REPORT_INTERVAL_S,
+        keep_on_stop: bool = True,
     ) -> None:
         self.bus = bus
         self.node = node
         self.runner = runner
         self.clock = clock
+        self.journal = journal
+        self.report_interval_s = report_interval_s
+        self.keep_on_stop = keep_on_stop
+        self.boot_id = uuid.uuid4().hex  # fresh per start: the placer sees a restart by it
         self.log = (log or bus.log).bind(node=node.id)
         self.running: dict[str, RunningJob] = {}
         self.accepted: set[tuple[str, int]] = set()  # (job, attempt) runs already started
         self.consumer: Consumer | None = None
+        self._tasks: set[asyncio.Task[None]] = set()
+        self._report_now = asyncio.Event()
 
     @property
     def durable_name(self) -> str:
         return f"executor-{self.node.id}"
 
     async def start(self) -> None:
+        """Re-adopt the journal, then report, then take commands: a redelivered run command
+        must find its attempt already adopted."""
+        await self.recover()
+        self._spawn(self._report_loop(), "report")
         self.consumer = await self.bus.consume(
             subjects.STREAM_NODECMD,
             subjects.node_commands(self.node.id),
@@ -82,26 +124,62 @@ class NodeExecutor:
             self.handle,
             durable=self.durable_name,
         )
-        self.log.info("executor_ready", durable=self.durable_name)
+        self.log.info("executor_ready", durable=self.durable_name, boot_id=self.boot_id)
+
+    async def recover(self) -> None:
+        entries, bad = self.journal.load()
+        for path, why in bad:
+            self.log.error("journal_entry_unreadable", path=str(path), error=why)
+        for entry in entries:
+            self.accepted.add((entry.job_id, entry.attempt))
+            if entry.pending:  # it had ended: only its events may not be out yet
+                await self._finish(entry, entry.pending)
+                continue
+            entry = self.runner.adopt(entry, self.journal.rc_path(entry.job_id, entry.attempt))
+            self.log.info(
+                "job_adopted",
+                job_id=entry.job_id,
+                attempt=entry.attempt,
+                pid=entry.launch.pid if entry.launch else None,
+                from_boot=entry.boot_id,
+            )
+            await self._launch(entry)
 
     async def shutdown(self) -> None:
-        """Stop consuming and abandon running jobs (see the module docstring)."""
+        """Stop consuming and reporting; leave running attempts to the next executor on this
+        journal, or terminate them when nobody could re-adopt them (see ``keep_on_stop``)."""
         if self.consumer is not None:
             await self.consumer.stop()
-        for job_id, job in list(self.running.items()):
-            self.log.warning("job_abandoned", job_id=job_id)
-            job.task.cancel()
-            with contextlib.suppress(asyncio.CancelledError, Exception):
-                await job.task
+        jobs = list(self.running.values())
         self.running.clear()
+        for task in list(self._tasks):
+            task.cancel()
+        for task in list(self._tasks):
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await task
+        for job in jobs:
+            if self.keep_on_stop:
+                self.log.info("job_left_running", job_id=job.entry.job_id)
+            else:
+                self.log.warning("job_abandoned", job_id=job.entry.job_id)
+        if not self.keep_on_stop:  # all at once: each may take its kill grace
+            await asyncio.gather(*(self.runner.stop(j.entry) for j in jobs), return_exceptions=True)
 
     async def handle(self, cmd: RunCommand | KillCommand | CheckpointCommand) -> None:
         if isinstance(cmd, RunCommand):
             await self.on_run(cmd)
+        elif isinstance(cmd, KillCommand) and cmd.silent:
+            await self.on_stop_superseded(cmd.job_id, cmd.attempt)
         elif isinstance(cmd, KillCommand):
             await self.on_stop(cmd.job_id, cmd.reason, checkpoint=False)
         else:
             await self.on_stop(cmd.job_id, cmd.reason, checkpoint=True)
+
+    def _spawn(self, coro: Coroutine[Any, Any, None], name: str) -> asyncio.Task[None]:
+        task = asyncio.create_task(coro, name=f"{name}:{self.node.id}")
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+        return task
 
     async def _emit(self, event: LifecycleEvent, attempt: int) -> None:
         """Durable publish, retried until NATS takes it (nats-py reconnects meanwhile)."""
@@ -121,49 +199,122 @@ class NodeExecutor:
 
     async def on_run(self, cmd: RunCommand) -> None:
         alloc = cmd.allocation
-        if alloc.node != self.node.id:
+        errors = revalidate_command(cmd)  # dead-lettered, not Failed: see revalidate_command
+        if alloc.node != self.node.id or errors:
             await self.bus.dead_letter(
                 subjects.node_command(self.node.id, "run"),
                 msgspec.json.encode(cmd),
-                f"allocation is for node {alloc.node!r}, not {self.node.id!r}",
+                describe(errors) or f"allocation is for node {alloc.node!r}, not {self.node.id!r}",
             )
             return
         key = (alloc.job_id, alloc.attempt)
-        if alloc.job_id in self.running or key in self.accepted:
+        current = self.running.get(alloc.job_id)
+        if key in self.accepted or (current is not None and current.entry.attempt >= alloc.attempt):
             self.log.info("run_ignored_duplicate", job_id=alloc.job_id, attempt=alloc.attempt)
             return
-        now = self.clock.now()
-        started = Started(job_id=alloc.job_id, time=now, node=self.node.id, attempt=alloc.attempt)
-        await self._emit(started, alloc.attempt)
+        if current is not None:
+            await self._supersede(current, alloc.attempt)
+        entry = Entry(node=self.node.id, cmd=cmd, started_at=self.clock.now(), boot_id=self.boot_id)
+        self.journal.put(entry)  # before the ack (when this returns): a redelivery finds it
         self.accepted.add(key)
-        task = asyncio.create_task(self._run(cmd, now), name=f"job:{alloc.job_id}")
-        self.running[alloc.job_id] = RunningJob(cmd=cmd, started_at=now, task=task)
+        await self._launch(entry)
 
-    async def _run(self, cmd: RunCommand, started_at: float) -> None:
-        alloc = cmd.allocation
+    async def _supersede(self, job: RunningJob, attempt: int) -> None:
+        """A newer attempt of a job still running here: the placer gave the old one up (it
+        requeued it, e.g. while this executor was down), so the old one stops without an event
+        of its own and the new one runs: the job still ends in exactly one terminal state."""
+        entry = job.entry
+        self.log.warning(
+            "attempt_superseded", job_id=entry.job_id, attempt=entry.attempt, by_attempt=attempt
+        )
+        self.running.pop(entry.job_id, None)
+        job.task.cancel()
+        with contextlib.suppress(asyncio.CancelledError, Exception):
+            await job.task
+        await self.runner.stop(entry)
+        self.journal.remove(entry.job_id, entry.attempt)
+        self._report_now.set()
+
+    async def _launch(self, entry: Entry) -> None:
+        """Publish Started (with the journaled start time), start the attempt unless it was
+        started before, journal that, and watch it until it ends."""
+        if not entry.started_sent:
+            started = Started(
+                job_id=entry.job_id, time=entry.started_at, node=self.node.id, attempt=entry.attempt
+            )
+            await self._emit(started, entry.attempt)
+        failure: str | None = None
+        launch = entry.launch
+        if launch is None and not entry.started_sent:
+            try:
+                rc_path = self.journal.rc_path(entry.job_id, entry.attempt)
+                launch = await self.runner.start(entry, self.node, rc_path)
+            except StartFailed as exc:
+                failure = str(exc)
+            except Exception as exc:
+                self.log.exception("runner_start_failed", job_id=entry.job_id)
+                failure = f"executor error: {exc!r}"
+        entry = msgspec.structs.replace(entry, started_sent=True, launch=launch)
         try:
-            outcome = await self.runner.run(cmd, self.node)
-        except asyncio.CancelledError:
-            raise  # kill / checkpoint / shutdown: whoever cancelled reports it
-        except Exception as exc:
-            self.log.exception("runner_failed", job_id=alloc.job_id)
-            outcome = Outcome(False, f"executor error: {exc!r}")
+            self.journal.put(entry)
+        except OSError as exc:  # it runs now: watch it; a restart finds a process by /proc
+            self.log.error("journal_write_failed", job_id=entry.job_id, error=repr(exc))
+        task = self._spawn(self._run(entry, failure), f"job:{entry.job_id}")
+        self.running[entry.job_id] = RunningJob(entry=entry, task=task)
+        self._report_now.set()
+
+    async def _run(self, entry: Entry, failure: str | None) -> None:
+        if failure is not None:
+            outcome = Outcome(False, failure)
+        else:
+            try:
+                outcome = await self.runner.wait(entry, self.node)
+            except asyncio.CancelledError:
+                raise  # kill / checkpoint / shutdown: whoever cancelled reports it
+            except Exception as exc:
+                self.log.exception("runner_failed", job_id=entry.job_id)
+                outcome = Outcome(False, f"executor error: {exc!r}")
         # no await between the runner's return and this pop: a kill sees either a running job
         # (and cancels it) or none (and does nothing), never both a Completed and a Cancelled
-        self.running.pop(alloc.job_id, None)
+        self.running.pop(entry.job_id, None)
+        self._report_now.set()
         now = self.clock.now()
+        event: LifecycleEvent
         if outcome.ok:
-            runtime_s = max(0.0, now - started_at)
-            event: LifecycleEvent = Completed(
-                job_id=alloc.job_id,
+            runtime_s = max(0.0, now - entry.started_at)
+            event = Completed(
+                job_id=entry.job_id,
                 time=now,
                 node=self.node.id,
                 runtime_s=runtime_s,
-                energy_kwh=energy_kwh(self.node, cmd, runtime_s),
+                energy_kwh=energy_kwh(self.node, entry.cmd, runtime_s),
             )
         else:
-            event = Failed(job_id=alloc.job_id, time=now, node=self.node.id, reason=outcome.reason)
-        await self._emit(event, alloc.attempt)
+            event = Failed(job_id=entry.job_id, time=now, node=self.node.id, reason=outcome.reason)
+        await self._finish(entry, (event,))
+
+    async def _finish(self, entry: Entry, events: tuple[LifecycleEvent, ...]) -> None:
+        """Journal the events, publish them, then forget the attempt: a crash in between
+        re-publishes the same events (same message ids) rather than running it again."""
+        try:
+            self.journal.put(msgspec.structs.replace(entry, pending=events))
+        except OSError as exc:  # publish anyway: an event out beats a journal kept
+            self.log.error("journal_write_failed", job_id=entry.job_id, error=repr(exc))
+        for event in events:
+            await self._emit(event, entry.attempt)
+        try:
+            self.journal.remove(entry.job_id, entry.attempt)
+        except OSError as exc:
+            self.log.error("journal_remove_failed", job_id=entry.job_id, error=repr(exc))
+
+    async def on_stop_superseded(self, job_id: str, attempt: int | None) -> None:
+        """The placer requeued this attempt while it ran here unseen (this node was down, or
+        this executor was, past the placer's grace): stop it without an event of its own."""
+        job = self.running.get(job_id)
+        if job is None or attempt is None or job.entry.attempt != attempt:
+            self.log.info("stale_stop_ignored", job_id=job_id, attempt=attempt)
+            return
+        await self._supersede(job, attempt + 1)
 
     async def on_stop(self, job_id: str, reason: str, *, checkpoint: bool) -> None:
         job = self.running.pop(job_id, None)
@@ -174,21 +325,52 @@ class NodeExecutor:
         job.task.cancel()
         with contextlib.suppress(asyncio.CancelledError, Exception):
             await job.task
+        entry = job.entry
+        await self.runner.stop(entry)
+        self._report_now.set()
         now = self.clock.now()
-        attempt = job.cmd.allocation.attempt
+        events: tuple[LifecycleEvent, ...]
         if checkpoint:
-            done = (now - job.started_at) / job.cmd.runtime_s if job.cmd.runtime_s > 0 else 0.0
-            progress = min(0.999, job.cmd.progress + done)
-            await self._emit(
+            cmd = entry.cmd
+            done = (now - entry.started_at) / cmd.runtime_s if cmd.runtime_s > 0 else 0.0
+            progress = min(0.999, cmd.progress + done)
+            events = (
                 Checkpointed(
                     job_id=job_id, time=now, node=self.node.id, reason=reason, progress=progress
                 ),
-                attempt,
-            )
-            await self._emit(
-                Preempted(job_id=job_id, time=now, node=self.node.id, reason=reason), attempt
+                Preempted(job_id=job_id, time=now, node=self.node.id, reason=reason),
             )
         else:
-            await self._emit(
-                Cancelled(job_id=job_id, time=now, node=self.node.id, reason=reason), attempt
+            events = (Cancelled(job_id=job_id, time=now, node=self.node.id, reason=reason),)
+        await self._finish(entry, events)
+
+    def report(self) -> ExecutorReport:
+        """What runs now: every attempt between its start and its end."""
+        running = tuple(
+            RunningAttempt(
+                job_id=job.entry.job_id,
+                attempt=job.entry.attempt,
+                pid=job.entry.launch.pid if job.entry.launch and job.entry.launch.pid > 0 else None,
             )
+            for job in sorted(self.running.values(), key=lambda j: j.entry.job_id)
+        )
+        return ExecutorReport(
+            node=self.node.id,
+            time=self.clock.now(),
+            boot_id=self.boot_id,
+            interval_s=self.report_interval_s,
+            running=running,
+        )
+
+    async def _report_loop(self) -> None:
+        """Plain NATS (the latest report wins); a failed publish is retried by the next one."""
+        while True:
+            self._report_now.clear()
+            try:
+                await self.bus.publish(
+                    subjects.executor_report(self.node.id), self.report(), durable=False
+                )
+            except Exception as exc:
+                self.log.warning("report_failed", error=repr(exc))
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._report_now.wait(), self.report_interval_s)

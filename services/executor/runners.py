@@ -1,15 +1,14 @@
-"""How a job actually runs: simulated (sleep on the Mosaic clock) or as a local subprocess.
+"""How a job actually runs: simulated (sleep on the Mosaic clock) or as a local process
+(``services.executor.local``).
 
-A runner only runs; it knows nothing of NATS. It returns an ``Outcome`` or is cancelled (kill,
-checkpoint), so the executor decides which lifecycle event to publish.
+A runner only runs; it knows nothing of NATS. ``start`` launches an attempt (``StartFailed`` when
+it cannot), ``wait`` returns its ``Outcome`` and is also how a restarted executor resumes an
+attempt it finds in its journal, ``stop`` ends it (kill, checkpoint); the executor decides which
+lifecycle event to publish. Everything a runner needs to resume is in the journal ``Entry``.
 """
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
-import os
-import signal
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
@@ -17,9 +16,9 @@ from typing import Protocol
 from libs.clock import Clock
 from proto.commands import RunCommand
 from proto.nodes import NodeSpec
+from services.executor.journal import Entry, Launch
 
 OOM_AFTER_S = 30.0  # Mosaic seconds before a simulated out-of-memory failure shows up
-KILL_GRACE_S = 10.0  # wall seconds between SIGTERM and SIGKILL of a local job
 
 
 @dataclass(frozen=True)
@@ -28,8 +27,22 @@ class Outcome:
     reason: str = ""
 
 
+class StartFailed(Exception):
+    """The attempt cannot start (no command, no such user…); the message is the Failed reason."""
+
+
 class Runner(Protocol):
-    async def run(self, cmd: RunCommand, node: NodeSpec) -> Outcome: ...
+    #: whether attempts go on by themselves while no executor watches them (local processes);
+    #: a simulated run exists only while an executor sleeps through it
+    outlives_executor: bool
+
+    async def start(self, entry: Entry, node: NodeSpec, rc_path: Path) -> Launch | None: ...
+
+    async def wait(self, entry: Entry, node: NodeSpec) -> Outcome: ...
+
+    async def stop(self, entry: Entry) -> None: ...
+
+    def adopt(self, entry: Entry, rc_path: Path) -> Entry: ...
 
 
 def job_mem_gb(cmd: RunCommand) -> float:
@@ -46,81 +59,30 @@ def oom_reason(cmd: RunCommand, node: NodeSpec) -> str | None:
 
 
 class SimRunner:
-    """Sleeps ``runtime_s × (1 − progress)`` Mosaic seconds; an over-memory job fails early."""
+    """Sleeps until ``started_at + runtime_s × (1 − progress)`` on the Mosaic clock; an
+    over-memory job fails ``OOM_AFTER_S`` after its start.
+
+    Deadlines are counted from the journaled start, not from when ``wait`` is called, so a
+    restarted executor resuming the attempt ends it when an uninterrupted one would have."""
+
+    outlives_executor = False
 
     def __init__(self, clock: Clock) -> None:
         self.clock = clock
 
-    async def run(self, cmd: RunCommand, node: NodeSpec) -> Outcome:
+    async def start(self, entry: Entry, node: NodeSpec, rc_path: Path) -> Launch | None:
+        return None
+
+    async def wait(self, entry: Entry, node: NodeSpec) -> Outcome:
+        cmd = entry.cmd
         remaining_s = max(0.0, cmd.runtime_s * (1.0 - cmd.progress))
         reason = oom_reason(cmd, node)
-        if reason is not None:
-            await self.clock.sleep(min(OOM_AFTER_S, remaining_s))
-            return Outcome(False, reason)
-        await self.clock.sleep(remaining_s)
-        return Outcome(True)
+        run_s = remaining_s if reason is None else min(OOM_AFTER_S, remaining_s)
+        await self.clock.sleep(entry.started_at + run_s - self.clock.now())
+        return Outcome(True) if reason is None else Outcome(False, reason)
 
+    async def stop(self, entry: Entry) -> None:
+        return None
 
-class LocalRunner:
-    """Runs ``spec.command`` in a shell with ``CUDA_VISIBLE_DEVICES`` = the allocated GPUs.
-
-    Output goes to ``<log_dir>/<job>-<attempt>.log``; a non-zero exit fails the job with the last
-    line of that log in the reason. Cancellation (kill, checkpoint, shutdown) terminates the
-    process group: SIGTERM, then SIGKILL after ``KILL_GRACE_S``.
-    """
-
-    def __init__(self, log_dir: Path) -> None:
-        self.log_dir = log_dir
-
-    async def run(self, cmd: RunCommand, node: NodeSpec) -> Outcome:
-        alloc = cmd.allocation
-        spec = alloc.spec
-        if spec is None or not spec.command:
-            return Outcome(False, "local mode: the job has no command to run")
-        self.log_dir.mkdir(parents=True, exist_ok=True)
-        log_path = self.log_dir / f"{alloc.job_id}-{alloc.attempt}.log"
-        env = dict(os.environ)
-        env.update(
-            CUDA_VISIBLE_DEVICES=",".join(str(i) for i in alloc.gpu_indices),
-            MOSAIC_JOB_ID=alloc.job_id,
-            MOSAIC_ATTEMPT=str(alloc.attempt),
-            MOSAIC_PROGRESS=repr(cmd.progress),
-            MOSAIC_NODE=node.id,
-        )
-        with open(log_path, "ab") as log:
-            proc = await asyncio.create_subprocess_shell(
-                spec.command,
-                stdout=log,
-                stderr=asyncio.subprocess.STDOUT,
-                env=env,
-                start_new_session=True,  # its own process group, so we can stop all of it
-            )
-            try:
-                rc = await proc.wait()
-            except asyncio.CancelledError:
-                await _terminate(proc)
-                raise
-        if rc == 0:
-            return Outcome(True)
-        return Outcome(False, f"exit code {rc}: {_last_line(log_path)}".rstrip(": "))
-
-
-async def _terminate(proc: asyncio.subprocess.Process) -> None:
-    if proc.returncode is not None:
-        return
-    with contextlib.suppress(ProcessLookupError):
-        os.killpg(proc.pid, signal.SIGTERM)
-    try:
-        await asyncio.wait_for(asyncio.shield(proc.wait()), KILL_GRACE_S)
-    except TimeoutError:
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(proc.pid, signal.SIGKILL)
-        await proc.wait()
-
-
-def _last_line(path: Path, max_chars: int = 300) -> str:
-    try:
-        lines = path.read_bytes()[-4096:].decode(errors="replace").strip().splitlines()
-    except OSError:
-        return ""
-    return lines[-1][:max_chars] if lines else ""
+    def adopt(self, entry: Entry, rc_path: Path) -> Entry:
+        return entry

@@ -16,7 +16,7 @@ import msgspec
 from libs.policy.placement import never_fits as policy_never_fits
 from proto.jobs import JobSpec
 from proto.nodes import NodeSpec
-from proto.validation import FieldError, JobRejected, decode_job, validate_job
+from proto.validation import FieldError, JobRejected, decode_fields, decode_job, validate_job
 
 # The first word of a ``never_fits`` reason -> the JobSpec field it is about.
 _REASON_FIELD = {
@@ -26,6 +26,7 @@ _REASON_FIELD = {
     "HostMemory": "host_mem_gb",
     "Cpus": "cpus",
 }
+_NO_ID = (None, msgspec.Raw(b"null"), msgspec.Raw(b'""'))
 
 
 def new_job_id() -> str:
@@ -36,19 +37,18 @@ def new_job_id() -> str:
 def parse(body: bytes, *, now: float) -> JobSpec:
     """Decode the body, assign an id when it has none, stamp ``submit_time`` = ``now``.
 
-    Raises ``JobRejected`` for malformed JSON, a body that is not an object, or a field of the
-    wrong type.
+    Raises ``JobRejected`` for malformed JSON, a body that is not an object, an unknown field
+    (``{"gpu": 4}`` is a typo, not a 1-GPU job) or a field of the wrong type. The top level is
+    split without decoding the values (``proto.validation.decode_fields``), so the id and the
+    time are set without a generic decode of whatever the producer nested inside.
     """
-    try:
-        raw = msgspec.json.decode(body) if body.strip() else None
-    except msgspec.DecodeError as exc:
-        raise JobRejected([FieldError("body", f"not valid JSON: {exc}")]) from None
-    if not isinstance(raw, dict):
-        raise JobRejected([FieldError("body", "must be a JSON object (a JobSpec)")])
-    if raw.get("id") in (None, ""):
-        raw["id"] = new_job_id()
-    raw["submit_time"] = now  # the gateway's clock, whatever the producer sent
-    return decode_job(msgspec.json.encode(raw))
+    if not body.strip():
+        raise JobRejected([FieldError("body", "must be a JSON object (a JobSpec), got nothing")])
+    fields = decode_fields(body)
+    if fields.get("id") in _NO_ID:
+        fields["id"] = msgspec.Raw(msgspec.json.encode(new_job_id()))
+    fields["submit_time"] = msgspec.Raw(msgspec.json.encode(now))  # the gateway's clock
+    return decode_job(msgspec.json.encode(fields))
 
 
 def admit(spec: JobSpec, *, now: float, nodes: Sequence[NodeSpec]) -> list[FieldError]:

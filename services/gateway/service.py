@@ -1,9 +1,12 @@
 """Wiring of the gateway: bus subscriptions that feed the read models, the two publishes it owns,
 and the HTTP server.
 
-Why the read model is rebuilt from the stream on every start (an ordered, ephemeral consumer,
-no durable): the gateway must be killable at any moment and come back with the same view
-(rule 4); replaying LIFECYCLE is that guarantee, and it costs nothing to keep in sync.
+Why the read models are rebuilt from the streams on every start (an ephemeral consumer, no
+durable): the gateway must be killable at any moment and come back with the same view (rule 4).
+Why from a snapshot: a replay from the first message grows with the cluster's history and, once
+streams have retention, misses what aged out; so the jobs and decisions models are saved to the
+Object Store every ``every_events`` events or ``every_s`` seconds and on a clean stop
+(``libs.bus.snapshot``), and a start loads them and replays only what came after.
 """
 
 from __future__ import annotations
@@ -11,73 +14,205 @@ from __future__ import annotations
 import argparse
 import asyncio
 import os
+from dataclasses import dataclass
 from typing import Any
 
 from aiohttp import web
 
+from libs.bus.runtime import env_float
+from libs.bus.snapshot import (
+    DEFAULT_EVERY_EVENTS,
+    DEFAULT_EVERY_S,
+    SnapshotStore,
+    Snapshotter,
+    ensure_snapshot_bucket,
+)
 from proto import subjects
 from proto.decisions import Decision
 from proto.events import LifecycleEvent, Submitted
 from proto.jobs import CancelRequest, JobSpec
 from proto.ledger import Allocation
 from proto.nodes import NodeSpec, TelemetrySample
+from proto.tenants import TenantRecord
 from proto.views import JobView
-from services.gateway.api import build_app
+from services.gateway.api import GUARD_KEY, build_app
+from services.gateway.auth import AuthConfigError, Authenticator, load_admin_token
 from services.gateway.decisions_view import DecisionsModel
-from services.gateway.jobs_view import JobsModel
+from services.gateway.httpserver import (
+    BODY_TIMEOUT_S,
+    HEADER_TIMEOUT_S,
+    GatewayRunner,
+    HttpTimeouts,
+)
+from services.gateway.jobs_view import (
+    DEFAULT_KEEP_EVENTS,
+    DEFAULT_MAX_FINISHED,
+    DEFAULT_RETENTION_S,
+    JobsModel,
+)
 from services.gateway.nodes_view import NodesModel
 
 SERVICE = "gateway"
 DEFAULT_HTTP_PORT = 8080
 REPLAY_WAIT_S = 30.0  # serve anyway after this long, with a warning: better late than down
 DUPLICATE_WAIT_S = 2.0  # how long a duplicate submit waits for the read model to show the job
+SNAPSHOT_JOBS = f"{SERVICE}.jobs"  # object names in the snapshots bucket
+SNAPSHOT_DECISIONS = f"{SERVICE}.decisions"
+
+
+@dataclass(frozen=True)
+class ReadModelConfig:
+    """How the read models are bounded and snapshotted (defaults: see the constants' modules).
+
+    Environment: MOSAIC_SNAPSHOTS (0 = off), MOSAIC_SNAPSHOT_EVERY_EVENTS,
+    MOSAIC_SNAPSHOT_EVERY_S, MOSAIC_JOB_EVENTS_KEPT, MOSAIC_JOB_RETENTION_S,
+    MOSAIC_JOB_RETENTION_MAX."""
+
+    snapshots: bool = True
+    every_events: int = DEFAULT_EVERY_EVENTS
+    every_s: float = DEFAULT_EVERY_S
+    keep_events: int = DEFAULT_KEEP_EVENTS
+    retention_s: float = DEFAULT_RETENTION_S
+    max_finished: int = DEFAULT_MAX_FINISHED
+
+    @classmethod
+    def from_env(cls) -> ReadModelConfig:
+        return cls(
+            snapshots=os.environ.get("MOSAIC_SNAPSHOTS", "1") not in ("0", "false", "no"),
+            every_events=int(env_float("MOSAIC_SNAPSHOT_EVERY_EVENTS", str(DEFAULT_EVERY_EVENTS))),
+            every_s=env_float("MOSAIC_SNAPSHOT_EVERY_S", str(DEFAULT_EVERY_S)),
+            keep_events=int(env_float("MOSAIC_JOB_EVENTS_KEPT", str(DEFAULT_KEEP_EVENTS))),
+            retention_s=env_float("MOSAIC_JOB_RETENTION_S", str(DEFAULT_RETENTION_S)),
+            max_finished=int(env_float("MOSAIC_JOB_RETENTION_MAX", str(DEFAULT_MAX_FINISHED))),
+        )
 
 
 class Gateway:
     """The bus side of the gateway: read models in, ``jobs.submit``/``jobs.cancel`` out."""
 
-    def __init__(self, bus: Any, clock: Any, log: Any, tracer: Any) -> None:
+    def __init__(
+        self,
+        bus: Any,
+        clock: Any,
+        log: Any,
+        tracer: Any,
+        auth: Authenticator,
+        config: ReadModelConfig | None = None,
+    ) -> None:
         self.bus = bus
         self.clock = clock
         self.log = log
         self.tracer = tracer
-        self.jobs = JobsModel()
+        self.auth = auth
+        self.tenants_kv: Any = None
+        self.config = config or ReadModelConfig()
+        self.jobs = JobsModel(
+            keep_events=self.config.keep_events,
+            retention_s=self.config.retention_s,
+            max_finished=self.config.max_finished,
+        )
         self.nodes = NodesModel()
         self.decisions = DecisionsModel()
+        self.jobs.on_expire = self.decisions.forget
+        self.events_handled = 0  # LIFECYCLE messages handled since start (not our own echoes)
+        self.decisions_handled = 0
         self._lifecycle: Any = None
+        self.snapshotters: dict[str, Snapshotter] = {}
 
     async def start(self) -> None:
-        """Subscribe everything the read models need. Idempotent topology first."""
+        """Restore the read models from their snapshots, then subscribe everything they need
+        (from the message after each snapshot). Idempotent topology first."""
         await self.bus.ensure_topology()
-        self._lifecycle = await self.bus.consume(
+        snapshots = self.config.snapshots
+        if snapshots:
+            try:
+                await ensure_snapshot_bucket(self.bus)
+            except Exception as exc:  # e.g. no permission: serve from a full replay anyway
+                self.log.warning("snapshots_unavailable", error=repr(exc))
+                snapshots = False
+        self._lifecycle = await self._follow(
+            SNAPSHOT_JOBS,
             subjects.STREAM_LIFECYCLE,
             subjects.STREAM_LIFECYCLE_SUBJECTS[0],
             LifecycleEvent,
             self._on_event,
-            durable=None,
-            deliver_all=True,
+            self.jobs,
+            snapshots,
         )
-        await self.bus.consume(
+        await self._follow(
+            SNAPSHOT_DECISIONS,
             subjects.STREAM_DECISIONS,
             subjects.STREAM_DECISIONS_SUBJECTS[0],
             Decision,
             self._on_decision,
-            durable=None,
-            deliver_all=True,
+            self.decisions,
+            snapshots,
         )
+        self.jobs.expire(self.clock.now())
         nodes_kv = await self.bus.kv(subjects.KV_NODES, NodeSpec)
         await nodes_kv.watch(self._on_node)
         ledger_kv = await self.bus.kv(subjects.KV_LEDGER, Allocation)
         await ledger_kv.watch(self._on_allocation)
         await self.bus.subscribe(subjects.TELEMETRY_ALL, TelemetrySample, self._on_sample)
+        # tenants before serving: a token issued before a restart must work on the first request
+        self.tenants_kv = await self.bus.kv(subjects.KV_TENANTS, TenantRecord)
+        await self.tenants_kv.watch(self._on_tenant)
+
+    async def _follow(
+        self,
+        key: str,
+        stream: str,
+        subject: str,
+        type_: Any,
+        handler: Any,
+        model: Any,
+        snapshots: bool,
+    ) -> Any:
+        """Consume all of ``stream`` into ``model``, from its snapshot on when there is one."""
+        start_seq = None
+        store = SnapshotStore(self.bus, key, stream)
+        if snapshots:
+            restored = await store.restore(model.load)
+            start_seq = restored.start_seq
+        consumer = await self.bus.consume(
+            stream,
+            subject,
+            type_,
+            handler,
+            durable=None,
+            deliver_all=True,
+            opt_start_seq=start_seq,
+        )
+        if snapshots:
+            self.snapshotters[key] = Snapshotter(
+                store,
+                consumer,
+                model.encode,
+                every_events=self.config.every_events,
+                every_s=self.config.every_s,
+                saved_seq=(start_seq or 1) - 1,
+            ).start()
+        return consumer
+
+    async def stop(self) -> None:
+        """A clean stop: save each read model once more, so the next start replays nothing."""
+        for snapshotter in self.snapshotters.values():
+            await snapshotter.stop(final=True)
 
     # --- inputs ------------------------------------------------------------------------------
 
     async def _on_event(self, event: LifecycleEvent) -> None:
+        self.events_handled += 1
         self.jobs.apply(event)
+        self.jobs.expire(self.clock.now())
+        if (s := self.snapshotters.get(SNAPSHOT_JOBS)) is not None:
+            s.note()
 
     async def _on_decision(self, decision: Decision) -> None:
+        self.decisions_handled += 1
         self.decisions.apply(decision)
+        if (s := self.snapshotters.get(SNAPSHOT_DECISIONS)) is not None:
+            s.note()
 
     async def _on_node(self, node_id: str, spec: NodeSpec | None) -> None:
         self.nodes.put_spec(node_id, spec)
@@ -87,6 +222,9 @@ class Gateway:
 
     async def _on_sample(self, sample: TelemetrySample) -> None:
         self.nodes.put_sample(sample)
+
+    async def _on_tenant(self, name: str, record: TenantRecord | None) -> None:
+        self.auth.put(name, record)
 
     # --- outputs -----------------------------------------------------------------------------
 
@@ -146,10 +284,22 @@ class Gateway:
         return True
 
 
-async def serve(gw: Gateway, host: str, port: int) -> web.AppRunner:
-    """Start the HTTP server; the caller cleans the runner up on shutdown."""
-    runner = web.AppRunner(build_app(gw), access_log=None)
+async def serve(
+    gw: Gateway, host: str, port: int, timeouts: HttpTimeouts | None = None
+) -> web.AppRunner:
+    """Start the HTTP server; the caller cleans the runner up on shutdown.
+
+    Slow clients are cut off (``services.gateway.httpserver``): a connection without a full
+    request head for ``timeouts.header_s`` is closed, and so is one idle that long between
+    requests (aiohttp's keep-alive timer, set to the same, is the second line of it); what
+    the HTTP parser refuses is answered in JSON (``GatewayRunner``).
+    """
+    timeouts = timeouts or HttpTimeouts()
+    app = build_app(gw, timeouts)
+    runner = GatewayRunner(app, access_log=None, keepalive_timeout=timeouts.header_s)
     await runner.setup()
+    assert runner.server is not None
+    app[GUARD_KEY].watch(runner.server)
     await web.TCPSite(runner, host, port).start()
     return runner
 
@@ -169,7 +319,46 @@ def add_http_args(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
     parser.add_argument(
         "--http-port", type=int, default=port, help="HTTP port (env MOSAIC_HTTP_PORT)"
     )
+    parser.add_argument(
+        "--admin-token-file",
+        default=os.environ.get("MOSAIC_ADMIN_TOKEN_FILE") or None,
+        help="file holding the admin bearer token (env MOSAIC_ADMIN_TOKEN_FILE)",
+    )
+    parser.add_argument(
+        "--insecure-no-auth",
+        action="store_true",
+        default=os.environ.get("MOSAIC_INSECURE_NO_AUTH") == "1",
+        help="no admin token: every caller is the admin (env MOSAIC_INSECURE_NO_AUTH=1)",
+    )
+    parser.add_argument(
+        "--http-header-timeout-s",
+        type=float,
+        default=HEADER_TIMEOUT_S,
+        help="close a connection without a full request head (or idle) this long",
+    )
+    parser.add_argument(
+        "--http-body-timeout-s",
+        type=float,
+        default=BODY_TIMEOUT_S,
+        help="answer 408 to a request whose body has not arrived within this",
+    )
     return parser
+
+
+def authenticator(args: Any, log: Any) -> Authenticator:
+    """The admin token from ``--admin-token-file``; without one the gateway refuses to start
+    unless ``--insecure-no-auth`` says so explicitly (fail closed: a forgotten flag must not
+    open the API to anyone who can reach it)."""
+    path = getattr(args, "admin_token_file", None) or os.environ.get("MOSAIC_ADMIN_TOKEN_FILE")
+    if path:
+        return Authenticator(load_admin_token(path))
+    if getattr(args, "insecure_no_auth", False):
+        log.warning("http_auth_disabled", note="--insecure-no-auth: every caller is the admin")
+        return Authenticator(admin_token=None)
+    raise AuthConfigError(
+        "no admin token: pass --admin-token-file (env MOSAIC_ADMIN_TOKEN_FILE), which `mosaic up`"
+        " writes to DATA_DIR/credentials/admin.token, or --insecure-no-auth"
+    )
 
 
 async def main(ctx: Any) -> None:
@@ -177,14 +366,25 @@ async def main(ctx: Any) -> None:
     host = getattr(ctx.args, "http_host", None) or os.environ.get("MOSAIC_HTTP_HOST", "127.0.0.1")
     port = getattr(ctx.args, "http_port", None)
     port = DEFAULT_HTTP_PORT if port is None else port
-    gw = Gateway(ctx.bus, ctx.clock, ctx.log, ctx.tracer)
+    try:
+        auth = authenticator(ctx.args, ctx.log)
+    except AuthConfigError as exc:
+        ctx.log.error("http_auth_config", error=str(exc))
+        raise
+    config = getattr(ctx.args, "read_models", None) or ReadModelConfig.from_env()
+    gw = Gateway(ctx.bus, ctx.clock, ctx.log, ctx.tracer, auth, config)
     await gw.start()
     if not await gw.wait_caught_up(REPLAY_WAIT_S):
         ctx.log.warning("lifecycle_replay_slow", jobs=len(gw.jobs), waited_s=REPLAY_WAIT_S)
     ctx.log.info("read_model_ready", jobs=len(gw.jobs), nodes=len(gw.nodes.specs))
-    runner = await serve(gw, host, port)
+    timeouts = HttpTimeouts(
+        header_s=getattr(ctx.args, "http_header_timeout_s", None) or HEADER_TIMEOUT_S,
+        body_s=getattr(ctx.args, "http_body_timeout_s", None) or BODY_TIMEOUT_S,
+    )
+    runner = await serve(gw, host, port, timeouts)
     ctx.log.info("gateway_listening", url=f"http://{host}:{port}/")
     try:
         await ctx.stop.wait()
     finally:
         await runner.cleanup()
+        await gw.stop()

@@ -11,6 +11,8 @@ from services.placer.service import main
 def _validate(args: argparse.Namespace) -> None:
     if args.lease_ttl_s <= 0 or args.tick_s <= 0 or args.debounce_s < 0 or args.settle_s < 0:
         raise ValueError("--lease-ttl-s and --tick-s must be > 0, --debounce-s/--settle-s >= 0")
+    if args.lost_after_reports < 1 or args.down_after_intervals <= 0:
+        raise ValueError("--lost-after-reports must be >= 1, --down-after-intervals > 0")
 
 
 if __name__ == "__main__":
@@ -35,6 +37,18 @@ if __name__ == "__main__":
         type=float,
         default=env_float("MOSAIC_PLACER_SETTLE_S", "2"),
         help="node set unchanged this long before refusing a job no node can hold",
+    )
+    parser.add_argument(
+        "--lost-after-reports",
+        type=int,
+        default=int(env_float("MOSAIC_PLACER_LOST_AFTER_REPORTS", "3")),
+        help="requeue a started job after this many reports of its node omit it",
+    )
+    parser.add_argument(
+        "--down-after-intervals",
+        type=float,
+        default=env_float("MOSAIC_PLACER_DOWN_AFTER_INTERVALS", "3"),
+        help="a node silent for this many report intervals is down (its jobs requeued)",
     )
     parser.add_argument("--holder", default="", help="lease holder id (default host-pid-random)")
     run_service("placer", main, parser=parser, validate=_validate)

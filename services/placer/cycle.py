@@ -3,6 +3,11 @@ commit, refuse and explain out. The service commits it; this module does no I/O.
 
 Why a separate step: the decision must be the simulator's (``libs.policy.scheduler.schedule``)
 and must be testable without NATS; the shell only adds create/compare-and-set and messages.
+
+What reaches a cycle came over the bus (the ranked queue, the lifecycle stream), a trust
+boundary (rule 6): each job's spec is re-checked with ``proto.validation.revalidate_spec``
+first, and an unsound one is refused with the reasons instead of reaching the policy, where a
+``gpus`` of -1 made every cycle raise.
 """
 
 from __future__ import annotations
@@ -22,6 +27,9 @@ from proto.decisions import CandidateScore
 from proto.jobs import JobSpec
 from proto.ledger import Allocation
 from proto.nodes import NodeSpec
+from proto.validation import describe, revalidate_spec
+
+INVALID = "invalid job"  # the start of the reason of a refusal by revalidate_spec
 
 
 @dataclass(frozen=True)
@@ -112,6 +120,10 @@ def plan_cycle(
     refuse: list[Refuse] = []
     todo: list[PendingJob] = []
     for job in pending:
+        errors = revalidate_spec(job.spec)
+        if errors:
+            refuse.append(Refuse(job.spec, f"{INVALID}: {describe(errors)}"))
+            continue
         why = never_fits(job.spec, nodes) if refuse_never_fits and nodes else None
         if why is None:
             todo.append(job)

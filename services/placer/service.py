@@ -3,19 +3,17 @@
 Every replica follows the lifecycle stream (so a standby is warm); only the lease holder reads
 the ranked queue, commits allocations (``create``: a key that exists was placed already, which is
 what makes a restart safe), frees the allocations of ended or preempted jobs, handles cancels and,
-on taking over, resends what a crashed predecessor may have left half done.
+on taking over, resends what a crashed predecessor may have left half done. Every replica also
+follows the executors' reports; the active one requeues allocations no node runs any more and
+cordons nodes that stopped reporting (``nodewatch``, ``reconcile``). The lease loop lives in
+``leadership``, the outgoing messages in ``announce``.
 """
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import contextlib
-import os
-import socket
 import time
-import uuid
-from dataclasses import dataclass
 
 from opentelemetry import trace
 from prometheus_client import Counter, Gauge, Histogram
@@ -26,6 +24,7 @@ from libs.bus.lease import Lease, LeaseRecord
 from libs.bus.replay import wait_caught_up
 from libs.bus.runtime import ServiceContext
 from libs.clock import Clock
+from libs.obs.health import Heartbeat
 from libs.obs.tracing import span_trace_id
 from libs.policy.cadence import BackfillCadence
 from libs.policy.config import PolicyConfig
@@ -33,22 +32,26 @@ from libs.policy.profiles import ProfileTable
 from libs.policy.types import PendingJob
 from libs.policy.warmup import warm_up
 from proto import subjects
-from proto.commands import KillCommand, RunCommand
 from proto.decisions import Decision, RankedQueue
-from proto.events import Cancelled, Failed, LifecycleEvent, Placed, Preempted, is_terminal
+from proto.events import LifecycleEvent, Preempted, is_terminal
 from proto.jobs import CancelRequest
 from proto.ledger import Allocation
-from proto.nodes import NodeSpec, TelemetrySample
-from services.placer.cycle import Assign, Refuse, plan_cycle
+from proto.nodes import ExecutorReport, NodeSpec, TelemetrySample
+from proto.validation import describe
+from services.placer.announce import SERVICE, Announcer
+from services.placer.cancels import Cancels
+from services.placer.cycle import INVALID, Assign, Refuse, plan_cycle
+from services.placer.leadership import Leadership
+from services.placer.nodewatch import NodeWatch
+from services.placer.reconcile import Reconciler
+from services.placer.settings import PlacerSettings, settings_from_args
 from services.placer.tracker import JobTracker
 
-SERVICE = "placer"
 LEASE_NAME = "placer"
 
 ACTIVE = Gauge("mosaic_placer_active", "1 while this replica holds the placer lease.")
 LEDGER_SIZE = Gauge("mosaic_placer_ledger_allocations", "Allocations in the ledger.")
 PLACED = Counter("mosaic_placer_placements_total", "Allocations committed.")
-REFUSED = Counter("mosaic_placer_refusals_total", "Jobs failed because no node can hold them.")
 CYCLE_SECONDS = Histogram(
     "mosaic_placer_cycle_seconds",
     "Wall seconds of one placement cycle (decision and commits).",
@@ -56,19 +59,7 @@ CYCLE_SECONDS = Histogram(
 )
 
 
-@dataclass(frozen=True)
-class PlacerSettings:
-    lease_ttl_s: float = 5.0  # a crashed active is replaced after at most this (wall s)
-    tick_s: float = 2.0  # a cycle at least this often (wall s), even without a trigger
-    debounce_s: float = 0.05  # triggers within this window make one cycle
-    settle_s: float = 2.0  # the node set must be unchanged this long before a never-fits refusal
-    holder: str = ""
-
-    def holder_id(self) -> str:
-        return self.holder or f"{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:6]}"
-
-
-class Placer:
+class Placer(Announcer, NodeWatch, Cancels):
     def __init__(
         self,
         bus: Bus,
@@ -93,6 +84,7 @@ class Placer:
         self.nodes: dict[str, NodeSpec] = {}
         self.temps: dict[str, float] = {}
         self.ended_here: set[str] = set()  # Failed/Cancelled we published, before they echo back
+        self.cancelling: set[str] = set()  # running jobs we sent a kill for
         self.waiting: dict[str, str] = {}  # job -> why it waits (Slurm-style reason), last cycle
         # backfill below a blocked head at most every policy.backfill_interval_s (policy time),
         # the same cadence the simulator keeps; cycles run every tick_s, so it comes round
@@ -106,7 +98,11 @@ class Placer:
         self.placed_count = 0  # commits by this replica (tests and logs)
         self._unannounced: set[str] = set()  # committed, but Placed/run not yet published
         self.lease: Lease | None = None
+        self.leadership: Leadership | None = None
         self._warming: asyncio.Task | None = None
+        self.reconciler = Reconciler(self.settings.reconcile, now=time.monotonic())
+        self._told_stale: set[tuple[str, int]] = set()
+        self.heartbeat = Heartbeat("placer cycle loop", self.settings.wedged_after_s)
 
     # --- start-up --------------------------------------------------------------------------
     def _warmed(self, task: asyncio.Task) -> None:
@@ -127,9 +123,11 @@ class Placer:
         self.lease = Lease(
             leases_kv, LEASE_NAME, self.holder, self.settings.lease_ttl_s, on_lost=self._on_lost
         )
-        self.nodes = {k: e.value for k, e in (await nodes_kv.items()).items()}
-        await nodes_kv.watch(self._on_node, include_current=False)
+        # one watch delivers the current nodes, then every change: no gap between a snapshot
+        # and the updates in which a node could vanish unseen
+        await nodes_kv.watch(self._on_node)
         await self.bus.subscribe(subjects.TELEMETRY_ALL, TelemetrySample, self._on_telemetry)
+        await self.bus.subscribe(subjects.EXECUTOR_REPORTS_ALL, ExecutorReport, self._on_report)
         await self.bus.subscribe(subjects.QUEUE_UPDATED, RankedQueue, self._on_poke)
         self._lifecycle = await self.bus.consume(
             subjects.STREAM_LIFECYCLE,
@@ -160,6 +158,9 @@ class Placer:
 
     async def _on_event(self, ev: LifecycleEvent) -> None:
         self.tracker.apply(ev)
+        self.reconciler.on_event(ev, time.monotonic())
+        if is_terminal(ev):
+            self.cancelling.discard(ev.job_id)
         if (is_terminal(ev) or isinstance(ev, Preempted)) and ev.job_id in self.ledger:
             self._kick.set()  # resources to free (the cycle does it, under the lock)
 
@@ -173,35 +174,6 @@ class Placer:
         ACTIVE.set(0)
         self.log.warning("placer_standby", reason="lease lost")
 
-    async def _lease_loop(self, stop: asyncio.Event) -> None:
-        assert self.lease is not None
-        while not stop.is_set():
-            got = asyncio.create_task(self.lease.acquire())
-            halt = asyncio.create_task(stop.wait())
-            await asyncio.wait({got, halt}, return_when=asyncio.FIRST_COMPLETED)
-            halt.cancel()
-            if not got.done():
-                got.cancel()
-                with contextlib.suppress(asyncio.CancelledError):
-                    await got
-                return
-            got.result()
-            try:
-                await self._take_over()
-            except asyncio.CancelledError:
-                raise
-            except Exception as exc:
-                self.log.exception("takeover_failed", error=repr(exc))
-                await self._step_down()
-                await asyncio.sleep(self.settings.lease_ttl_s / 3)
-                continue
-            lost = asyncio.create_task(self.lease.lost.wait())
-            halt = asyncio.create_task(stop.wait())
-            await asyncio.wait({lost, halt}, return_when=asyncio.FIRST_COMPLETED)
-            lost.cancel()
-            halt.cancel()
-            await self._step_down()
-
     async def _take_over(self) -> None:
         """Become active: catch up, load the ledger, finish what the last holder left."""
         await self._catch_up()
@@ -212,9 +184,12 @@ class Placer:
             ACTIVE.set(1)
             await self._free_ended()
             resent = 0
+            down = self.down_nodes()
             for job, alloc in list(self.ledger.items()):
                 if job in self._unannounced or not self.tracker.placed_seen(job, alloc.attempt):
                     await self._publish_placed(alloc)
+                if alloc.node in down:
+                    continue  # the first cycle requeues it
                 if not self.tracker.started_seen(job, alloc.attempt):
                     await self._publish_run(alloc)
                     resent += 1
@@ -239,10 +214,19 @@ class Placer:
 
     # --- the cycle -------------------------------------------------------------------------
     async def run(self, stop: asyncio.Event) -> None:
-        """Hold or wait for the lease and run cycles until ``stop``; then hand the lease back."""
-        lease_task = asyncio.create_task(self._lease_loop(stop), name="placer:lease")
+        """Hold or wait for the lease and run cycles until ``stop``; then hand the lease back.
+
+        The lease task and this loop are health checks: a dead lease task or a loop that made
+        no turn for ``wedged_after_s`` turns ``/healthz`` 503, so a supervisor restarts us."""
+        assert self.lease is not None
+        self.leadership = Leadership(self.lease, self._take_over, self._step_down, self.log)
+        lease_task = self.leadership.start(stop)
+        health = self.bus.health
+        health.register("placer_lease", self.leadership.check)
+        health.register("placer_cycle", self.heartbeat.check)
         try:
             while not stop.is_set():
+                self.heartbeat.beat()
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(self._kick.wait(), timeout=self.settings.tick_s)
                 if stop.is_set():
@@ -258,14 +242,19 @@ class Placer:
                 except Exception as exc:  # NATS hiccup: the next trigger or tick retries
                     self.log.exception("cycle_failed", error=repr(exc))
                     await asyncio.sleep(0.5)
+        except BaseException as exc:
+            self.heartbeat.dead(repr(exc))
+            raise
         finally:
+            if stop.is_set():  # a clean stop is not a failure; a crash stays reported
+                health.unregister("placer_lease")
+                health.unregister("placer_cycle")
             lease_task.cancel()
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await lease_task
             await self._step_down()
-            if self.lease is not None:
-                with contextlib.suppress(Exception):
-                    await self.lease.release()
+            with contextlib.suppress(Exception):
+                await self.lease.release()
 
     async def cycle(self) -> int:
         """One placement cycle; returns how many jobs were placed."""
@@ -274,7 +263,12 @@ class Placer:
                 return 0
             t0 = time.perf_counter()
             await self._free_ended()
+            down = self.down_nodes()
+            await self._reconcile()
             await self._announce_unannounced()
+            for spec, errors in self.tracker.invalid_jobs():  # unsound Submitted: see tracker
+                if spec.id not in self.ended_here:
+                    await self._refuse(Refuse(spec, f"{INVALID}: {describe(errors)}"))
             entry = await self.queue_kv.get(subjects.KV_QUEUE_KEY)
             pending = self._pending(entry.value if entry else None)
             if not pending:
@@ -283,6 +277,8 @@ class Placer:
                 return 0
             settled = time.monotonic() - self._nodes_changed >= self.settings.settle_s
             now = self.clock.now()
+            # a down node stays in the view, cordoned: nothing lands on it, and a job only it
+            # could hold waits for it instead of being refused as never fitting
             plan = plan_cycle(
                 pending,
                 list(self.nodes.values()),
@@ -291,6 +287,7 @@ class Placer:
                 profiles=self.profiles,
                 cfg=self.policy,
                 temp_c=self.temps,
+                cordoned=down,
                 refuse_never_fits=settled,
                 backfill=self._cadence.take(now),
             )
@@ -326,32 +323,6 @@ class Placer:
                 )
             )
         return out
-
-    async def _explain_waiting(self) -> None:
-        """A ``wait`` Decision each time a job's reason to wait changes (not every cycle), so
-        ``mosaic explain`` can say why a job is pending without flooding the stream."""
-        now = self.clock.now()
-        news = {j: r for j, r in self.waiting.items() if self._told_waiting.get(j) != r}
-        for job in [j for j in self._told_waiting if j not in self.waiting]:
-            del self._told_waiting[job]
-        if not news:
-            return
-        await asyncio.gather(
-            *(
-                self.bus.publish(
-                    subjects.decisions(SERVICE),
-                    Decision(
-                        job_id=job,
-                        time=now,
-                        action="wait",
-                        service=SERVICE,
-                        reason=reason,
-                    ),
-                )
-                for job, reason in news.items()
-            )
-        )
-        self._told_waiting.update(news)
 
     async def _free_ended(self) -> None:
         """Delete the allocations of jobs that ended or whose attempt was preempted."""
@@ -405,105 +376,10 @@ class Placer:
             alloc = self.ledger.get(job)
             if alloc is not None and not self.tracker.holds_nothing(job, alloc.attempt):
                 await self._publish_placed(alloc)
-                if not self.tracker.started_seen(job, alloc.attempt):
+                down = alloc.node in self.reconciler.down
+                if not down and not self.tracker.started_seen(job, alloc.attempt):
                     await self._publish_run(alloc)
             self._unannounced.discard(job)
-
-    async def _refuse(self, r: Refuse) -> None:
-        job = r.spec.id
-        now = self.clock.now()
-        REFUSED.inc()
-        with self.tracer.start_as_current_span(
-            "placer.refuse", attributes={"job": job, "reason": r.reason}
-        ) as span:
-            await self.bus.publish(
-                subjects.lifecycle(job),
-                Failed(job_id=job, time=now, reason=r.reason),
-                msg_id=f"failed-{job}",
-            )
-            await self.bus.publish(
-                subjects.decisions(SERVICE),
-                Decision(
-                    job_id=job,
-                    time=now,
-                    action="refuse",
-                    service=SERVICE,
-                    reason=r.reason,
-                    filtered=r.filtered,
-                    trace_id=span_trace_id(span),
-                ),
-                msg_id=f"decision-refuse-{job}",
-            )
-        self.ended_here.add(job)
-        self.log.info("refused", job=job, reason=r.reason)
-
-    async def _publish_placed(self, alloc: Allocation) -> None:
-        ev = Placed(
-            job_id=alloc.job_id,
-            time=alloc.time,
-            node=alloc.node,
-            gpu_indices=alloc.gpu_indices,
-            gpu_share=alloc.gpu_share,
-            attempt=alloc.attempt,
-        )
-        await self.bus.publish(
-            subjects.lifecycle(alloc.job_id), ev, msg_id=f"placed-{alloc.job_id}-{alloc.attempt}"
-        )
-
-    async def _publish_run(
-        self, alloc: Allocation, runtime_s: float | None = None, progress: float | None = None
-    ) -> None:
-        if runtime_s is None:
-            node = self.nodes.get(alloc.node)
-            spec = alloc.spec
-            if node is None or spec is None:
-                self.log.error("cannot_resend_run", job=alloc.job_id, node=alloc.node)
-                return
-            runtime_s = self.profiles.covering([node]).runtime_s(spec, node.gpu_model)
-        if progress is None:
-            progress = self.tracker.progress.get(alloc.job_id, 0.0)
-        cmd = RunCommand(allocation=alloc, runtime_s=runtime_s, progress=progress)
-        await self.bus.publish(
-            subjects.node_command(alloc.node, "run"),
-            cmd,
-            msg_id=f"run-{alloc.job_id}-{alloc.attempt}",
-        )
-
-    # --- cancels ---------------------------------------------------------------------------
-    async def _on_cancel(self, req: CancelRequest) -> None:
-        async with self._lock:
-            job = req.job_id
-            if self.tracker.is_terminal(job) or job in self.ended_here:
-                return
-            alloc = self.ledger.get(job)
-            if alloc is not None:  # the executor stops it and answers Cancelled
-                await self.bus.publish(
-                    subjects.node_command(alloc.node, "kill"),
-                    KillCommand(job_id=job, reason=req.reason),
-                    msg_id=f"kill-{job}-{alloc.attempt}",
-                )
-                self.log.info("cancel_running", job=job, node=alloc.node)
-                return
-            if job not in self.tracker.specs:
-                self.log.warning("cancel_unknown_job", job=job)
-            await self.bus.publish(
-                subjects.lifecycle(job),
-                Cancelled(job_id=job, time=self.clock.now(), reason=req.reason),
-                msg_id=f"cancelled-{job}",
-            )
-            self.ended_here.add(job)
-            self.log.info("cancel_pending", job=job)
-
-
-def settings_from_args(args: argparse.Namespace) -> PlacerSettings:
-    d = PlacerSettings()
-    return PlacerSettings(
-        lease_ttl_s=getattr(args, "lease_ttl_s", d.lease_ttl_s),
-        tick_s=getattr(args, "tick_s", d.tick_s),
-        debounce_s=getattr(args, "debounce_s", d.debounce_s),
-        settle_s=getattr(args, "settle_s", d.settle_s),
-        holder=getattr(args, "holder", "") or "",
-    )
 
 
 async def main(ctx: ServiceContext) -> None:

@@ -19,13 +19,15 @@ from libs.bus.connection import Bus
 from libs.bus.replay import wait_caught_up
 from libs.bus.runtime import ServiceContext
 from libs.clock import Clock
+from libs.obs.health import Heartbeat
 from libs.policy.config import REGIMES, PolicyConfig
 from libs.policy.profiles import ProfileTable
 from proto import subjects
 from proto.decisions import RankedQueue
-from proto.events import LifecycleEvent, Queued
+from proto.events import LifecycleEvent, Queued, Submitted
 from proto.ledger import Allocation
 from proto.nodes import NodeSpec
+from proto.validation import FieldError, describe
 from services.scorer.pending import PendingSet
 from services.scorer.ranking import build_queue
 
@@ -40,6 +42,7 @@ class ScorerSettings:
     debounce_s: float = 0.1  # quiet time after a change before ranking
     max_delay_s: float = 1.0  # but never later than this after the first change
     rescore_s: float = 2.0  # wall seconds between rankings when nothing changes
+    wedged_after_s: float = 120.0  # /healthz 503 when the ranking loop made no turn this long
 
 
 class Scorer:
@@ -59,22 +62,24 @@ class Scorer:
         self.settings = settings or ScorerSettings()
         self.policy = policy or PolicyConfig.default()
         self.profiles = profiles or ProfileTable.default()
-        self.pending = PendingSet()
+        self.pending = PendingSet(on_invalid=self._on_invalid)
         self.nodes: dict[str, NodeSpec] = {}
         self.ledger: dict[str, Allocation] = {}
         self.last_queue: RankedQueue | None = None
         self._dirty = asyncio.Event()
         self._last_change = 0.0
+        self.heartbeat = Heartbeat("scorer ranking loop", self.settings.wedged_after_s)
 
     async def start(self) -> None:
         """Mirror nodes and ledger, replay the lifecycle stream, and wait until caught up."""
         self.queue_kv = await self.bus.kv(subjects.KV_QUEUE, RankedQueue)
         nodes_kv = await self.bus.kv(subjects.KV_NODES, NodeSpec)
         ledger_kv = await self.bus.kv(subjects.KV_LEDGER, Allocation)
-        self.nodes = {k: e.value for k, e in (await nodes_kv.items()).items()}
-        self.ledger = {k: e.value for k, e in (await ledger_kv.items()).items()}
-        await nodes_kv.watch(self._on_node, include_current=False)
-        await ledger_kv.watch(self._on_alloc, include_current=False)
+        # one watch per bucket delivers the current values and then every change: a snapshot
+        # followed by a separate watch would miss a key deleted in between, and the ranking
+        # would count a freed allocation as held ("double booking") until the next restart
+        await nodes_kv.watch(self._on_node)
+        await ledger_kv.watch(self._on_alloc)
         consumer = await self.bus.consume(
             subjects.STREAM_LIFECYCLE,
             f"{subjects.LIFECYCLE_PREFIX}.>",
@@ -85,6 +90,10 @@ class Scorer:
             self.log.warning("replay_incomplete", hint="ranking with what was replayed so far")
         self.log.info("replayed", pending=len(self.pending))
         self._dirty.set()
+
+    def _on_invalid(self, ev: Submitted, errors: list[FieldError]) -> None:
+        """Kept out of the queue; the placer publishes its Failed (services.scorer.pending)."""
+        self.log.warning("invalid_job_from_bus", job_id=ev.job_id, errors=describe(errors))
 
     async def _on_node(self, key: str, value: NodeSpec | None) -> None:
         if value is None:
@@ -104,9 +113,19 @@ class Scorer:
             self._dirty.set()
 
     async def run(self, stop: asyncio.Event) -> None:
-        """Rank after changes (debounced) and every ``rescore_s``, until ``stop``."""
+        """Rank after changes (debounced) and every ``rescore_s``, until ``stop``. The loop is a
+        health check: no turn for ``wedged_after_s`` (or its death) turns ``/healthz`` 503."""
+        self.bus.health.register("scorer_loop", self.heartbeat.check)
+        try:
+            await self._run(stop)
+        except BaseException as exc:
+            self.heartbeat.dead(repr(exc))
+            raise
+
+    async def _run(self, stop: asyncio.Event) -> None:
         s = self.settings
         while not stop.is_set():
+            self.heartbeat.beat()
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._dirty.wait(), timeout=s.rescore_s)
             if stop.is_set():

@@ -130,7 +130,7 @@ def test_malformed_and_invalid_input_is_400_with_reasons(
     # the raw HTTP answer is JSON with the reasons (not only what our client makes of it)
     req = urllib.request.Request(
         stack.gateway_url + "/v1/jobs", data=b"not json", method="POST",
-        headers={"Content-Type": "application/json"},
+        headers={"Content-Type": "application/json", "Authorization": f"Bearer {client.token}"},
     )  # fmt: skip
     with pytest.raises(urllib.error.HTTPError) as raw:
         urllib.request.urlopen(req, timeout=10)
@@ -186,6 +186,8 @@ def test_cli_against_the_real_stack(
 ) -> None:
     """submit (deadline on the stack's clock), queue, nodes, show, cancel, through `main`."""
     monkeypatch.setenv("MOSAIC_GATEWAY", stack.gateway_url)
+    monkeypatch.setenv("MOSAIC_DATA_DIR", str(stack.data_dir))  # the CLI finds the admin token
+    monkeypatch.delenv("MOSAIC_TOKEN", raising=False)
     for key, value in stack.clock.env().items():
         monkeypatch.setenv(key, value)
     args = ["submit", "--id", "cli-1", "--gpus", "2", "--gpu-mem", "40", "--mem", "64G",
@@ -218,6 +220,7 @@ def test_explain_says_where_and_why(
 ) -> None:
     """Rule 5: the placement decision, with the candidates and their score terms, is readable."""
     monkeypatch.setenv("MOSAIC_GATEWAY", stack.gateway_url)
+    monkeypatch.setenv("MOSAIC_TOKEN", client.token or "")
     client.submit(JobSpec(id="why-1", gpus=1, gpu_mem_gb=8, constraints=("t4",), est_runtime_s=120))
     wait_for(all_terminal(client, {"why-1"}), timeout_s=60, what="why-1", stack=stack)
     node = client.job("why-1").node

@@ -1,13 +1,18 @@
-"""The executor against a real nats-server: run, OOM, kill, checkpoint, duplicates, local mode."""
+"""The executor against a real nats-server: run, OOM, kill, checkpoint, duplicates, reports,
+local mode (as an unprivileged user, with a clean environment)."""
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import os
+import pwd
+import shutil
 import subprocess
 import sys
+import tempfile
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable, Iterator
 from pathlib import Path
 
 import msgspec
@@ -28,7 +33,7 @@ from proto.events import (
 )
 from proto.jobs import JobSpec
 from proto.ledger import Allocation
-from proto.nodes import NodeSpec
+from proto.nodes import ExecutorReport, NodeSpec
 from services.executor.service import main
 
 FACTOR = 1000.0  # 1 Mosaic hour = 3.6 wall seconds
@@ -98,11 +103,14 @@ class Harness:
 
 
 async def _start(
-    nats_url: str, mode: str, tmp_path: Path
+    nats_url: str, mode: str, tmp_path: Path, **flags: object
 ) -> tuple[asyncio.Task[int], asyncio.Event]:
     stop = asyncio.Event()
     args = argparse.Namespace(
-        mode=mode, node_spec=[msgspec.json.encode(T4).decode()], log_dir=str(tmp_path / "logs")
+        mode=mode,
+        node_spec=[msgspec.json.encode(T4).decode()],
+        log_dir=str(tmp_path / "logs"),
+        **flags,
     )
     task = asyncio.create_task(
         serve(
@@ -161,6 +169,23 @@ async def test_kill_cancels(sim: Harness) -> None:
     assert len(sim.of("k")) == 2  # no Completed after the Cancelled
 
 
+async def test_silent_stop_of_a_superseded_attempt_publishes_nothing(sim: Harness) -> None:
+    """The placer requeued attempt 1 while this node ran it unseen: a silent, attempt-scoped
+    kill stops it with no event (its end was published as the requeue); a silent kill naming
+    another attempt leaves the running one alone."""
+    await sim.run("s", runtime_s=36000)
+    await sim.wait("s", 1)
+    kill = subjects.node_command("t4-0", "kill")
+    await sim.bus.publish(kill, KillCommand(job_id="s", reason="x", attempt=2, silent=True))
+    await sim.bus.publish(kill, KillCommand(job_id="s", reason="x", attempt=1, silent=True))
+    await sim.run("after", runtime_s=100)  # commands are handled in order: s is stopped by now
+    await sim.wait("after", 2)
+    await sim.run("s", runtime_s=100, attempt=2)  # the requeued attempt runs and ends the job
+    events = await sim.wait("s", 3)
+    assert [type(e) for e in events] == [Started, Started, Completed]
+    assert [e.attempt for e in events if isinstance(e, Started)] == [1, 2]
+
+
 async def test_checkpoint_preempts_with_progress(sim: Harness) -> None:
     await sim.run("c", runtime_s=10_000)  # 10 wall s
     await sim.wait("c", 1)
@@ -184,6 +209,19 @@ async def test_duplicate_run_is_ignored(sim: Harness) -> None:
     assert events == sim.of("d")
 
 
+async def test_a_newer_attempt_supersedes_the_running_one(sim: Harness) -> None:
+    """The placer gave attempt 1 up (requeued it) while it still ran here: attempt 2 runs and
+    the job still ends once; a late copy of attempt 1's run is ignored."""
+    await sim.run("n", runtime_s=60_000)
+    await sim.wait("n", 1)
+    await sim.run("n", runtime_s=300, attempt=2)
+    events = await sim.wait("n", 3)
+    await sim.run("n", runtime_s=300, attempt=1)
+    await asyncio.sleep(0.5)
+    assert [type(e) for e in sim.of("n")] == [Started, Started, Completed]
+    assert [e.attempt for e in events[:2] if isinstance(e, Started)] == [1, 2]
+
+
 async def test_run_for_another_node_is_dead_lettered(sim: Harness) -> None:
     await sim.run("wrong", runtime_s=10, node="a100-0")
     await sim.run("right", runtime_s=10)
@@ -193,25 +231,32 @@ async def test_run_for_another_node_is_dead_lettered(sim: Harness) -> None:
     assert info.state.messages == 1
 
 
-async def test_local_mode_sets_cuda_visible_devices(nats_url: str, tmp_path: Path) -> None:
+@pytest.fixture
+def work_root() -> Iterator[Path]:
+    """Jobs' working directories, outside pytest's tmp_path (private to root, so a job run as
+    nobody could not reach a directory under it)."""
+    root = Path(tempfile.mkdtemp(prefix="mosaic-test-jobs-"))
+    root.chmod(0o711)
+    yield root
+    shutil.rmtree(root, ignore_errors=True)
+
+
+async def test_local_mode_sets_cuda_visible_devices(
+    nats_url: str, tmp_path: Path, work_root: Path
+) -> None:
     bus = await Bus.connect(nats_url, "test")
     await bus.ensure_topology()
     h = Harness(bus)
     await h.collect()
-    task, stop = await _start(nats_url, "local", tmp_path)
+    task, stop = await _start(nats_url, "local", tmp_path, work_root=str(work_root))
     try:
-        out = tmp_path / "env.txt"
-        ok = (
-            f"{sys.executable} -c \"import os; open({str(out)!r}, 'w')"
-            f".write(os.environ['CUDA_VISIBLE_DEVICES'])\""
-        )
+        ok = 'printf %s "$CUDA_VISIBLE_DEVICES" > "$HOME/env.txt"'
         await h.run("loc", runtime_s=1, command=ok, gpus=(1, 3))
         _, completed = await h.wait("loc", 2)
         assert isinstance(completed, Completed)
-        assert out.read_text() == "1,3"
+        assert (work_root / "loc-1" / "env.txt").read_text() == "1,3"
 
-        bad = f"{sys.executable} -c \"import sys; print('dataset missing'); sys.exit(3)\""
-        await h.run("bad", runtime_s=1, command=bad)
+        await h.run("bad", runtime_s=1, command="echo 'dataset missing'; exit 3")
         _, failed = await h.wait("bad", 2)
         assert isinstance(failed, Failed) and failed.reason == "exit code 3: dataset missing"
 
@@ -230,6 +275,80 @@ async def test_local_mode_sets_cuda_visible_devices(nats_url: str, tmp_path: Pat
         stop.set()
         assert await asyncio.wait_for(task, 15) == 0
         await bus.close()
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="switching users needs root")
+async def test_command_runs_as_nobody_without_the_executor_environment(
+    nats_url: str, tmp_path: Path, work_root: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("SECRET_X", "s3cret")
+    monkeypatch.setenv("MOSAIC_NATS_CREDS", "/etc/mosaic/executor.creds")
+    bus = await Bus.connect(nats_url, "test")
+    await bus.ensure_topology()
+    h = Harness(bus)
+    await h.collect()
+    task, stop = await _start(nats_url, "local", tmp_path, work_root=str(work_root))
+    try:
+        who = (
+            'id -u > "$HOME/uid"; id -G > "$HOME/groups"; pwd > "$HOME/cwd"; '
+            'echo "${SECRET_X-unset} ${MOSAIC_NATS_CREDS-unset} $PATH" > "$HOME/env"; '
+            "echo to-the-log"
+        )
+        await h.run("who", runtime_s=1, command=who)
+        _, completed = await h.wait("who", 2)
+        assert isinstance(completed, Completed), completed
+        home = work_root / "who-1"
+        nobody = pwd.getpwnam("nobody")
+        assert int((home / "uid").read_text()) == nobody.pw_uid
+        assert (home / "groups").read_text().split() == [str(nobody.pw_gid)]
+        assert (home / "cwd").read_text().strip() == str(home)
+        assert (home / "env").read_text().split() == ["unset", "unset", "/usr/bin:/bin"]
+        assert home.stat().st_uid == nobody.pw_uid
+        assert (tmp_path / "logs" / "who-1.log").read_text() == "to-the-log\n"
+    finally:
+        stop.set()
+        assert await asyncio.wait_for(task, 15) == 0
+        await bus.close()
+
+
+async def test_reports_list_what_runs(nats_url: str, tmp_path: Path) -> None:
+    bus = await Bus.connect(nats_url, "test")
+    await bus.ensure_topology()
+    h = Harness(bus)
+    await h.collect()
+    reports: list[ExecutorReport] = []
+
+    async def on_report(r: ExecutorReport) -> None:
+        reports.append(r)
+
+    await bus.subscribe(subjects.executor_report("t4-0"), ExecutorReport, on_report)
+    task, stop = await _start(nats_url, "sim", tmp_path, report_interval=0.3)
+    try:
+        await _until(lambda: len(reports) >= 1)
+        assert reports[0].running == () and reports[0].node == "t4-0"
+        await h.run("r1", runtime_s=3000)
+        await h.run("r2", runtime_s=20_000)
+        await h.wait("r1", 1)
+        await h.wait("r2", 1)
+        both = {("r1", 1), ("r2", 1)}
+        await _until(lambda: {(a.job_id, a.attempt) for a in reports[-1].running} == both)
+        await h.wait("r1", 2)  # r1 completed: the next report has only r2
+        await _until(lambda: [a.job_id for a in reports[-1].running] == ["r2"])
+        n = len(reports)
+        await _until(lambda: len(reports) >= n + 2)  # periodic, not only on changes
+        assert len({r.boot_id for r in reports}) == 1
+        assert all(r.interval_s == 0.3 for r in reports)
+    finally:
+        stop.set()
+        assert await asyncio.wait_for(task, 15) == 0
+        await bus.close()
+
+
+async def _until(cond: Callable[[], bool], timeout_s: float = 10.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not cond():
+        assert time.monotonic() < deadline, "condition not met in time"
+        await asyncio.sleep(0.02)
 
 
 def test_bad_node_spec_exits_nonzero_with_message() -> None:

@@ -43,21 +43,31 @@ from proto.views import ErrorResponse, JobView, NodeView, SubmitResponse
 from services.gateway.dashboard import render
 from services.gateway.jobs_view import JobsModel
 from services.gateway.service import main
+from tests.services._gateway_auth import ADMIN, admin_token_file
 
 DEADLINE_S = 10.0
+JSON = {"Content-Type": "application/json"}
 
 
 @asynccontextmanager
-async def gateway(nats_url: str) -> AsyncIterator[str]:
-    """A gateway on a free port; yields its base URL, stops it cleanly (exit code 0) after."""
+async def gateway(nats_url: str, **http_args: float) -> AsyncIterator[str]:
+    """A gateway on a free port with ADMIN_TOKEN as its admin token; yields its base URL, stops
+    it cleanly (exit code 0) after. ``http_args``: more of its command line, e.g.
+    ``http_header_timeout_s=1.0``."""
     port = free_port()
     stop = asyncio.Event()
+    args = argparse.Namespace(
+        http_host="127.0.0.1",
+        http_port=port,
+        admin_token_file=str(admin_token_file()),
+        **http_args,
+    )
     task = asyncio.create_task(
         serve(
             "gateway",
             main,
             ServiceConfig(nats_url=nats_url, log_format="console", log_level="warning"),
-            args=argparse.Namespace(http_host="127.0.0.1", http_port=port),
+            args=args,
             stop=stop,
             install_signals=False,
             clock=Clock(epoch=time.time()),
@@ -102,7 +112,8 @@ async def bus(nats_url: str) -> AsyncIterator[Bus]:
 
 @pytest.fixture
 async def http() -> AsyncIterator[aiohttp.ClientSession]:
-    async with aiohttp.ClientSession() as s:
+    """A session that sends the admin token (the tests of auth itself are tests/security)."""
+    async with aiohttp.ClientSession(headers=ADMIN) as s:
         yield s
 
 
@@ -115,7 +126,7 @@ async def stream_count(bus: Bus, stream: str, subject: str | None = None) -> int
 
 async def post_job(http: aiohttp.ClientSession, base: str, body: Any) -> tuple[int, bytes]:
     data = body if isinstance(body, bytes) else msgspec.json.encode(body)
-    async with http.post(f"{base}/v1/jobs", data=data) as r:
+    async with http.post(f"{base}/v1/jobs", data=data, headers=JSON) as r:
         return r.status, await r.read()
 
 

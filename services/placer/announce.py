@@ -1,0 +1,156 @@
+"""What the placer tells others: lifecycle events, node commands and audit decisions.
+
+Why apart from the service: these are the placer's outputs, each with its deterministic
+``Nats-Msg-Id`` (so a resend after a crash or a NATS error is deduplicated, never doubled);
+the service decides *when* to send, this module *what*. A mixin of ``Placer``: it reads the
+placer's bus, clock, tracer, nodes, profiles and tracker.
+"""
+
+from __future__ import annotations
+
+import asyncio
+
+from opentelemetry import trace
+from prometheus_client import Counter
+
+from libs.bus.connection import Bus
+from libs.clock import Clock
+from libs.obs.tracing import span_trace_id
+from libs.policy.profiles import ProfileTable
+from proto import subjects
+from proto.commands import RunCommand
+from proto.decisions import Decision
+from proto.events import Cancelled, Failed, Placed, Preempted
+from proto.ledger import Allocation
+from proto.nodes import NodeSpec
+from services.placer.cycle import Refuse
+from services.placer.tracker import JobTracker
+
+SERVICE = "placer"
+REFUSED = Counter("mosaic_placer_refusals_total", "Jobs failed because no node can hold them.")
+
+
+class Announcer:
+    bus: Bus
+    clock: Clock
+    log: object
+    tracer: trace.Tracer
+    nodes: dict[str, NodeSpec]
+    profiles: ProfileTable
+    tracker: JobTracker
+    ended_here: set[str]
+    cancelling: set[str]
+    waiting: dict[str, str]
+    _told_waiting: dict[str, str]
+
+    async def _explain_waiting(self) -> None:
+        """A ``wait`` Decision each time a job's reason to wait changes (not every cycle), so
+        ``mosaic explain`` can say why a job is pending without flooding the stream."""
+        now = self.clock.now()
+        news = {j: r for j, r in self.waiting.items() if self._told_waiting.get(j) != r}
+        for job in [j for j in self._told_waiting if j not in self.waiting]:
+            del self._told_waiting[job]
+        if not news:
+            return
+        await asyncio.gather(
+            *(
+                self.bus.publish(
+                    subjects.decisions(SERVICE),
+                    Decision(job_id=job, time=now, action="wait", service=SERVICE, reason=reason),
+                )
+                for job, reason in news.items()
+            )
+        )
+        self._told_waiting.update(news)
+
+    async def _refuse(self, r: Refuse) -> None:
+        job = r.spec.id
+        now = self.clock.now()
+        REFUSED.inc()
+        with self.tracer.start_as_current_span(
+            "placer.refuse", attributes={"job": job, "reason": r.reason}
+        ) as span:
+            await self.bus.publish(
+                subjects.lifecycle(job),
+                Failed(job_id=job, time=now, reason=r.reason),
+                msg_id=f"failed-{job}",
+            )
+            await self.bus.publish(
+                subjects.decisions(SERVICE),
+                Decision(
+                    job_id=job,
+                    time=now,
+                    action="refuse",
+                    service=SERVICE,
+                    reason=r.reason,
+                    filtered=r.filtered,
+                    trace_id=span_trace_id(span),
+                ),
+                msg_id=f"decision-refuse-{job}",
+            )
+        self.ended_here.add(job)
+        self.log.info("refused", job=job, reason=r.reason)
+
+    async def _requeue(self, alloc: Allocation, reason: str) -> Preempted | Cancelled:
+        """Give up an attempt that no longer runs: ``Preempted`` (so the scorer queues the job
+        again with the next attempt) and a ``preempt`` decision saying why; a job whose cancel
+        was pending on that attempt's kill ends ``Cancelled`` instead."""
+        job, now = alloc.job_id, self.clock.now()
+        if job in self.cancelling:
+            done = Cancelled(job_id=job, time=now, node=alloc.node, reason=reason)
+            await self.bus.publish(subjects.lifecycle(job), done, msg_id=f"cancelled-{job}")
+            self.ended_here.add(job)
+            return done
+        ev = Preempted(job_id=job, time=now, node=alloc.node, reason=reason)
+        with self.tracer.start_as_current_span(
+            "placer.requeue", attributes={"job": job, "node": alloc.node, "reason": reason}
+        ) as span:
+            await self.bus.publish(
+                subjects.lifecycle(job), ev, msg_id=f"lost-{job}-{alloc.attempt}"
+            )
+            await self.bus.publish(
+                subjects.decisions(SERVICE),
+                Decision(
+                    job_id=job,
+                    time=now,
+                    action="preempt",
+                    service=SERVICE,
+                    node=alloc.node,
+                    reason=reason,
+                    trace_id=span_trace_id(span),
+                ),
+                msg_id=f"decision-lost-{job}-{alloc.attempt}",
+            )
+        return ev
+
+    async def _publish_placed(self, alloc: Allocation) -> None:
+        ev = Placed(
+            job_id=alloc.job_id,
+            time=alloc.time,
+            node=alloc.node,
+            gpu_indices=alloc.gpu_indices,
+            gpu_share=alloc.gpu_share,
+            attempt=alloc.attempt,
+        )
+        await self.bus.publish(
+            subjects.lifecycle(alloc.job_id), ev, msg_id=f"placed-{alloc.job_id}-{alloc.attempt}"
+        )
+
+    async def _publish_run(
+        self, alloc: Allocation, runtime_s: float | None = None, progress: float | None = None
+    ) -> None:
+        if runtime_s is None:
+            node = self.nodes.get(alloc.node)
+            spec = alloc.spec
+            if node is None or spec is None:
+                self.log.error("cannot_resend_run", job=alloc.job_id, node=alloc.node)
+                return
+            runtime_s = self.profiles.covering([node]).runtime_s(spec, node.gpu_model)
+        if progress is None:
+            progress = self.tracker.progress.get(alloc.job_id, 0.0)
+        cmd = RunCommand(allocation=alloc, runtime_s=runtime_s, progress=progress)
+        await self.bus.publish(
+            subjects.node_command(alloc.node, "run"),
+            cmd,
+            msg_id=f"run-{alloc.job_id}-{alloc.attempt}",
+        )

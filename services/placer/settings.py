@@ -1,0 +1,45 @@
+"""The placer's knobs, from flags (``python -m services.placer --help``) or in tests directly."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import socket
+import uuid
+from dataclasses import dataclass, field
+
+from services.placer.reconcile import ReconcileSettings
+
+__all__ = ["PlacerSettings", "ReconcileSettings", "settings_from_args"]
+
+
+@dataclass(frozen=True)
+class PlacerSettings:
+    lease_ttl_s: float = 5.0  # a crashed active is replaced after at most this (wall s)
+    tick_s: float = 2.0  # a cycle at least this often (wall s), even without a trigger
+    debounce_s: float = 0.05  # triggers within this window make one cycle
+    settle_s: float = 2.0  # the node set must be unchanged this long before a never-fits refusal
+    holder: str = ""
+    reconcile: ReconcileSettings = field(default_factory=ReconcileSettings)
+    wedged_after_s: float = 120.0  # /healthz 503 when the cycle loop made no turn this long
+
+    def holder_id(self) -> str:
+        return self.holder or f"{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:6]}"
+
+
+def settings_from_args(args: argparse.Namespace) -> PlacerSettings:
+    """Settings from parsed flags; a flag that is absent (a test's bare namespace) keeps its
+    default."""
+    d = PlacerSettings()
+    r = d.reconcile
+    return PlacerSettings(
+        lease_ttl_s=getattr(args, "lease_ttl_s", d.lease_ttl_s),
+        tick_s=getattr(args, "tick_s", d.tick_s),
+        debounce_s=getattr(args, "debounce_s", d.debounce_s),
+        settle_s=getattr(args, "settle_s", d.settle_s),
+        holder=getattr(args, "holder", "") or "",
+        reconcile=ReconcileSettings(
+            misses=getattr(args, "lost_after_reports", r.misses),
+            down_intervals=getattr(args, "down_after_intervals", r.down_intervals),
+        ),
+    )
