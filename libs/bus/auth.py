@@ -51,6 +51,8 @@ SERVICE_USERS: tuple[str, ...] = (
 USERS: tuple[str, ...] = (*SERVICE_USERS, PRODUCER, ADMIN)
 # a tenants bucket for the HTTP tokens, if the gateway keeps one (owner: gateway)
 KV_TENANTS = getattr(subjects, "KV_TENANTS", "tenants")
+# read-model snapshots (libs.bus.snapshot; owner: each service for its own models)
+OBJ_SNAPSHOTS = getattr(subjects, "OBJ_SNAPSHOTS", "snapshots")
 
 
 @dataclass(frozen=True)
@@ -132,6 +134,22 @@ def _kv_write(bucket: str, keys: str = ">") -> list[str]:
     return [*_kv_read(bucket), f"$KV.{bucket}.{keys}"]
 
 
+def _obj_store(bucket: str) -> list[str]:
+    """Create, read and replace objects of an Object Store bucket (stream ``OBJ_<bucket>``):
+    chunks and metadata are publishes to ``$O.<bucket>.>``, reading a chunked object is an
+    ordered consumer, and replacing one purges the old chunks (a purge of that bucket only)."""
+    s = f"OBJ_{bucket}"
+    return [
+        f"{JS}.STREAM.CREATE.{s}",
+        f"{JS}.STREAM.INFO.{s}",
+        f"{JS}.STREAM.PURGE.{s}",
+        *_read_stream(s),
+        *_consume(s),
+        f"$JS.FC.{s}.>",
+        f"$O.{bucket}.>",
+    ]
+
+
 def _unique(items: Iterable[str]) -> tuple[str, ...]:
     return tuple(dict.fromkeys(items))
 
@@ -160,6 +178,7 @@ def permissions(user: str, *, nodes: Sequence[str] = ()) -> Permissions:
         pub += _read_stream(subjects.STREAM_JOBS)  # a duplicate submission's original
         pub += _kv_read(subjects.KV_NODES) + _kv_read(subjects.KV_LEDGER)
         pub += _kv_write(KV_TENANTS)
+        pub += _obj_store(OBJ_SNAPSHOTS)  # its read models' snapshots
         sub += [subjects.TELEMETRY_ALL]
     elif user == "scorer":
         pub += [lifecycle, subjects.QUEUE_UPDATED]  # Queued
