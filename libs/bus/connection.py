@@ -147,13 +147,23 @@ class Bus(Receiver):
 
     @classmethod
     async def connect(
-        cls, url: str, service: str, *, attempts: int = 20, delay_s: float = 0.25
+        cls,
+        url: str,
+        service: str,
+        *,
+        attempts: int = 20,
+        delay_s: float = 0.25,
+        **options: Any,
     ) -> Bus:
         """Connect, retrying with exponential backoff (capped at 5 s) while the server starts.
 
         Once connected, nats-py reconnects on its own forever, after a server ``-ERR`` too
         (``_ReconnectingClient``); a service only gives up at start.
+        ``options`` go to ``nats.connect`` as they are: the service's credentials (``user``,
+        ``password``, ``inbox_prefix``, ``tls``; ``libs.bus.auth.load_connect_options``).
         """
+        options.pop("servers", None)  # a credentials file names them; ``url`` decides here
+        servers: str | list[str] = [u.strip() for u in url.split(",")] if "," in url else url
         if attempts < 1:
             raise ValueError(f"attempts must be >= 1, got {attempts}")
         log = get_logger(service=service, component="bus")
@@ -162,7 +172,7 @@ class Bus(Receiver):
             try:
                 nc = _ReconnectingClient()
                 await nc.connect(
-                    url,
+                    servers,
                     name=service,
                     connect_timeout=2,
                     allow_reconnect=True,
@@ -173,6 +183,7 @@ class Bus(Receiver):
                     error_cb=_error_cb(log),
                     disconnected_cb=_event_cb(log, "nats_disconnected"),
                     reconnected_cb=_event_cb(log, "nats_reconnected"),
+                    **options,
                 )
                 nc.options["max_reconnect_attempts"] = -1  # once up, reconnect forever
                 return cls(nc, service, url)

@@ -33,6 +33,7 @@ from opentelemetry.trace import SpanKind, Status, StatusCode
 
 from libs.bus.limits import DecodeLimits
 from libs.bus.monitor import LoopMonitor
+from libs.bus.topology import stream_replicas
 from libs.bus.tracectx import extract_context
 from libs.obs.metrics import HANDLER_ERRORS, HANDLER_SECONDS, MESSAGES
 
@@ -236,6 +237,9 @@ class Receiver:
             ack_wait=ack_wait_s,
             filter_subject=subject,
             inactive_threshold=None if durable else 300.0,
+            # as many replicas as the stream: an ephemeral consumer on one server of three would
+            # die with it, and a read model fed by it would stop for good
+            num_replicas=stream_replicas(),
         )
         psub = await self.js.pull_subscribe(subject, durable=durable, stream=stream, config=config)
         decoder = make_decoder(type_)

@@ -28,6 +28,7 @@ from typing import Any, NoReturn
 
 from opentelemetry import trace
 
+from libs.bus.auth import load_connect_options
 from libs.bus.connection import Bus
 from libs.bus.errors import BusUnavailable
 from libs.clock import Clock
@@ -50,6 +51,7 @@ class ServiceConfig:
     log_level: str = "info"
     otlp_endpoint: str | None = None
     connect_attempts: int = 20
+    nats_creds: str | None = None  # a JSON of nats.connect keyword arguments (libs.bus.auth)
 
     @classmethod
     def from_args(cls, args: argparse.Namespace) -> ServiceConfig:
@@ -61,6 +63,7 @@ class ServiceConfig:
             log_level=args.log_level,
             otlp_endpoint=args.otlp_endpoint or None,
             connect_attempts=args.connect_attempts,
+            nats_creds=getattr(args, "nats_creds", None) or None,
         )
 
 
@@ -106,6 +109,12 @@ def common_arg_parser(name: str) -> argparse.ArgumentParser:
         "--nats-url",
         default=os.environ.get("MOSAIC_NATS_URL", DEFAULT_NATS_URL),
         help="NATS server (env MOSAIC_NATS_URL)",
+    )
+    p.add_argument(
+        "--nats-creds",
+        default=os.environ.get("MOSAIC_NATS_CREDS") or None,
+        help="JSON file of this service's NATS credentials: user, password, inbox prefix, TLS "
+        "files (env MOSAIC_NATS_CREDS; unset = connect without a user)",
     )
     p.add_argument(
         "--metrics-port",
@@ -170,7 +179,12 @@ async def serve(
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(sig, stop.set)
     try:
-        bus = await Bus.connect(config.nats_url, name, attempts=config.connect_attempts)
+        creds = load_connect_options(config.nats_creds) if config.nats_creds else {}
+    except ValueError as exc:
+        log.error("nats_credentials_unreadable", error=str(exc))
+        return 2
+    try:
+        bus = await Bus.connect(config.nats_url, name, attempts=config.connect_attempts, **creds)
     except BusUnavailable as exc:
         log.error("bus_unavailable", error=str(exc))
         return 3

@@ -6,13 +6,17 @@ directory they own, and never a shared or mocked one.
 
 from __future__ import annotations
 
+import json
 import os
+import secrets
 import shutil
 import socket
 import subprocess
 import sys
 import tempfile
 import time
+import urllib.error
+import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -46,10 +50,15 @@ class NatsServer:
     process: subprocess.Popen[bytes]
     monitor_port: int | None = None
     _own_dir: bool = field(default=False, repr=False)
+    tls: bool = False
+    config_path: Path | None = None
 
     @property
     def url(self) -> str:
-        return f"nats://127.0.0.1:{self.port}"
+        """The plain address, without credentials (those travel apart, never in a URL that is
+        printed or logged). ``tls://`` when the server requires TLS."""
+        scheme = "tls" if self.tls else "nats"
+        return f"{scheme}://127.0.0.1:{self.port}"
 
     def stop(self) -> None:
         if self.process.poll() is None:
@@ -75,13 +84,30 @@ def start_nats_server(
     port: int | None = None,
     monitor: bool = False,
     timeout_s: float = 15.0,
+    auth: str | None = None,
+    tls: tuple[str | os.PathLike[str], str | os.PathLike[str], str | os.PathLike[str]]
+    | None = None,
+    extra_config: str | None = None,
 ) -> NatsServer:
-    """Start nats-server with JetStream; return once it accepts connections."""
+    """Start nats-server with JetStream; return once it accepts connections.
+
+    ``auth``: an ``authorization { ... }`` block (``libs.bus.auth.authorization_block``); the
+    server then refuses clients without a user. ``tls``: (cert, key, CA) files; the server then
+    refuses plain connections. Without either the server is open, as the unit tests want it.
+    Both go into a config file in the store directory, readable only by its owner, with
+    ``extra_config`` (a cluster block: ``start_nats_cluster``).
+    """
     own = store_dir is None
     path = Path(store_dir) if store_dir else Path(tempfile.mkdtemp(prefix="mosaic-nats-"))
     path.mkdir(parents=True, exist_ok=True)
     port = port or free_port()
     args = [find_nats_server(), "-a", "127.0.0.1", "-p", str(port), "-js", "-sd", str(path)]
+    config_path = None
+    if auth is not None or tls is not None or extra_config is not None:
+        config_path = write_server_config(
+            path / "nats-server.conf", auth=auth, tls=tls, extra=extra_config
+        )
+        args += ["-c", str(config_path)]
     mport = None
     if monitor:
         mport = free_port()
@@ -97,9 +123,155 @@ def start_nats_server(
         try:
             with socket.create_connection(("127.0.0.1", port), timeout=0.2):
                 return NatsServer(
-                    port=port, store_dir=path, process=proc, monitor_port=mport, _own_dir=own
+                    port=port,
+                    store_dir=path,
+                    process=proc,
+                    monitor_port=mport,
+                    _own_dir=own,
+                    tls=tls is not None,
+                    config_path=config_path,
                 )
         except OSError:
             time.sleep(0.05)
     proc.kill()
     raise TimeoutError(f"nats-server did not listen on port {port} within {timeout_s} s")
+
+
+def write_server_config(
+    path: Path,
+    *,
+    auth: str | None = None,
+    tls: tuple[str | os.PathLike[str], str | os.PathLike[str], str | os.PathLike[str]]
+    | None = None,
+    extra: str | None = None,
+) -> Path:
+    """A nats-server config with the authorization block and TLS settings (the listen address,
+    port and JetStream store stay on the command line). Mode 0600: it holds passwords."""
+    parts: list[str] = []
+    if extra is not None:
+        parts.append(extra)
+    if auth is not None:
+        parts.append(auth)
+    if tls is not None:
+        cert, key, ca = (json.dumps(str(Path(p).resolve())) for p in tls)
+        parts.append(
+            f"tls {{\n  cert_file: {cert}\n  key_file: {key}\n  ca_file: {ca}\n  timeout: 2\n}}\n"
+        )
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w") as f:
+        f.write("\n".join(parts))
+    os.chmod(path, 0o600)
+    return path
+
+
+# --- a JetStream cluster, for tests of losing a server -------------------------------------------
+
+TLSFiles = tuple[str | os.PathLike[str], str | os.PathLike[str], str | os.PathLike[str]]
+
+
+@dataclass
+class NatsCluster:
+    """``n`` nats-servers routed into one JetStream cluster. Quacks like ``NatsServer`` where
+    the stack needs it: ``url`` lists every server (comma-separated, ``Bus.connect`` splits it),
+    ``process`` is a living server's (the stack's liveness check)."""
+
+    servers: list[NatsServer]
+    store_dir: Path
+
+    @property
+    def url(self) -> str:
+        return ",".join(s.url for s in self.servers)
+
+    @property
+    def process(self) -> subprocess.Popen[bytes]:
+        """A living server's process while any lives (the cluster is up), else the first's."""
+        alive = [s.process for s in self.servers if s.process.poll() is None]
+        return alive[0] if alive else self.servers[0].process
+
+    @property
+    def port(self) -> int:
+        return self.servers[0].port
+
+    def kill(self, index: int) -> None:
+        """SIGKILL one server (no shutdown, no goodbye to its routes)."""
+        proc = self.servers[index].process
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait(timeout=10)
+
+    def stop(self) -> None:
+        for s in self.servers:
+            s.stop()
+
+    def __enter__(self) -> NatsCluster:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+
+def start_nats_cluster(
+    store_dir: str | os.PathLike[str],
+    *,
+    n: int = 3,
+    auth: str | None = None,
+    tls: TLSFiles | None = None,
+    timeout_s: float = 60.0,
+) -> NatsCluster:
+    """Start ``n`` servers on free ports, routed to each other, and wait until JetStream has a
+    meta leader (each ``/healthz`` answers 200), so streams with ``n`` replicas can be created.
+
+    The routes listen on loopback and carry their own random user and password, so a client
+    port's users cannot open a route. Streams get their replicas from ``MOSAIC_STREAM_REPLICAS``
+    in every service (``Bus.ensure_topology``)."""
+    if n < 1:
+        raise ValueError(f"n must be >= 1, got {n}")
+    root = Path(store_dir)
+    ports = [free_port() for _ in range(n)]
+    routes = [free_port() for _ in range(n)]
+    route_pw = secrets.token_urlsafe(24)
+    servers: list[NatsServer] = []
+    try:
+        for i in range(n):
+            peers = ", ".join(
+                json.dumps(f"nats-route://route:{route_pw}@127.0.0.1:{routes[j]}")
+                for j in range(n)
+                if j != i
+            )
+            block = (
+                f'server_name: "mosaic-{i}"\n'
+                "cluster {\n"
+                f'  name: "mosaic"\n  listen: "127.0.0.1:{routes[i]}"\n'
+                f'  authorization {{ user: "route", password: {json.dumps(route_pw)} }}\n'
+                f"  routes: [{peers}]\n"
+                "}\n"
+            )
+            server = start_nats_server(
+                root / f"n{i}", port=ports[i], monitor=True, auth=auth, tls=tls, extra_config=block
+            )
+            servers.append(server)
+        _wait_healthy(servers, timeout_s)
+    except BaseException:
+        for s in servers:
+            s.stop()
+        raise
+    return NatsCluster(servers=servers, store_dir=root)
+
+
+def _wait_healthy(servers: list[NatsServer], timeout_s: float) -> None:
+    deadline = time.monotonic() + timeout_s
+    waiting = list(servers)
+    last = ""
+    while waiting and time.monotonic() < deadline:
+        s = waiting[0]
+        try:
+            url = f"http://127.0.0.1:{s.monitor_port}/healthz"
+            with urllib.request.urlopen(url, timeout=2) as resp:
+                if resp.status == 200:
+                    waiting.pop(0)
+                    continue
+        except (OSError, urllib.error.URLError) as exc:
+            last = str(exc)
+        time.sleep(0.2)
+    if waiting:
+        raise TimeoutError(f"JetStream cluster not healthy within {timeout_s} s: {last}")

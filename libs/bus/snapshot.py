@@ -36,6 +36,7 @@ import nats.js.errors
 from nats.js import api
 
 from libs.bus.connection import Bus, Consumer
+from libs.bus.topology import stream_replicas
 from libs.obs.logging import get_logger
 from proto import subjects
 
@@ -85,6 +86,7 @@ async def ensure_snapshot_bucket(bus: Bus) -> None:
         description="read-model snapshots, one object per service model (libs.bus.snapshot)",
         storage=api.StorageType.FILE,
         max_bytes=BUCKET_MAX_BYTES,
+        replicas=stream_replicas(),
     )
     try:
         await bus.js.create_object_store(subjects.OBJ_SNAPSHOTS, config=config)

@@ -69,11 +69,23 @@ def bucket_max_bytes(bucket: str, env: Mapping[str, str] | None = None) -> int:
     return value
 
 
+def stream_replicas() -> int:
+    """Replicas of every stream and bucket: ``MOSAIC_STREAM_REPLICAS`` (3 on a three-server
+    JetStream cluster, so losing one server loses nothing), else 1. Every service must agree,
+    or the second to start finds a config that differs."""
+    raw = os.environ.get("MOSAIC_STREAM_REPLICAS", "") or "1"
+    try:
+        return max(1, int(raw))
+    except ValueError:
+        raise ValueError(f"MOSAIC_STREAM_REPLICAS must be an integer, got {raw!r}") from None
+
+
 def stream_config(name: str, subs: tuple[str, ...], limits: StreamLimits) -> api.StreamConfig:
     return api.StreamConfig(
         name=name,
         subjects=list(subs),
         storage=api.StorageType.FILE,
+        num_replicas=stream_replicas(),
         retention=api.RetentionPolicy.LIMITS,
         discard=api.DiscardPolicy.OLD,
         duplicate_window=DUPLICATE_WINDOW_S,
@@ -127,7 +139,11 @@ async def _ensure_stream(
 async def _ensure_bucket(js: JetStreamContext, log: Any, bucket: str, max_bytes: int) -> None:
     try:
         await js.create_key_value(
-            bucket=bucket, history=1, storage=api.StorageType.FILE, max_bytes=max_bytes
+            bucket=bucket,
+            history=1,
+            storage=api.StorageType.FILE,
+            max_bytes=max_bytes,
+            replicas=stream_replicas(),
         )
         return
     except nats.js.errors.APIError as exc:

@@ -86,6 +86,9 @@ def up(
     keep_state: Annotated[
         bool, typer.Option("--keep-state", help="keep the previous run's streams")
     ] = False,
+    nats_cluster: Annotated[
+        int, typer.Option("--nats-cluster", help="NATS servers in one JetStream cluster (R=N)")
+    ] = 1,
 ) -> None:
     """Start NATS, every service and a simulated cluster; Ctrl-C stops everything."""
     from libs.client.up import UpOptions, run_up
@@ -94,6 +97,8 @@ def up(
         raise UsageProblem(f"--clock-factor must be > 0, got {clock_factor}")
     if rate <= 0:
         raise UsageProblem(f"--rate must be > 0, got {rate}")
+    if nats_cluster not in (1, 3, 5):
+        raise UsageProblem(f"--nats-cluster must be 1, 3 or 5, got {nats_cluster}")
     opts = UpOptions(
         nodes=_cluster(nodes, cluster),
         data_dir=data_dir.resolve(),
@@ -104,6 +109,8 @@ def up(
         seed=seed,
         duration_s=duration,
         live=not no_live and out.is_terminal,
+        keep_state=keep_state,
+        nats_cluster=nats_cluster,
     )
     code = asyncio.run(run_up(opts, out))
     raise typer.Exit(code)

@@ -25,10 +25,21 @@ from pathlib import Path
 
 import msgspec
 
-from libs.bus.server import NatsServer, free_port, start_nats_server
+from libs.bus.server import (
+    NatsCluster,
+    NatsServer,
+    free_port,
+    start_nats_cluster,
+    start_nats_server,
+)
 from libs.client.api import ClientError, MosaicClient
 from libs.client.child import ROOT, Service, stop_services
-from libs.client.credentials import ensure_admin_token
+from libs.client.credentials import (
+    Credentials,
+    admin_url,
+    ensure_admin_token,
+    service_credentials_env,
+)
 from libs.client.restarts import GiveUp, Restarter
 from libs.client.tokens import admin_token_file
 from libs.clock import Clock
@@ -54,13 +65,14 @@ class Stack:
     nodes: list[NodeSpec]
     clock: Clock
     data_dir: Path
-    nats: NatsServer
+    nats: NatsServer | NatsCluster
     gateway_port: int
     services: dict[str, Service] = field(default_factory=dict)
     stopped: bool = False
     restarter: Restarter = field(default_factory=Restarter)
     failure: str | None = None  # why supervise gave up (the stack is then to be stopped)
     nats_started_at: float = field(default_factory=time.monotonic)
+    credentials: Credentials | None = None  # None: NATS without users (auth=False)
 
     @property
     def gateway_url(self) -> str:
@@ -68,7 +80,10 @@ class Stack:
 
     @property
     def nats_url(self) -> str:
-        return self.nats.url
+        """The operator's address: with authentication on, the ``admin`` user is in it, so
+        tests and the CLI on this machine connect as the operator. Never print it; the plain
+        address is ``nats.url``."""
+        return admin_url(self.nats.url, self.credentials)
 
     @property
     def logs_dir(self) -> Path:
@@ -232,7 +247,8 @@ class Stack:
         path = self.data_dir / "stack.json"
         state = {
             "gateway_url": self.gateway_url,
-            "nats_url": self.nats_url,
+            "nats_url": self.nats.url,
+            "credentials_dir": str(self.credentials.directory) if self.credentials else None,
             "clock_epoch": self.clock.epoch,
             "clock_factor": self.clock.factor,
             "pids": self.pids(),
@@ -291,15 +307,37 @@ def start_stack(
     ready_timeout_s: float = 90.0,
     wait: bool = True,
     interrupted: Callable[[], bool] | None = None,
+    auth: bool = True,
+    tls: tuple[Path, Path, Path] | None = None,
+    nats_cluster: int = 1,
 ) -> Stack:
     """Start nats-server and every service; return once the gateway lists every node.
 
-    On any failure everything already started is stopped before the error propagates."""
+    ``auth``: fresh credentials in ``data_dir/credentials`` (``libs.client.credentials``), a
+    NATS user per service with only its subjects (``libs.bus.auth``); each service gets its
+    file as ``MOSAIC_NATS_CREDS``. ``tls``: (cert, key, CA) for the server; clients then verify
+    it against the CA. ``nats_cluster``: that many servers in one JetStream cluster, every
+    stream and bucket with as many replicas (``MOSAIC_STREAM_REPLICAS``). On any failure
+    everything already started is stopped before the error propagates."""
     if not nodes:
         raise StackError("the cluster has no nodes")
     data_dir = Path(data_dir)
     (data_dir / "logs").mkdir(parents=True, exist_ok=True)
-    nats = start_nats_server(data_dir / "nats")
+    # the gateway's admin token (kept if a previous run made one): the CLI finds the same file
+    admin_token = ensure_admin_token(data_dir)
+    creds = None
+    if auth:
+        ids = [n.id for n in nodes]
+        creds = Credentials.generate(data_dir / "credentials", nodes=ids, admin_token=admin_token)
+        creds.tls_ca_file = str(Path(tls[2]).resolve()) if tls else None
+    authorization = creds.server_authorization() if creds else None
+    nats: NatsServer | NatsCluster
+    if nats_cluster > 1:
+        nats = start_nats_cluster(data_dir / "nats", n=nats_cluster, auth=authorization, tls=tls)
+    else:
+        nats = start_nats_server(data_dir / "nats", auth=authorization, tls=tls)
+    if creds is not None:
+        creds.write(nats.url)
     clock = Clock(epoch=time.time(), factor=clock_factor)
     stack = Stack(
         nodes=list(nodes),
@@ -307,13 +345,16 @@ def start_stack(
         data_dir=data_dir,
         nats=nats,
         gateway_port=gateway_port or free_port(),
+        credentials=creds,
     )
     base_env = dict(os.environ)
-    base_env.pop("MOSAIC_METRICS_PORT", None)
+    for inherited in ("MOSAIC_METRICS_PORT", "MOSAIC_NATS_CREDS", "MOSAIC_ADMIN_TOKEN_FILE"):
+        base_env.pop(inherited, None)
     base_env.update(clock.env())
     base_env.update(
         {
             "MOSAIC_NATS_URL": nats.url,
+            "MOSAIC_STREAM_REPLICAS": str(max(1, nats_cluster)),
             "MOSAIC_LOG_FORMAT": "json",
             "PYTHONUNBUFFERED": "1",
             "PYTHONPATH": os.pathsep.join(
@@ -321,9 +362,6 @@ def start_stack(
             ),
         }
     )
-    # the gateway's admin token (kept if a previous run made one): the CLI finds the same file
-    ensure_admin_token(data_dir)
-    base_env["MOSAIC_ADMIN_TOKEN_FILE"] = str(admin_token_file(data_dir).resolve())
     base_env.update(extra_env or {})
     try:
         for name in services:
@@ -332,6 +370,8 @@ def start_stack(
             env["MOSAIC_METRICS_PORT"] = str(port or 0)
             if name == "gateway":
                 env["MOSAIC_HTTP_PORT"] = str(stack.gateway_port)
+                env["MOSAIC_ADMIN_TOKEN_FILE"] = str(admin_token_file(data_dir).resolve())
+            env.update(service_credentials_env(name, creds))
             svc = Service(
                 name=name,
                 args=service_args(name, stack.nodes, data_dir),

@@ -45,6 +45,7 @@ class UpOptions:
     summary_every_s: float = 5.0
     keep_state: bool = False
     metrics: bool = True
+    nats_cluster: int = 1  # >1: a JetStream cluster of that many servers, streams with R=N
 
 
 def check_port_free(port: int) -> None:
@@ -141,7 +142,13 @@ async def run_up(opts: UpOptions, console: Console) -> int:
     last = None
     try:
         console.print(f"gateway    {stack.gateway_url}  (dashboard: {stack.gateway_url}/)")
-        console.print(f"nats       {stack.nats_url}")
+        console.print(f"nats       {stack.nats.url}")  # plain: stack.nats_url holds a password
+        if stack.credentials is not None:
+            where = stack.credentials.directory
+            console.print(
+                f"secrets    {where}  (admin.token, producer.json, a <user>.json per service)",
+                highlight=False,
+            )
         console.print(f"logs       {stack.logs_dir}")
         for name, url in stack.metrics_urls().items():
             console.print(f"metrics    {name:<10} {url}")
@@ -193,6 +200,7 @@ async def _start(opts: UpOptions, stop: asyncio.Event) -> Stack:
         gateway_port=opts.port,
         metrics=opts.metrics,
         interrupted=stop.is_set,
+        nats_cluster=opts.nats_cluster,
     )
 
 

@@ -1,0 +1,317 @@
+"""Who may publish and subscribe to what on NATS: the permission table, as data.
+
+Why a table and not a server config written by hand: the subjects are constants in
+``proto.subjects``, and the permissions must follow them when they change. Everything here is
+built from those constants, so ``mosaic up``, compose and Kubernetes all get the same rules
+(``python -m libs.client.credentials conf`` prints the deployments' server config).
+
+The principles (DESIGN.md rule 6, issue 12):
+
+* only the placer publishes node commands (``node.>``) and writes the ledger and the lease;
+* an executor consumes only the command subjects of the nodes it hosts, by name;
+* a job producer only publishes ``jobs.submit`` / ``jobs.cancel``;
+* every user has a private reply inbox (``_INBOX.<user>.>``) so no one reads another's replies
+  or JetStream deliveries (a pull consumer delivers into the fetching client's inbox);
+* JetStream API access is per stream and per verb; no service may delete or purge a stream, a
+  consumer of another stream, or a message. Only ``admin`` (operators and tests) may.
+
+What subject permissions cannot express: the lifecycle subject is ``lifecycle.<job>``, so a
+service allowed to publish lifecycle events may publish any job's (the gateway ``Submitted``,
+the scorer ``Queued``, the placer ``Placed``/``Cancelled``, the executor ``Started`` to
+``Completed``).
+Validating that an event fits the ledger is the consumers' job (docs/operations.md).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import ssl
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from proto import subjects
+
+JS = "$JS.API"
+ADMIN = "admin"
+PRODUCER = "producer"
+# every user that runs as a Mosaic service; profiler/defrag/thermal are granted ahead of time
+SERVICE_USERS: tuple[str, ...] = (
+    "gateway",
+    "scorer",
+    "placer",
+    "executor",
+    "telemetry",
+    "profiler",
+    "defrag",
+    "thermal",
+)
+USERS: tuple[str, ...] = (*SERVICE_USERS, PRODUCER, ADMIN)
+# a tenants bucket for the HTTP tokens, if the gateway keeps one (owner: gateway)
+KV_TENANTS = getattr(subjects, "KV_TENANTS", "tenants")
+# read-model snapshots (libs.bus.snapshot; owner: each service for its own models)
+OBJ_SNAPSHOTS = getattr(subjects, "OBJ_SNAPSHOTS", "snapshots")
+
+
+@dataclass(frozen=True)
+class Permissions:
+    """Allow lists; anything not listed is denied (NATS default-deny once a list exists)."""
+
+    publish: tuple[str, ...]
+    subscribe: tuple[str, ...]
+
+
+def inbox_prefix(user: str) -> str:
+    """The reply-inbox prefix a user connects with (``nats.connect(inbox_prefix=...)``)."""
+    return f"_INBOX.{user}"
+
+
+def _kv_stream(bucket: str) -> str:
+    return f"KV_{bucket}"
+
+
+def _topology() -> list[str]:
+    """``Bus.ensure_topology``: every service creates what is missing and reads stream info.
+    An identical create is a no-op; a create with another config is refused by the server, and
+    updating a config (``STREAM.UPDATE``) is left to the placer and the admin."""
+    names = [*subjects.STREAMS, *(_kv_stream(b) for b in subjects.KV_BUCKETS)]
+    out = [f"{JS}.INFO"]
+    for n in names:
+        out += [f"{JS}.STREAM.CREATE.{n}", f"{JS}.STREAM.INFO.{n}"]
+    return out
+
+
+def _stream_update() -> list[str]:
+    names = [*subjects.STREAMS, *(_kv_stream(b) for b in subjects.KV_BUCKETS)]
+    return [f"{JS}.STREAM.UPDATE.{n}" for n in names]
+
+
+def _consume(stream: str, consumer: str = "*", filter_: str = ">") -> list[str]:
+    """Create, read, fetch from and ack a consumer on ``stream``.
+
+    ``consumer="*"``: any name (ephemeral consumers and KV watches get server- or client-chosen
+    names), any filter. A named consumer may only be created with the subject filter
+    ``filter_`` in its create subject (nats-py puts it there since server 2.9), so an executor
+    cannot open a consumer on another node's commands under its own name.
+    """
+    if consumer == "*":
+        create = [
+            f"{JS}.CONSUMER.CREATE.{stream}",
+            f"{JS}.CONSUMER.CREATE.{stream}.*",
+            f"{JS}.CONSUMER.CREATE.{stream}.*.>",
+        ]
+    else:
+        create = [f"{JS}.CONSUMER.CREATE.{stream}.{consumer}.{filter_}"]
+    return [
+        *create,
+        f"{JS}.CONSUMER.INFO.{stream}.{consumer}",
+        f"{JS}.CONSUMER.MSG.NEXT.{stream}.{consumer}",
+        f"{JS}.CONSUMER.DELETE.{stream}.{consumer}",
+        f"{JS}.STREAM.INFO.{stream}",
+        f"$JS.ACK.{stream}.{consumer}.>",
+    ]
+
+
+def _read_stream(stream: str) -> list[str]:
+    """Direct reads of single messages (last message of a subject, by sequence)."""
+    return [
+        f"{JS}.DIRECT.GET.{stream}",
+        f"{JS}.DIRECT.GET.{stream}.>",
+        f"{JS}.STREAM.MSG.GET.{stream}",
+    ]
+
+
+def _kv_read(bucket: str) -> list[str]:
+    """Get, list and watch a bucket (a watch is an ordered push consumer with flow control)."""
+    s = _kv_stream(bucket)
+    return [*_read_stream(s), *_consume(s), f"$JS.FC.{s}.>"]
+
+
+def _kv_write(bucket: str, keys: str = ">") -> list[str]:
+    """Put, create, CAS-update and delete keys (all are publishes to ``$KV.<bucket>.<key>``)."""
+    return [*_kv_read(bucket), f"$KV.{bucket}.{keys}"]
+
+
+def _obj_store(bucket: str) -> list[str]:
+    """Create, read and replace objects of an Object Store bucket (stream ``OBJ_<bucket>``):
+    chunks and metadata are publishes to ``$O.<bucket>.>``, reading a chunked object is an
+    ordered consumer, and replacing one purges the old chunks (a purge of that bucket only)."""
+    s = f"OBJ_{bucket}"
+    return [
+        f"{JS}.STREAM.CREATE.{s}",
+        f"{JS}.STREAM.INFO.{s}",
+        f"{JS}.STREAM.PURGE.{s}",
+        *_read_stream(s),
+        *_consume(s),
+        f"$JS.FC.{s}.>",
+        f"$O.{bucket}.>",
+    ]
+
+
+def _unique(items: Iterable[str]) -> tuple[str, ...]:
+    return tuple(dict.fromkeys(items))
+
+
+def permissions(user: str, *, nodes: Sequence[str] = ()) -> Permissions:
+    """The allow lists of ``user``. ``nodes``: the node ids an executor or telemetry user hosts
+    (one process may host several simulated nodes); empty means none, ``"*"`` any node."""
+    if user == ADMIN:
+        return Permissions(publish=(">",), subscribe=(">",))
+    lifecycle = f"{subjects.LIFECYCLE_PREFIX}.>"
+    inbox = f"{inbox_prefix(user)}.>"
+    sub: list[str] = [inbox]
+    pub: list[str]
+    if user == PRODUCER:
+        # a JetStream publish is a request: the stream's ack comes back to the producer's inbox
+        return Permissions(
+            publish=(subjects.SUBJECT_SUBMIT, subjects.SUBJECT_CANCEL),
+            subscribe=(inbox,),
+        )
+    if user not in SERVICE_USERS:
+        raise KeyError(f"no NATS user {user!r}; known: {', '.join(USERS)}")
+    pub = [*_topology(), subjects.dlq(user)]
+    if user == "gateway":
+        pub += [subjects.SUBJECT_SUBMIT, subjects.SUBJECT_CANCEL, lifecycle]  # Submitted
+        pub += _consume(subjects.STREAM_LIFECYCLE) + _consume(subjects.STREAM_DECISIONS)
+        pub += _read_stream(subjects.STREAM_JOBS)  # a duplicate submission's original
+        pub += _kv_read(subjects.KV_NODES) + _kv_read(subjects.KV_LEDGER)
+        pub += _kv_write(KV_TENANTS)
+        pub += _obj_store(OBJ_SNAPSHOTS)  # its read models' snapshots
+        sub += [subjects.TELEMETRY_ALL]
+    elif user == "scorer":
+        pub += [lifecycle, subjects.QUEUE_UPDATED]  # Queued
+        pub += _consume(subjects.STREAM_LIFECYCLE)
+        pub += _kv_write(subjects.KV_QUEUE)
+        pub += _kv_read(subjects.KV_NODES) + _kv_read(subjects.KV_LEDGER)
+        sub += [subjects.TELEMETRY_ALL, subjects.LEDGER_UPDATED]
+    elif user == "placer":
+        pub += [
+            lifecycle,  # Placed, Cancelled, requeues
+            f"{subjects.NODE_PREFIX}.>",
+            subjects.decisions(user),
+            subjects.LEDGER_UPDATED,
+        ]
+        pub += _stream_update()  # the one service allowed to migrate stream configs
+        pub += _consume(subjects.STREAM_LIFECYCLE) + _consume(subjects.STREAM_JOBS)
+        pub += _consume(subjects.STREAM_INTENTS)
+        pub += _kv_write(subjects.KV_LEDGER) + _kv_write(subjects.KV_LEASES)
+        pub += _kv_read(subjects.KV_QUEUE) + _kv_read(subjects.KV_NODES)
+        pub += _kv_read(subjects.KV_PROFILES)
+        sub += [subjects.TELEMETRY_ALL, subjects.QUEUE_UPDATED, subjects.EXECUTOR_REPORTS_ALL]
+    elif user == "executor":
+        pub += [lifecycle]  # Started, Completed, Failed, Checkpointed, ...
+        for n in nodes:  # "*": any node (Kubernetes DaemonSets: node names unknown ahead)
+            durable = "*" if n == "*" else f"executor-{n}"
+            pub += _consume(subjects.STREAM_NODECMD, durable, f"{subjects.NODE_PREFIX}.{n}.*")
+            pub += [subjects.executor_report(n)]
+        pub += [f"{JS}.STREAM.INFO.{subjects.STREAM_NODECMD}"]
+    elif user == "telemetry":
+        for n in nodes:
+            pub += [subjects.telemetry(n), f"$KV.{subjects.KV_NODES}.{n}"]
+        pub += _kv_read(subjects.KV_NODES) + _kv_read(subjects.KV_LEDGER)
+    elif user == "profiler":
+        pub += _consume(subjects.STREAM_LIFECYCLE) + _kv_write(subjects.KV_PROFILES)
+        sub += [subjects.TELEMETRY_ALL]
+    elif user in ("defrag", "thermal"):
+        pub += [f"{subjects.INTENTS_PREFIX}.{user}", f"{subjects.INTENTS_PREFIX}.{user}.>"]
+        pub += [subjects.decisions(user)]
+        pub += _kv_read(subjects.KV_LEDGER) + _kv_read(subjects.KV_QUEUE)
+        pub += _kv_read(subjects.KV_NODES)
+        sub += [subjects.TELEMETRY_ALL]
+    return Permissions(publish=_unique(pub), subscribe=_unique(sub))
+
+
+def _quote(s: str) -> str:
+    return json.dumps(s)
+
+
+def _list(items: Sequence[str], indent: str) -> str:
+    inner = "".join(f"{indent}  {_quote(i)}\n" for i in items)
+    return f"[\n{inner}{indent}]"
+
+
+def authorization_block(
+    passwords: dict[str, str], *, nodes: Sequence[str] = (), password_refs: bool = False
+) -> str:
+    """The nats-server ``authorization { users = [...] }`` block for ``passwords`` (user ->
+    password). ``password_refs``: write ``$NATS_PASSWORD_<USER>`` variables instead of the
+    values, which nats-server resolves from its environment (compose and Kubernetes secrets)."""
+    lines = ["authorization {", "  users = ["]
+    for user, password in passwords.items():
+        p = permissions(user, nodes=nodes)
+        pw = f"$NATS_PASSWORD_{user.upper()}" if password_refs else _quote(password)
+        lines += [
+            "    {",
+            f"      user: {_quote(user)}",
+            f"      password: {pw}",
+            "      permissions: {",
+            f"        publish: {{ allow: {_list(p.publish, '        ')} }}",
+            f"        subscribe: {{ allow: {_list(p.subscribe, '        ')} }}",
+            "      }",
+            "    }",
+        ]
+    lines += ["  ]", "}"]
+    return "\n".join(lines) + "\n"
+
+
+# --- client side: the keyword arguments a credentials file holds ----------------------------------
+
+# keys of a credentials JSON that are ours, not nats.connect's: they become an ``ssl`` context
+TLS_KEYS = ("tls_ca_file", "tls_cert_file", "tls_key_file")
+
+
+def connect_options(data: dict[str, Any]) -> dict[str, Any]:
+    """``nats.connect`` keyword arguments from a credentials JSON object.
+
+    Why a conversion: an ``ssl.SSLContext`` cannot be written to JSON, so a file names the CA
+    (and an optional client certificate) and this builds the context. ``inbox_prefix`` stays a
+    plain string: it must match the user's ``_INBOX.<user>.>`` subscribe permission.
+    """
+    opts = {k: v for k, v in data.items() if k not in TLS_KEYS}
+    if any(data.get(k) for k in TLS_KEYS):
+        ctx = ssl.create_default_context(cafile=data.get("tls_ca_file") or None)
+        if data.get("tls_cert_file"):
+            ctx.load_cert_chain(data["tls_cert_file"], data.get("tls_key_file") or None)
+        opts["tls"] = ctx
+    return opts
+
+
+def load_connect_options(path: str | os.PathLike[str]) -> dict[str, Any]:
+    """Read a credentials file (``MOSAIC_NATS_CREDS``); a missing or bad file stops the caller
+    with a message naming it, because connecting anonymously instead would only fail later."""
+    try:
+        data = json.loads(Path(path).read_text())
+    except (OSError, ValueError) as exc:
+        raise ValueError(f"cannot read NATS credentials {path}: {exc}") from None
+    if not isinstance(data, dict):
+        raise ValueError(f"NATS credentials {path} must be a JSON object")
+    return connect_options(data)
+
+
+DEPLOY_CONF_HEADER = """\
+# nats-server configuration for docker-compose.yml and deploy/k8s, GENERATED from the permission
+# table in libs/bus/auth.py:   python -m libs.client.credentials conf > deploy/k8s/nats-server.conf
+# Do not edit by hand; tests/security/test_deploy_auth.py fails when it is out of date.
+# Passwords are $NATS_PASSWORD_<USER> variables that nats-server reads from its environment:
+# compose passes deploy/compose/secrets/nats.env, Kubernetes the Secret mosaic-nats-passwords
+# (both made by `python -m libs.client.credentials`). Node agents share the executor and
+# telemetry users for any node ("*"): their node names are not known when this is generated.
+# TLS: add a block  tls { cert_file: "/etc/nats/tls/tls.crt", key_file: "/etc/nats/tls/tls.key",
+# ca_file: "/etc/nats/tls/ca.crt" }  and give every service tls_ca_file in its credentials.
+"""
+
+
+def deploy_server_conf(nodes: Sequence[str] = ("*",)) -> str:
+    """The complete server config the deployments mount (listen, monitoring, JetStream store,
+    users with password variables). Monitoring has no authentication: it is reachable only
+    inside the container (compose) or from the probes and Prometheus (Kubernetes policies)."""
+    users = {u: "" for u in USERS}
+    return (
+        DEPLOY_CONF_HEADER
+        + 'listen: "0.0.0.0:4222"\n'
+        + 'http: "0.0.0.0:8222"\n'
+        + 'jetstream {\n  store_dir: "/data"\n}\n'
+        + authorization_block(users, nodes=nodes, password_refs=True)
+    )
