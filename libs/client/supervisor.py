@@ -371,7 +371,7 @@ def start_stack(
             if name == "gateway":
                 env["MOSAIC_HTTP_PORT"] = str(stack.gateway_port)
                 env["MOSAIC_ADMIN_TOKEN_FILE"] = str(admin_token_file(data_dir).resolve())
-            env.update(service_credentials_env(name, creds))
+            env.update(service_credentials_env(module_of(name), creds))
             svc = Service(
                 name=name,
                 args=service_args(name, stack.nodes, data_dir),
