@@ -5,6 +5,7 @@ meets: ties in rank keys, NaN scores and progress, dead shapes, held models, ful
 from __future__ import annotations
 
 import dataclasses
+import math
 
 import msgspec
 import numpy as np
@@ -194,6 +195,9 @@ def test_fit_now_shapes_and_groups_fit_match_fit_now(vr, specs, data):
     want[held] = m.any(axis=1)
     got = K.groups_fit(fits, inv.astype(np.int64), codes.astype(np.int64), view.model_idx, allowed)
     assert got.tolist() == want.tolist()
+
+
+_libm_exp = np.vectorize(math.exp, otypes=[float])
 
 
 def hold_waits_numpy(q, present, ctx, cfg):
@@ -475,7 +479,9 @@ def score_arrays_numpy(q, *, now, load, tenant_usage, cap, cfg, best):
     remaining = q.est * np.clip(1.0 - q.prog, 0.0, 1.0) / best[q.cls]
     slack = q.deadline - now - remaining
     with np.errstate(invalid="ignore", over="ignore"):
-        u = np.exp(-np.maximum(slack, 0.0) / cfg.urgency_scale_s)
+        # the C library's exp, as the compiled loop calls it: numpy's own SIMD exp (on
+        # AVX-512 CPUs) may round the last bit differently, which is not what this tests
+        u = _libm_exp(-np.maximum(slack, 0.0) / cfg.urgency_scale_s)
     u = np.where(slack < 0, cfg.urgency_missed, u)
     urg = np.where(np.isnan(q.deadline), 0.0, u)
     base = (q.prio + 1.0) / 10.0
