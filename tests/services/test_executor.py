@@ -311,7 +311,8 @@ async def test_command_runs_as_nobody_without_the_executor_environment(
         await bus.close()
 
 
-async def test_reports_list_what_runs(nats_url: str, tmp_path: Path) -> None:
+async def _watching_reports(nats_url: str) -> tuple[Bus, Harness, list[ExecutorReport]]:
+    """A bus, a lifecycle harness and the list every report of node t4-0 is appended to."""
     bus = await Bus.connect(nats_url, "test")
     await bus.ensure_topology()
     h = Harness(bus)
@@ -322,6 +323,11 @@ async def test_reports_list_what_runs(nats_url: str, tmp_path: Path) -> None:
         reports.append(r)
 
     await bus.subscribe(subjects.executor_report("t4-0"), ExecutorReport, on_report)
+    return bus, h, reports
+
+
+async def test_reports_list_what_runs(nats_url: str, tmp_path: Path) -> None:
+    bus, h, reports = await _watching_reports(nats_url)
     task, stop = await _start(nats_url, "sim", tmp_path, report_interval=0.3)
     try:
         await _until(lambda: len(reports) >= 1)
@@ -368,16 +374,7 @@ async def test_an_attempt_stays_reported_until_its_end_is_published(
 ) -> None:
     """While the terminal event cannot be published (the stream is gone, e.g. electing a
     leader), the attempt is still reported: the placer must not requeue a job that finished."""
-    bus = await Bus.connect(nats_url, "test")
-    await bus.ensure_topology()
-    h = Harness(bus)
-    await h.collect()
-    reports: list[ExecutorReport] = []
-
-    async def on_report(r: ExecutorReport) -> None:
-        reports.append(r)
-
-    await bus.subscribe(subjects.executor_report("t4-0"), ExecutorReport, on_report)
+    bus, h, reports = await _watching_reports(nats_url)
     task, stop = await _start(nats_url, "sim", tmp_path, report_interval=0.2)
     try:
         await h.run("e1", runtime_s=500)  # half a wall second
