@@ -245,10 +245,11 @@ class Gateway:
             assert view is not None
             return view, False
         view = await self._await_job(spec.id, DUPLICATE_WAIT_S)
-        if view is None:  # the stream has it but the read model lags: show what was sent
-            self.jobs.apply(event)
-            view = self.jobs.get(spec.id)
-            assert view is not None
+        if view is None:
+            # the bus has this id but our read model does not show it yet: answer "retry",
+            # never fold in this caller's copy, which may name another tenant than the job the
+            # bus holds (a tenant's duplicate would otherwise pass for the job's owner)
+            raise TimeoutError(f"job {spec.id!r} is known to the bus but not visible yet")
         return view, True
 
     async def cancel(self, job_id: str, reason: str) -> None:

@@ -261,3 +261,25 @@ async def test_nodes_for_any_caller_with_a_token_but_only_its_own_job_ids(nats_u
             assert "a-1" in page and "b-1" in page
     finally:
         await bus.close()
+
+
+async def test_a_duplicate_id_the_read_model_does_not_show_is_retried_not_taken_over(
+    nats_url, http
+):
+    """The bus already holds job id "held" (another gateway published it, then crashed before
+    its Submitted could reach this gateway's read model). A tenant submitting that id must get
+    "retry" (503), not a view made of its own copy, which would present it as the job's owner."""
+    async with gateway(nats_url) as base:
+        a = await add_tenant(http, base, "a")
+        bus = await Bus.connect(nats_url, "test")
+        try:
+            # the other gateway's two publishes: the submission, and (with the Submitted's
+            # message id) an event this gateway's read model never folds into a job
+            await bus.publish_bytes(subjects.SUBJECT_SUBMIT, b"{}", msg_id="held")
+            await bus.publish_bytes("lifecycle.elsewhere", b"{}", msg_id="submitted-held")
+        finally:
+            await bus.close()
+        status, data, _ = await call(http, "POST", f"{base}/v1/jobs", a, job("held"))
+        assert status == 503 and "retry" in data["error"], data
+        status, _, _ = await call(http, "GET", f"{base}/v1/jobs/held", a)
+        assert status == 404
