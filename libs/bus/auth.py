@@ -185,6 +185,7 @@ def permissions(user: str, *, nodes: Sequence[str] = ()) -> Permissions:
         pub += _consume(subjects.STREAM_LIFECYCLE)
         pub += _kv_write(subjects.KV_QUEUE)
         pub += _kv_read(subjects.KV_NODES) + _kv_read(subjects.KV_LEDGER)
+        pub += _obj_store(OBJ_SNAPSHOTS)  # its pending set's snapshots
         sub += [subjects.TELEMETRY_ALL, subjects.LEDGER_UPDATED]
     elif user == "placer":
         pub += [
@@ -199,6 +200,7 @@ def permissions(user: str, *, nodes: Sequence[str] = ()) -> Permissions:
         pub += _kv_write(subjects.KV_LEDGER) + _kv_write(subjects.KV_LEASES)
         pub += _kv_read(subjects.KV_QUEUE) + _kv_read(subjects.KV_NODES)
         pub += _kv_read(subjects.KV_PROFILES)
+        pub += _obj_store(OBJ_SNAPSHOTS)  # its tracker's snapshots
         sub += [subjects.TELEMETRY_ALL, subjects.QUEUE_UPDATED, subjects.EXECUTOR_REPORTS_ALL]
     elif user == "executor":
         pub += [lifecycle]  # Started, Completed, Failed, Checkpointed, ...
