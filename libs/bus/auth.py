@@ -137,9 +137,12 @@ def _kv_write(bucket: str, keys: str = ">") -> list[str]:
 def _obj_store(bucket: str) -> list[str]:
     """Create, read and replace objects of an Object Store bucket (stream ``OBJ_<bucket>``):
     chunks and metadata are publishes to ``$O.<bucket>.>``, reading a chunked object is an
-    ordered consumer, and replacing one purges the old chunks (a purge of that bucket only)."""
+    ordered consumer, and replacing one purges the old chunks (a purge of that bucket only).
+    nats-py's ``get`` subscribes to the chunks without naming the stream, so it looks the stream
+    up by subject (``STREAM.NAMES``, which lists names only): without it no snapshot loads."""
     s = f"OBJ_{bucket}"
     return [
+        f"{JS}.STREAM.NAMES",
         f"{JS}.STREAM.CREATE.{s}",
         f"{JS}.STREAM.INFO.{s}",
         f"{JS}.STREAM.PURGE.{s}",
