@@ -292,3 +292,40 @@ async def test_a_corrupt_placer_snapshot_means_a_full_replay(nats_url, bus):
         assert c.snapshots.handled == 5
         assert (dict(c.tracker.terminal), set(c.tracker.specs), dict(c.tracker.placed)) == state
     assert state == ({"p-0": "completed"}, {"p-1"}, {})
+
+
+async def test_takeover_after_a_snapshot_still_finishes_a_half_done_placement(nats_url, bus):
+    """The tracker comes from a snapshot that holds the job's ``Submitted``; the ledger holds an
+    allocation a crashed predecessor never announced. The new placer sends its ``Placed`` and
+    run command once, and the job completes."""
+    nodes = _one_gpu()
+    await put_nodes(bus, nodes)
+    spec = JobSpec(id="orphan", gpus=1, submit_time=time.time())
+    await submit(bus, spec)
+    async with placer(nats_url, "first") as a:  # no scorer: nothing is placed
+        assert a.snapshots.handled == 1 and "orphan" in a.tracker.specs
+    alloc = Allocation(
+        job_id="orphan",
+        node=nodes[0].id,
+        gpu_indices=(0,),
+        gpu_share=1.0,
+        gpu_mem_gb=spec.gpu_mem_gb,
+        host_mem_gb=spec.host_mem_gb,
+        cpus=spec.cpus,
+        time=time.time(),
+        spec=spec,
+    )
+    await (await bus.kv(subjects.KV_LEDGER, Allocation)).create("orphan", alloc)
+    executor = FakeExecutor(bus, run_s=0.2)
+    await executor.start()
+    try:
+        async with placer(nats_url, "second") as b:
+            assert b.snapshots.restored is not None and b.snapshots.restored.model is not None
+            await poll(lambda: _has(bus, "orphan", Completed), timeout_s=30)
+            await poll(lambda: _ledger_empty(bus))
+            assert b.snapshots.handled == 3  # Placed (its own), Started, Completed
+    finally:
+        await executor.close()
+    kinds = [type(e).__name__ for e in await _events(bus)]
+    assert kinds == ["Submitted", "Placed", "Started", "Completed"]
+    assert len(executor.runs) == 1 and executor.duplicates == 0
