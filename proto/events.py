@@ -41,7 +41,9 @@ class Checkpointed(_Event, tag="checkpointed"):
 
 
 class Preempted(_Event, tag="preempted"):
-    pass
+    # the attempt it ends (0: not named, an event from before this field): a fold that sees it
+    # again (a restart from a snapshot replays a few events) can tell it from the next attempt's
+    attempt: int = 0
 
 
 class Completed(_Event, tag="completed"):

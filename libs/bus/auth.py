@@ -137,9 +137,12 @@ def _kv_write(bucket: str, keys: str = ">") -> list[str]:
 def _obj_store(bucket: str) -> list[str]:
     """Create, read and replace objects of an Object Store bucket (stream ``OBJ_<bucket>``):
     chunks and metadata are publishes to ``$O.<bucket>.>``, reading a chunked object is an
-    ordered consumer, and replacing one purges the old chunks (a purge of that bucket only)."""
+    ordered consumer, and replacing one purges the old chunks (a purge of that bucket only).
+    nats-py's ``get`` subscribes to the chunks without naming the stream, so it looks the stream
+    up by subject (``STREAM.NAMES``, which lists names only): without it no snapshot loads."""
     s = f"OBJ_{bucket}"
     return [
+        f"{JS}.STREAM.NAMES",
         f"{JS}.STREAM.CREATE.{s}",
         f"{JS}.STREAM.INFO.{s}",
         f"{JS}.STREAM.PURGE.{s}",
@@ -185,6 +188,7 @@ def permissions(user: str, *, nodes: Sequence[str] = ()) -> Permissions:
         pub += _consume(subjects.STREAM_LIFECYCLE)
         pub += _kv_write(subjects.KV_QUEUE)
         pub += _kv_read(subjects.KV_NODES) + _kv_read(subjects.KV_LEDGER)
+        pub += _obj_store(OBJ_SNAPSHOTS)  # its pending set's snapshots
         sub += [subjects.TELEMETRY_ALL, subjects.LEDGER_UPDATED]
     elif user == "placer":
         pub += [
@@ -199,6 +203,7 @@ def permissions(user: str, *, nodes: Sequence[str] = ()) -> Permissions:
         pub += _kv_write(subjects.KV_LEDGER) + _kv_write(subjects.KV_LEASES)
         pub += _kv_read(subjects.KV_QUEUE) + _kv_read(subjects.KV_NODES)
         pub += _kv_read(subjects.KV_PROFILES)
+        pub += _obj_store(OBJ_SNAPSHOTS)  # its tracker's snapshots
         sub += [subjects.TELEMETRY_ALL, subjects.QUEUE_UPDATED, subjects.EXECUTOR_REPORTS_ALL]
     elif user == "executor":
         pub += [lifecycle]  # Started, Completed, Failed, Checkpointed, ...

@@ -26,10 +26,11 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import Generic, TypeVar
+from typing import Any, Generic, TypeVar
 
 import msgspec
 import nats.js.errors
@@ -277,3 +278,99 @@ class Snapshotter:
             self._task = None
         if final:
             await self.save_now()
+
+
+@dataclass(frozen=True)
+class SnapshotSettings:
+    """Whether and how often a service saves a stream-fed model. The environment is the one the
+    gateway reads too (MOSAIC_SNAPSHOTS=0 turns snapshots off, MOSAIC_SNAPSHOT_EVERY_EVENTS,
+    MOSAIC_SNAPSHOT_EVERY_S), so one setting covers every service of a stack."""
+
+    enabled: bool = True
+    every_events: int = DEFAULT_EVERY_EVENTS
+    every_s: float = DEFAULT_EVERY_S
+
+    @classmethod
+    def from_env(cls) -> SnapshotSettings:
+        def number(name: str, default: float) -> float:
+            raw = os.environ.get(name) or str(default)
+            try:
+                return float(raw)
+            except ValueError:
+                raise SystemExit(f"{name} must be a number, got {raw!r}") from None
+
+        return cls(
+            enabled=os.environ.get("MOSAIC_SNAPSHOTS", "1") not in ("0", "false", "no"),
+            every_events=int(number("MOSAIC_SNAPSHOT_EVERY_EVENTS", DEFAULT_EVERY_EVENTS)),
+            every_s=number("MOSAIC_SNAPSHOT_EVERY_S", DEFAULT_EVERY_S),
+        )
+
+
+class SnapshotFollower:
+    """One model fed by one stream: restored from its snapshot, consumed from the message after
+    it, saved by a ``Snapshotter``. The wiring the scorer and the placer share (the gateway, with
+    two models, has its own), so each says only which model and which object key.
+
+    Why never fatal: a service that cannot use the bucket (no permission, the store full) runs
+    from a full replay, as it did before snapshots, and says so in its log."""
+
+    def __init__(
+        self, bus: Bus, key: str, stream: str, settings: SnapshotSettings | None = None
+    ) -> None:
+        self.bus = bus
+        self.key = key
+        self.stream = stream
+        self.settings = settings or SnapshotSettings()
+        self.store: SnapshotStore | None = None  # made in ``follow`` (a bus is needed then only)
+        self.snapshotter: Snapshotter | None = None
+        self.restored: Restored[Any] | None = None  # None: no snapshot was tried
+        self.handled = 0  # messages handled since start (what a restart cost)
+
+    async def follow(
+        self,
+        subject: str,
+        type_: Any,
+        handler: Callable[[Any], Awaitable[None]],
+        load: Callable[[bytes], Any],
+        encode: Callable[[], bytes],
+    ) -> Consumer:
+        """Restore the model with ``load`` (it replaces the model's content, or raises), then
+        consume ``subject`` of the stream from where the snapshot left off (or its start)."""
+        store = self.store = SnapshotStore(self.bus, self.key, self.stream)
+        enabled = self.settings.enabled
+        if enabled:
+            try:
+                await ensure_snapshot_bucket(self.bus)
+            except Exception as exc:
+                store.log.warning("snapshots_unavailable", error=repr(exc))
+                enabled = False
+        start_seq = None
+        if enabled:
+            self.restored = await store.restore(load)
+            start_seq = self.restored.start_seq
+
+        async def counted(value: Any) -> None:
+            self.handled += 1
+            await handler(value)
+            if self.snapshotter is not None:
+                self.snapshotter.note()
+
+        consumer = await self.bus.consume(
+            self.stream, subject, type_, counted, durable=None, opt_start_seq=start_seq
+        )
+        if enabled:
+            self.snapshotter = Snapshotter(
+                store,
+                consumer,
+                encode,
+                every_events=self.settings.every_events,
+                every_s=self.settings.every_s,
+                saved_seq=(start_seq or 1) - 1,
+            ).start()
+        return consumer
+
+    async def stop(self) -> None:
+        """A clean stop: save what is new, so the next start replays nothing."""
+        if self.snapshotter is not None:
+            await self.snapshotter.stop(final=True)
+            self.snapshotter = None

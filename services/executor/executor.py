@@ -348,11 +348,10 @@ class NodeExecutor:
             cmd = entry.cmd
             done = (now - entry.started_at) / cmd.runtime_s if cmd.runtime_s > 0 else 0.0
             progress = min(0.999, cmd.progress + done)
+            same = {"job_id": job_id, "time": now, "node": self.node.id, "reason": reason}
             events = (
-                Checkpointed(
-                    job_id=job_id, time=now, node=self.node.id, reason=reason, progress=progress
-                ),
-                Preempted(job_id=job_id, time=now, node=self.node.id, reason=reason),
+                Checkpointed(**same, progress=progress),
+                Preempted(**same, attempt=entry.attempt),  # the attempt: see proto.events
             )
         else:
             events = (Cancelled(job_id=job_id, time=now, node=self.node.id, reason=reason),)

@@ -101,7 +101,7 @@ class Announcer:
             await self.bus.publish(subjects.lifecycle(job), done, msg_id=f"cancelled-{job}")
             self.ended_here.add(job)
             return done
-        ev = Preempted(job_id=job, time=now, node=alloc.node, reason=reason)
+        ev = Preempted(job_id=job, time=now, node=alloc.node, reason=reason, attempt=alloc.attempt)
         with self.tracer.start_as_current_span(
             "placer.requeue", attributes={"job": job, "node": alloc.node, "reason": reason}
         ) as span:

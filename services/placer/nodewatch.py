@@ -84,10 +84,10 @@ class NodeWatch:
         """True when the lifecycle says this attempt is over for the placer: requeued (a later
         attempt is due or placed) or the job ended. An attempt whose Started we have not read
         yet is not (the ledger check above); neither is an unknown job."""
-        if job not in self.tracker.specs:
-            return False
         t = self.tracker
-        return t.holds_nothing(job, attempt) or t.placed.get(job, 0) > attempt
+        if not t.known(job):
+            return False
+        return t.holds_nothing(job, attempt) or t.next_attempt(job) - 1 > attempt
 
     def down_nodes(self) -> set[str]:
         """Refresh which nodes are down (logging changes); the cycle cordons them."""

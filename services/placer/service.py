@@ -46,6 +46,7 @@ from services.placer.ledger_gc import purge_ledger_markers
 from services.placer.nodewatch import NodeWatch
 from services.placer.reconcile import Reconciler
 from services.placer.settings import PlacerSettings, settings_from_args
+from services.placer.snapshot import seed_reconciler, tracker_snapshots
 from services.placer.tracker import JobTracker
 
 LEASE_NAME = "placer"
@@ -81,6 +82,7 @@ class Placer(Announcer, NodeWatch, Cancels):
         self.policy = policy or PolicyConfig.default()
         self.profiles = profiles or ProfileTable.default()
         self.tracker = JobTracker()
+        self.snapshots = tracker_snapshots(bus, self.settings.snapshots)  # services.placer.snapshot
         self.ledger: dict[str, Allocation] = {}
         self.nodes: dict[str, NodeSpec] = {}
         self.temps: dict[str, float] = {}
@@ -113,7 +115,8 @@ class Placer(Announcer, NodeWatch, Cancels):
             self.log.warning("warm_up_failed", error=repr(task.exception()))
 
     async def start(self) -> None:
-        """Follow nodes, telemetry, queue pokes and the lifecycle stream; wait for the replay."""
+        """Follow nodes, telemetry, queue pokes and the lifecycle stream (from the tracker's
+        snapshot on); wait for the replay."""
         # load the pass's compiled loops in the background while we catch up, so the first
         # cycle after a restart does not pay for it (libs.policy.warmup)
         self._warming = asyncio.create_task(asyncio.to_thread(warm_up, self.policy, self.profiles))
@@ -131,11 +134,9 @@ class Placer(Announcer, NodeWatch, Cancels):
         await self.bus.subscribe(subjects.TELEMETRY_ALL, TelemetrySample, self._on_telemetry)
         await self.bus.subscribe(subjects.EXECUTOR_REPORTS_ALL, ExecutorReport, self._on_report)
         await self.bus.subscribe(subjects.QUEUE_UPDATED, RankedQueue, self._on_poke)
-        self._lifecycle = await self.bus.consume(
-            subjects.STREAM_LIFECYCLE,
-            f"{subjects.LIFECYCLE_PREFIX}.>",
-            LifecycleEvent,
-            self._on_event,
+        t = self.tracker
+        self._lifecycle = await self.snapshots.follow(
+            f"{subjects.LIFECYCLE_PREFIX}.>", LifecycleEvent, self._on_event, t.load, t.encode
         )
         await self._catch_up()
 
@@ -182,6 +183,7 @@ class Placer(Announcer, NodeWatch, Cancels):
         async with self._lock:
             entries = await self.ledger_kv.items()
             self.ledger = {k: e.value for k, e in entries.items()}
+            seed_reconciler(self.reconciler, self.ledger, self.tracker)  # Started in a snapshot
             self._active = True
             ACTIVE.set(1)
             await self._free_ended()
@@ -391,4 +393,7 @@ async def main(ctx: ServiceContext) -> None:
     """``python -m services.placer``: follow, wait for the lease, place until ``ctx.stop``."""
     placer = Placer(ctx.bus, ctx.clock, ctx.log, ctx.tracer, settings_from_args(ctx.args))
     await placer.start()
-    await placer.run(ctx.stop)
+    try:
+        await placer.run(ctx.stop)
+    finally:
+        await placer.snapshots.stop()  # a clean stop saves: the next start replays nothing

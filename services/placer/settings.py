@@ -8,6 +8,7 @@ import socket
 import uuid
 from dataclasses import dataclass, field
 
+from libs.bus.snapshot import SnapshotSettings
 from services.placer.reconcile import ReconcileSettings
 
 __all__ = ["PlacerSettings", "ReconcileSettings", "settings_from_args"]
@@ -26,6 +27,8 @@ class PlacerSettings:
     # purge_after_s: the bucket is bounded and would otherwise fill and refuse writes
     purge_every_s: float = 600.0
     purge_after_s: float = 1800.0
+    # the tracker's snapshots (services.placer.snapshot); MOSAIC_SNAPSHOT* in the environment
+    snapshots: SnapshotSettings = field(default_factory=SnapshotSettings)
 
     def holder_id(self) -> str:
         return self.holder or f"{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:6]}"
@@ -46,4 +49,5 @@ def settings_from_args(args: argparse.Namespace) -> PlacerSettings:
             misses=getattr(args, "lost_after_reports", r.misses),
             down_intervals=getattr(args, "down_after_intervals", r.down_intervals),
         ),
+        snapshots=getattr(args, "snapshots", None) or SnapshotSettings.from_env(),
     )

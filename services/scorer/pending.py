@@ -9,11 +9,26 @@ The bus is a trust boundary (rule 6): a ``Submitted`` whose spec fails
 every round fail. The scorer does not end the job itself: the placer, the one writer of
 refusals, publishes its ``Failed`` (see ``services.placer.tracker``), which this fold then
 sees like any other end. A checkpoint's progress that is not a fraction in [0, 1] is ignored.
+
+Snapshots (``encode``/``load``, ``services.scorer.service``): the scorer restarts from the set as
+saved plus the events after the snapshot's sequence, which is the consumer's ack floor, so the
+few events between that floor and the moment of encoding are applied a second time. Every rule is
+therefore written so that replaying a run of events the set already holds changes nothing:
+``Placed`` takes the job out only for an attempt at least its pending one (a replayed ``Placed``
+of attempt 1 does not take out attempt 2), ``Preempted`` names its attempt and counts once per
+attempt (a replayed one after the next ``Placed`` would otherwise queue a third attempt), and an
+ended job ignores everything. Bounded: an ended job's id is kept (so that a ``Submitted``
+replayed after its end cannot queue it again) only until ``keep_terminal_events`` lifecycle
+events later. Why events and not time: what a restart replays again is bounded by the snapshot
+cadence in events (``libs.bus.snapshot``), so an end older than that many events can never be
+followed by a replay of its job's ``Submitted``; keep it far above MOSAIC_SNAPSHOT_EVERY_EVENTS.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
+
+import msgspec
 
 from libs.policy.types import PendingJob
 from proto.events import (
@@ -30,23 +45,59 @@ from proto.validation import FieldError, revalidate_submitted, sound_progress
 
 OnInvalid = Callable[[Submitted, list[FieldError]], None]
 
+SNAPSHOT_VERSION = 1  # bump when PendingSnapshot changes shape: older snapshots are then ignored
+DEFAULT_KEEP_TERMINAL_EVENTS = 500_000  # an ended job is forgotten this many events after its end
+
+
+class PendingSnapshot(msgspec.Struct, kw_only=True):
+    """The set as stored in a snapshot (``PendingSet.encode``)."""
+
+    version: int
+    events: int
+    refused: int
+    pending: dict[str, PendingJob]
+    specs: dict[str, JobSpec]  # live jobs (pending or placed)
+    enqueued_at: dict[str, float]
+    placed_attempt: dict[str, int]
+    preempted_attempt: dict[str, int]
+    progress: dict[str, float]
+    terminal: list[tuple[str, int]]  # (job, events seen when it ended), oldest end first
+    invalid: list[str]
+    queued: dict[str, int]
+
+
+class _Version(msgspec.Struct):
+    version: int
+
 
 class PendingSet:
-    def __init__(self, on_invalid: OnInvalid | None = None) -> None:
+    def __init__(
+        self,
+        on_invalid: OnInvalid | None = None,
+        *,
+        keep_terminal_events: int = DEFAULT_KEEP_TERMINAL_EVENTS,
+    ) -> None:
         """``on_invalid`` hears of each refused ``Submitted`` (the service logs it)."""
+        if keep_terminal_events < 1:
+            raise ValueError(f"keep_terminal_events must be >= 1, got {keep_terminal_events}")
         self._on_invalid = on_invalid
+        self.keep_terminal_events = keep_terminal_events
+        self.events = 0  # events applied (the clock of terminal retention)
         self.refused = 0  # Submitted events refused by revalidate_spec
         self.pending: dict[str, PendingJob] = {}
         self._specs: dict[str, JobSpec] = {}  # live jobs only (dropped when they end)
         self._enqueued_at: dict[str, float] = {}
         self._placed_attempt: dict[str, int] = {}
         self._progress: dict[str, float] = {}
-        self._terminal: set[str] = set()
+        self._preempted_attempt: dict[str, int] = {}  # job -> highest attempt a Preempted ended
+        self._terminal: dict[str, int] = {}  # job -> self.events at its end, oldest first
         self._invalid: set[str] = set()  # jobs whose first Submitted was refused
         self._queued: dict[str, int] = {}  # job -> attempt for which Queued is already out
 
     def apply(self, ev: LifecycleEvent) -> bool:
         """Fold one event in; True when the pending set changed (a re-rank is due)."""
+        self.events += 1
+        self._expire()
         job = ev.job_id
         if job in self._terminal:
             return False
@@ -73,26 +124,36 @@ class PendingSet:
             return False
         if isinstance(ev, Placed):
             self._placed_attempt[job] = max(ev.attempt, self._placed_attempt.get(job, 0))
-            return self.pending.pop(job, None) is not None
+            p = self.pending.get(job)
+            if p is None or p.attempt > ev.attempt:
+                return False  # a replayed Placed of an earlier attempt
+            del self.pending[job]
+            return True
         if isinstance(ev, Checkpointed):
             if sound_progress(ev.progress):
                 self._progress[job] = ev.progress
             return False
         if isinstance(ev, Preempted):
             spec = self._specs.get(job)
-            if spec is None or job in self.pending:
+            placed = self._placed_attempt.get(job, 0)
+            attempt = ev.attempt or placed  # 0: an event from before Preempted named it
+            if spec is None or job in self.pending or attempt < placed:
                 return False
+            if self._preempted_attempt.get(job, 0) >= attempt:
+                return False  # this attempt's preemption was counted already (a replay)
+            self._preempted_attempt[job] = attempt
             self.pending[job] = PendingJob(
                 spec,
                 self._enqueued_at.get(job, ev.time),
-                attempt=self._placed_attempt.get(job, 0) + 1,
+                attempt=placed + 1,
                 progress=self._progress.get(job, 0.0),
             )
             return True
         if is_terminal(ev):
-            self._terminal.add(job)
+            self._terminal[job] = self.events
             for d in (self._specs, self._enqueued_at, self._placed_attempt, self._progress):
                 d.pop(job, None)
+            self._preempted_attempt.pop(job, None)
             self._queued.pop(job, None)
             self._invalid.discard(job)
             return self.pending.pop(job, None) is not None
@@ -113,3 +174,54 @@ class PendingSet:
 
     def __len__(self) -> int:
         return len(self.pending)
+
+    def _expire(self) -> None:
+        """Forget ended jobs whose end is more than ``keep_terminal_events`` events old."""
+        cutoff = self.events - self.keep_terminal_events
+        while self._terminal:
+            job, ended = next(iter(self._terminal.items()))
+            if ended > cutoff:
+                return
+            del self._terminal[job]
+
+    # --- snapshots ---------------------------------------------------------------------------
+
+    def encode(self) -> bytes:
+        """The whole set as msgpack bytes (``PendingSnapshot``)."""
+        return msgspec.msgpack.encode(
+            PendingSnapshot(
+                version=SNAPSHOT_VERSION,
+                events=self.events,
+                refused=self.refused,
+                pending=self.pending,
+                specs=self._specs,
+                enqueued_at=self._enqueued_at,
+                placed_attempt=self._placed_attempt,
+                preempted_attempt=self._preempted_attempt,
+                progress=self._progress,
+                terminal=list(self._terminal.items()),
+                invalid=sorted(self._invalid),
+                queued=self._queued,
+            )
+        )
+
+    def load(self, data: bytes) -> PendingSet:
+        """Replace the content by a snapshot's (keeping ``on_invalid`` and the retention);
+        raises ``ValueError`` or a msgspec error for another version or a corrupt snapshot."""
+        version = msgspec.msgpack.decode(data, type=_Version).version
+        if version != SNAPSHOT_VERSION:
+            raise ValueError(f"pending snapshot version {version}, expected {SNAPSHOT_VERSION}")
+        snap = msgspec.msgpack.decode(data, type=PendingSnapshot)
+        if not snap.pending.keys() <= snap.specs.keys():
+            raise ValueError("pending snapshot holds a pending job without its spec")
+        self.events, self.refused = snap.events, snap.refused
+        self.pending = snap.pending
+        self._specs = snap.specs
+        self._enqueued_at = snap.enqueued_at
+        self._placed_attempt = snap.placed_attempt
+        self._preempted_attempt = snap.preempted_attempt
+        self._progress = snap.progress
+        self._terminal = dict(snap.terminal)
+        self._invalid = set(snap.invalid)
+        self._queued = snap.queued
+        return self

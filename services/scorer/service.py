@@ -2,6 +2,13 @@
 
 Re-ranks shortly after every change (debounced: a burst of 200 submissions is one ranking, not
 200) and every ``rescore_s`` because aging and deadlines move scores even when nothing happens.
+
+The pending set restarts from its snapshot (``libs.bus.snapshot``, object ``scorer.pending``)
+plus the lifecycle events after it, not from the stream's first message: a job pending for
+longer than LIFECYCLE's retention is still known after a restart (its ``Submitted`` may be gone),
+and a restart reads only what came after the last save (every N events or M seconds, and on a
+clean stop). Nothing is published during the replay: ``Queued`` goes out from the ranking loop,
+which starts once the replay caught up, and only for attempts the set has no ``Queued`` for.
 """
 
 from __future__ import annotations
@@ -10,7 +17,7 @@ import argparse
 import asyncio
 import contextlib
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import msgspec
 from prometheus_client import Gauge
@@ -18,6 +25,7 @@ from prometheus_client import Gauge
 from libs.bus.connection import Bus
 from libs.bus.replay import wait_caught_up
 from libs.bus.runtime import ServiceContext
+from libs.bus.snapshot import SnapshotFollower, SnapshotSettings
 from libs.clock import Clock
 from libs.obs.health import Heartbeat
 from libs.policy.config import REGIMES, PolicyConfig
@@ -35,6 +43,7 @@ QUEUE_LENGTH = Gauge("mosaic_scorer_queue_length", "Pending jobs in the ranked q
 REGIME = Gauge("mosaic_scorer_regime", "1 for the current load regime, else 0.", ["regime"])
 LOAD = Gauge("mosaic_scorer_load", "Allocated GPU share of the cluster (0..1).")
 RANK_SECONDS = Gauge("mosaic_scorer_rank_seconds", "Wall seconds of the last ranking.")
+SNAPSHOT_KEY = "scorer.pending"  # the pending set's object in the snapshots bucket
 
 
 @dataclass(frozen=True)
@@ -43,6 +52,7 @@ class ScorerSettings:
     max_delay_s: float = 1.0  # but never later than this after the first change
     rescore_s: float = 2.0  # wall seconds between rankings when nothing changes
     wedged_after_s: float = 120.0  # /healthz 503 when the ranking loop made no turn this long
+    snapshots: SnapshotSettings = field(default_factory=SnapshotSettings)
 
 
 class Scorer:
@@ -66,12 +76,16 @@ class Scorer:
         self.nodes: dict[str, NodeSpec] = {}
         self.ledger: dict[str, Allocation] = {}
         self.last_queue: RankedQueue | None = None
+        self.snapshots = SnapshotFollower(
+            bus, SNAPSHOT_KEY, subjects.STREAM_LIFECYCLE, self.settings.snapshots
+        )
         self._dirty = asyncio.Event()
         self._last_change = 0.0
         self.heartbeat = Heartbeat("scorer ranking loop", self.settings.wedged_after_s)
 
     async def start(self) -> None:
-        """Mirror nodes and ledger, replay the lifecycle stream, and wait until caught up."""
+        """Mirror nodes and ledger, restore the pending set from its snapshot, replay the
+        lifecycle events after it, and wait until caught up."""
         self.queue_kv = await self.bus.kv(subjects.KV_QUEUE, RankedQueue)
         nodes_kv = await self.bus.kv(subjects.KV_NODES, NodeSpec)
         ledger_kv = await self.bus.kv(subjects.KV_LEDGER, Allocation)
@@ -80,15 +94,16 @@ class Scorer:
         # would count a freed allocation as held ("double booking") until the next restart
         await nodes_kv.watch(self._on_node)
         await ledger_kv.watch(self._on_alloc)
-        consumer = await self.bus.consume(
-            subjects.STREAM_LIFECYCLE,
+        consumer = await self.snapshots.follow(
             f"{subjects.LIFECYCLE_PREFIX}.>",
             LifecycleEvent,
             self._on_event,
+            self.pending.load,
+            self.pending.encode,
         )
         if not await wait_caught_up(self.bus, consumer, subjects.STREAM_LIFECYCLE):
             self.log.warning("replay_incomplete", hint="ranking with what was replayed so far")
-        self.log.info("replayed", pending=len(self.pending))
+        self.log.info("replayed", pending=len(self.pending), events=self.snapshots.handled)
         self._dirty.set()
 
     def _on_invalid(self, ev: Submitted, errors: list[FieldError]) -> None:
@@ -214,11 +229,15 @@ async def main(ctx: ServiceContext) -> None:
     """``python -m services.scorer``: run until ``ctx.stop``."""
     scorer = Scorer(ctx.bus, ctx.clock, ctx.log, settings_from_args(ctx.args))
     await scorer.start()
-    await scorer.run(ctx.stop)
+    try:
+        await scorer.run(ctx.stop)
+    finally:
+        await scorer.snapshots.stop()  # a clean stop saves: the next start replays nothing
 
 
 def settings_from_args(args: argparse.Namespace) -> ScorerSettings:
     return ScorerSettings(
         debounce_s=getattr(args, "debounce_s", ScorerSettings.debounce_s),
         rescore_s=getattr(args, "rescore_s", ScorerSettings.rescore_s),
+        snapshots=getattr(args, "snapshots", None) or SnapshotSettings.from_env(),
     )

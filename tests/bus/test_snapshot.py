@@ -14,6 +14,8 @@ from libs.bus.server import start_nats_server
 from libs.bus.snapshot import (
     Restored,
     SnapshotEnvelope,
+    SnapshotFollower,
+    SnapshotSettings,
     SnapshotStore,
     Snapshotter,
     ack_floor,
@@ -214,3 +216,61 @@ async def test_a_snapshot_survives_a_nats_restart(tmp_path):
         finally:
             server.stop()
     assert restored == [Restored(None, None), Restored("before the restart", 4, 0)]
+
+
+class _Ids:
+    """A model for the follower: the job ids handled, encoded as one line each."""
+
+    def __init__(self) -> None:
+        self.ids: list[str] = []
+
+    async def handle(self, event: LifecycleEvent) -> None:
+        self.ids.append(event.job_id)
+
+    def load(self, data: bytes) -> _Ids:
+        self.ids = data.decode().split()
+        return self
+
+    def encode(self) -> bytes:
+        return " ".join(self.ids).encode()
+
+
+async def _follow(bus: Bus, model: _Ids, settings: SnapshotSettings) -> SnapshotFollower:
+    f = SnapshotFollower(bus, KEY, STREAM, settings)
+    consumer = await f.follow("lifecycle.>", LifecycleEvent, model.handle, model.load, model.encode)
+    assert await wait_caught_up(bus, consumer, STREAM, timeout_s=10)
+    return f
+
+
+async def test_the_follower_restores_resumes_counts_and_saves_on_stop(bus):
+    """What the scorer and the placer use: a second start restores the model and handles only
+    the messages published after the first one stopped."""
+    quiet = SnapshotSettings(every_events=1_000, every_s=3600.0)
+    await publish(bus, 3)
+    first = _Ids()
+    f = await _follow(bus, first, quiet)
+    assert (f.handled, f.restored) == (3, Restored(None, None))
+    await f.stop()
+    await publish(bus, 2, start=3)
+    second = _Ids()
+    g = await _follow(bus, second, quiet)
+    assert g.handled == 2 and g.restored is not None and g.restored.start_seq == 4
+    assert second.ids == ["j0", "j1", "j2", "j3", "j4"]
+    await g.stop()
+    await g.stop()  # a second stop is a no-op
+
+
+async def test_a_follower_with_snapshots_off_replays_everything(bus, monkeypatch):
+    monkeypatch.setenv("MOSAIC_SNAPSHOTS", "0")
+    monkeypatch.setenv("MOSAIC_SNAPSHOT_EVERY_EVENTS", "7")
+    off = SnapshotSettings.from_env()
+    assert (off.enabled, off.every_events) == (False, 7)
+    await publish(bus, 3)
+    for _ in range(2):
+        model = _Ids()
+        f = await _follow(bus, model, off)
+        assert f.handled == 3 and f.restored is None and f.snapshotter is None
+        await f.stop()
+    monkeypatch.setenv("MOSAIC_SNAPSHOT_EVERY_S", "soon")
+    with pytest.raises(SystemExit, match="MOSAIC_SNAPSHOT_EVERY_S"):
+        SnapshotSettings.from_env()

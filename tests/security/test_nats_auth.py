@@ -192,6 +192,40 @@ async def test_only_the_placer_writes_the_ledger_and_lease(
         await placer.close()
 
 
+async def test_the_services_with_read_models_save_and_load_their_snapshots(
+    secured: tuple[NatsServer, Credentials], admin: Bus
+) -> None:
+    """The gateway, the scorer and the placer restart from snapshots in the Object Store
+    (``libs.bus.snapshot``): each creates the bucket if missing, saves and reads its object
+    under its own user, with no permissions violation; a producer cannot write one."""
+    from structlog.testing import capture_logs
+
+    from libs.bus.snapshot import SnapshotStore, ensure_snapshot_bucket
+
+    server, creds = secured
+    for user in ("gateway", "scorer", "placer"):
+        bus = await Bus.connect(server.url, user, attempts=3, **load_user(creds.directory, user))
+        try:
+            with capture_logs() as logs:
+                await ensure_snapshot_bucket(bus)
+                store = SnapshotStore(bus, f"{user}.test", subjects.STREAM_LIFECYCLE)
+                assert await store.save(0, b"model bytes " * 1000) > 0
+                env = await store.load()
+                await bus.nc.flush()
+                await asyncio.sleep(0.2)  # a violation is reported asynchronously
+            assert env is not None and env.body == b"model bytes " * 1000, user
+            problems = [e for e in logs if "ermission" in str(e.get("error", ""))]
+            assert problems == [], (user, problems)
+        finally:
+            await bus.close()
+    nc = await _connect(creds, "producer")
+    try:
+        with pytest.raises((nats.errors.TimeoutError, nats.errors.NoRespondersError)):
+            await nc.jetstream(timeout=1.0).publish(f"$O.{subjects.OBJ_SNAPSHOTS}.M.x", b"{}")
+    finally:
+        await nc.close()
+
+
 def test_the_stack_schedules_a_job_with_every_service_under_its_own_user(tmp_path: Path) -> None:
     """``start_stack`` as ``mosaic up`` runs it: auth on, each service its own credentials."""
     from libs.client.supervisor import start_stack
