@@ -24,12 +24,15 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import msgspec
+import nats
 import pytest
 
+from libs.bus.server import NatsCluster
 from libs.client.api import ClientError, MosaicClient
 from libs.client.demo import make_job
 from libs.client.supervisor import SERVICES, Stack, StackError, start_stack
 from libs.policy.inventory import demo_cluster
+from proto import subjects
 from proto.jobs import JobSpec
 from proto.views import TERMINAL_STATES
 from tests.e2e.checker import check, read_stream
@@ -102,7 +105,12 @@ def short_job(rng: random.Random, i: int, now: float) -> JobSpec:
 
 
 @pytest.fixture
-def chaos_stack(tmp_path: Path) -> Iterator[tuple[Stack, Supervisor]]:
+def chaos_stack(
+    tmp_path: Path, request: pytest.FixtureRequest
+) -> Iterator[tuple[Stack, Supervisor]]:
+    """The supervised stack; ``request.param`` (indirect) is the number of NATS servers: 3 runs
+    a JetStream cluster with R3 streams (``MOSAIC_STREAM_REPLICAS=3``, set by ``start_stack``),
+    as ``mosaic up --nats-cluster 3`` does."""
     require_services()
     stack = start_stack(
         demo_cluster(),
@@ -110,6 +118,7 @@ def chaos_stack(tmp_path: Path) -> Iterator[tuple[Stack, Supervisor]]:
         data_dir=tmp_path / "stack",
         metrics=True,  # /healthz: the supervisor also restarts a child that is alive but stuck
         services=(*SERVICES, "placer@standby"),
+        nats_cluster=getattr(request, "param", 1),
     )
     sup = Supervisor(stack)
     sup.start()
@@ -121,9 +130,25 @@ def chaos_stack(tmp_path: Path) -> Iterator[tuple[Stack, Supervisor]]:
         stack.stop()
 
 
+async def _lifecycle_leader(stack: Stack) -> str:
+    """The server leading the LIFECYCLE stream (every job event goes through it)."""
+    nc = await nats.connect(stack.nats_url.split(","))
+    try:
+        info = await nc.jetstream().stream_info(subjects.STREAM_LIFECYCLE)
+    finally:
+        await nc.close()
+    assert info.cluster and info.cluster.leader, info.cluster
+    return info.cluster.leader
+
+
 def kill(stack: Stack, sup: Supervisor, fault: str) -> None:
+    """SIGKILL the process ``fault`` names. ``nats`` on a cluster: the member leading the
+    LIFECYCLE stream, the worst one to lose (its stream must elect a new leader)."""
     with sup.lock:
-        if fault == "nats":
+        if fault == "nats" and isinstance(stack.nats, NatsCluster):
+            leader = asyncio.run(_lifecycle_leader(stack))
+            stack.nats.kill(stack.nats.index_of(leader))
+        elif fault == "nats":
             stack.nats.process.kill()
             stack.nats.process.wait(timeout=10)
         else:
@@ -181,6 +206,7 @@ def run_chaos(stack: Stack, sup: Supervisor, n_jobs: int) -> dict[str, float]:
     return recovery_s
 
 
+@pytest.mark.parametrize("chaos_stack", [1, 3], ids=["1-nats", "3-nats"], indirect=True)
 def test_chaos_short(chaos_stack: tuple[Stack, Supervisor]) -> None:
     stack, sup = chaos_stack
     recovery = run_chaos(stack, sup, 300)
@@ -188,6 +214,7 @@ def test_chaos_short(chaos_stack: tuple[Stack, Supervisor]) -> None:
 
 
 @pytest.mark.slow
+@pytest.mark.parametrize("chaos_stack", [1, 3], ids=["1-nats", "3-nats"], indirect=True)
 def test_chaos_2000_jobs(chaos_stack: tuple[Stack, Supervisor]) -> None:
     stack, sup = chaos_stack
     recovery = run_chaos(stack, sup, 2000)
