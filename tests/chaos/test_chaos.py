@@ -5,7 +5,8 @@ placer, supervised the way ``mosaic up`` supervises it (``Stack.supervise`` ever
 restarts what died). A producer submits jobs throughout over HTTP, retrying with the same id
 while the gateway is down (a repeat is one job). Faults, one after another: the active placer
 (the standby takes over), the scorer, the gateway, the executor (its journal re-adopts its jobs),
-the telemetry agent, and the NATS server. After each, a probe job submitted right after the kill
+the telemetry agent, and the NATS server (with three servers, ``3-nats``: the one leading the
+LIFECYCLE stream; the supervisor restarts that member alone and it must rejoin). After each, a probe job submitted right after the kill
 must start: the time from the kill to that start is the fault's time to recovery, printed and
 returned for ``docs/benchmarks.md``. At the end the independent lifecycle checker
 (``tests/e2e/checker.py``) reads the LIFECYCLE stream: no node is ever over-booked, every job was
@@ -20,6 +21,7 @@ import asyncio
 import random
 import threading
 import time
+import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -94,6 +96,22 @@ def wait_started(client: MosaicClient, job_id: str, timeout_s: float) -> None:
         if time.monotonic() > deadline:
             pytest.fail(f"{job_id} did not start within {timeout_s:.0f} s")
         time.sleep(0.1)
+
+
+def wait_healthy(monitor_port: int, timeout_s: float) -> None:
+    """A member's ``/healthz`` answers 200 once its JetStream assets are current."""
+    deadline = time.monotonic() + timeout_s
+    url = f"http://127.0.0.1:{monitor_port}/healthz"
+    while True:
+        try:
+            with urllib.request.urlopen(url, timeout=2) as resp:
+                if resp.status == 200:
+                    return
+        except OSError:
+            pass
+        if time.monotonic() > deadline:
+            pytest.fail(f"NATS member on monitor port {monitor_port} not healthy")
+        time.sleep(0.2)
 
 
 def short_job(rng: random.Random, i: int, now: float) -> JobSpec:
@@ -202,6 +220,9 @@ def run_chaos(stack: Stack, sup: Supervisor, n_jobs: int) -> dict[str, float]:
     assert not not_completed, not_completed
     restarted = {line.split()[1] for line in sup.lines}
     assert set(FAULTS) <= restarted, sup.lines  # the supervisor brought every one back
+    if isinstance(stack.nats, NatsCluster):  # ... and the killed member rejoined, current
+        for server in stack.nats.servers:
+            wait_healthy(server.monitor_port or 0, timeout_s=30)
     print(f"chaos {n_jobs} jobs: time to recovery (s) {recovery_s}; restarts {sup.lines}")
     return recovery_s
 

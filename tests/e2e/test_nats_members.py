@@ -1,0 +1,116 @@
+"""``Stack.supervise`` on a three-server JetStream cluster: a dead member comes back alone, as
+the same member, and catches up; one that cannot start stops the stack naming its log.
+
+Why: ``mosaic up --nats-cluster 3`` (and the chaos test) must survive losing a server twice, not
+once; that needs the lost server back in the cluster, on the ports the services know and with
+its store, while the other two keep serving. Real nats-servers, no services.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import socket
+import time
+import urllib.request
+from pathlib import Path
+
+import nats
+import pytest
+from nats.js import api
+
+from libs.bus.server import NatsCluster, start_nats_cluster
+from libs.client.restarts import Restarter, RestartPolicy
+from libs.client.supervisor import Stack, StackError
+from libs.clock import Clock
+
+QUICK = RestartPolicy(first_backoff_s=0.05, max_backoff_s=0.2, max_restarts=3)
+
+
+def _stack(cluster: NatsCluster, data_dir: Path) -> Stack:
+    return Stack(
+        nodes=[],
+        clock=Clock(epoch=time.time()),
+        data_dir=data_dir,
+        nats=cluster,
+        gateway_port=0,
+        restarter=Restarter(QUICK),
+    )
+
+
+def _supervise_until(stack: Stack, want: str, timeout_s: float = 30.0) -> list[str]:
+    lines: list[str] = []
+    deadline = time.monotonic() + timeout_s
+    while not any(want in line for line in lines):
+        assert time.monotonic() < deadline, f"no {want!r} in {lines}"
+        lines += stack.supervise()
+        time.sleep(0.05)
+    return lines
+
+
+async def _publish(url: str, n: int, *, create: bool = False) -> None:
+    nc = await nats.connect(url.split(","))
+    try:
+        js = nc.jetstream()
+        if create:
+            await js.add_stream(api.StreamConfig(name="T", subjects=["t.>"], num_replicas=3))
+        for i in range(n):
+            await js.publish(f"t.{i}", b"x", timeout=10)
+    finally:
+        await nc.close()
+
+
+def _local_messages(monitor_port: int) -> int | None:
+    """Messages of stream T in this server's own store (``/jsz``), None while it has none."""
+    url = f"http://127.0.0.1:{monitor_port}/jsz?streams=true"
+    with urllib.request.urlopen(url, timeout=2) as resp:
+        data = json.load(resp)
+    for account in data.get("account_details") or []:
+        for stream in account.get("stream_detail") or []:
+            if stream["name"] == "T":
+                return int(stream["state"]["messages"])
+    return None
+
+
+def test_a_dead_member_comes_back_alone_and_catches_up(tmp_path: Path) -> None:
+    cluster = start_nats_cluster(tmp_path / "nats", n=3)
+    stack = _stack(cluster, tmp_path)
+    try:
+        asyncio.run(_publish(cluster.url, 50, create=True))
+        before = [(s.port, s.monitor_port, s.process.pid) for s in cluster.servers]
+        cluster.kill(1)
+        asyncio.run(_publish(cluster.url, 50))  # two of three: a quorum, writes go on
+        lines = _supervise_until(stack, "restarted nats mosaic-1")
+        assert lines == [f"restarted nats mosaic-1 (exit code -9, port {before[1][0]})"]
+        after = [(s.port, s.monitor_port, s.process.pid) for s in cluster.servers]
+        assert after[0] == before[0] and after[2] == before[2], "a living member was restarted"
+        assert after[1][:2] == before[1][:2] and after[1][2] != before[1][2]
+        assert cluster.servers[1].store_dir == tmp_path / "nats" / "n1"
+        deadline = time.monotonic() + 30
+        while _local_messages(cluster.servers[1].monitor_port or 0) != 100:
+            assert time.monotonic() < deadline, "the restarted member never caught up"
+            time.sleep(0.2)
+        assert stack.supervise() == []
+        assert set(stack.pids()) == {"nats", "nats mosaic-0", "nats mosaic-1", "nats mosaic-2"}
+    finally:
+        stack.stop()
+
+
+def test_a_member_that_cannot_start_stops_the_stack_naming_its_log(tmp_path: Path) -> None:
+    cluster = start_nats_cluster(tmp_path / "nats", n=3)
+    stack = _stack(cluster, tmp_path)
+    squatter = socket.socket()
+    try:
+        port = cluster.servers[2].port
+        cluster.kill(2)
+        squatter.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        squatter.bind(("127.0.0.1", port))  # its port taken: every start of it fails
+        squatter.listen()
+        with pytest.raises(StackError) as info:
+            _supervise_until(stack, "never", timeout_s=60)
+        text = str(info.value)
+        assert "nats mosaic-2" in text and str(tmp_path / "nats" / "n2" / "nats-server.log") in text
+        assert [s.process.poll() is None for s in cluster.servers] == [True, True, False]
+    finally:
+        squatter.close()
+        stack.stop()
