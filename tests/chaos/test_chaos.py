@@ -5,14 +5,15 @@ placer, supervised the way ``mosaic up`` supervises it (``Stack.supervise`` ever
 restarts what died). A producer submits jobs throughout over HTTP, retrying with the same id
 while the gateway is down (a repeat is one job). Faults, one after another: the active placer
 (the standby takes over), the scorer, the gateway, the executor (its journal re-adopts its jobs),
-the telemetry agent, and the NATS server (with three servers, ``3-nats``: the one leading the
-LIFECYCLE stream; the supervisor restarts that member alone and it must rejoin). After each, a probe job submitted right after the kill
-must start: the time from the kill to that start is the fault's time to recovery, printed and
-returned for ``docs/benchmarks.md``. At the end the independent lifecycle checker
+the telemetry agent, and the NATS server; with three servers (``3-nats``, R3 streams) the one
+leading the LIFECYCLE stream, which the supervisor restarts alone and which must rejoin. After
+each, a probe job submitted right after the kill must start: the time from the kill to that start
+is the fault's time to recovery, printed and returned for ``docs/benchmarks.md``. At the end the independent lifecycle checker
 (``tests/e2e/checker.py``) reads the LIFECYCLE stream: no node is ever over-booked, every job was
 submitted once and ended exactly once, and completed.
 
-The short run (300 jobs) is part of ``make test``; ``-m slow`` runs 2,000.
+The short run (300 jobs, on one and on three NATS servers) is part of ``make test``; ``-m slow``
+runs 2,000.
 """
 
 from __future__ import annotations
