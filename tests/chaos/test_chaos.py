@@ -8,9 +8,9 @@ while the gateway is down (a repeat is one job). Faults, one after another: the 
 the telemetry agent, and the NATS server; with three servers (``3-nats``, R3 streams) the one
 leading the LIFECYCLE stream, which the supervisor restarts alone and which must rejoin. After
 each, a probe job submitted right after the kill must start: the time from the kill to that start
-is the fault's time to recovery, printed and returned for ``docs/benchmarks.md``. At the end the independent lifecycle checker
-(``tests/e2e/checker.py``) reads the LIFECYCLE stream: no node is ever over-booked, every job was
-submitted once and ended exactly once, and completed.
+is the fault's time to recovery, printed and returned for ``docs/benchmarks.md``. At the end the
+independent lifecycle checker (``tests/e2e/checker.py``) reads the LIFECYCLE stream: no node is
+ever over-booked, every job was submitted once and ended exactly once, and completed.
 
 The short run (300 jobs, on one and on three NATS servers) is part of ``make test``; ``-m slow``
 runs 2,000.
