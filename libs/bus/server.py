@@ -20,6 +20,8 @@ import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from libs.bus.auth import ROUTE_USER
+
 
 def find_nats_server() -> str:
     """The nats-server binary beside this interpreter (the venv), else on PATH."""
@@ -249,14 +251,14 @@ class NatsCluster:
 
 def cluster_block(name: str, listen: str, password: str, peers: list[str]) -> str:
     """The ``server_name`` and ``cluster {}`` part of one member's config: its route listener
-    with the route user (``route``), and the other members' route URLs with that user in them.
-    Also what ``libs.client.credentials conf`` writes for Kubernetes, with DNS names as peers."""
-    urls = ", ".join(json.dumps(f"nats-route://route:{password}@{p}") for p in peers)
+    with the route user, and the other members' route URLs with that user in them (the
+    deployments' equivalent, with variables: ``libs.bus.auth.DEPLOY_CLUSTER_BLOCK``)."""
+    urls = ", ".join(json.dumps(f"nats-route://{ROUTE_USER}:{password}@{p}") for p in peers)
     return (
         f"server_name: {json.dumps(name)}\n"
         "cluster {\n"
         f'  name: "mosaic"\n  listen: {json.dumps(listen)}\n'
-        f'  authorization {{ user: "route", password: {json.dumps(password)} }}\n'
+        f"  authorization {{ user: {json.dumps(ROUTE_USER)}, password: {json.dumps(password)} }}\n"
         f"  routes: [{urls}]\n"
         "}\n"
     )
