@@ -293,7 +293,8 @@ def load_connect_options(path: str | os.PathLike[str]) -> dict[str, Any]:
 DEPLOY_CONF_HEADER = """\
 # nats-server configuration for docker-compose.yml and deploy/k8s, GENERATED from the permission
 # table in libs/bus/auth.py:   python -m libs.client.credentials conf > deploy/k8s/nats-server.conf
-# (a cluster member's: conf --cluster > deploy/k8s/overlays/cluster/nats-server.conf)
+# (a cluster member's, Kubernetes and compose profile nats-cluster: conf --cluster >
+# deploy/k8s/nats-cluster.conf)
 # Do not edit by hand; tests/security/test_deploy_auth.py fails when it is out of date.
 # Passwords are $NATS_PASSWORD_<USER> variables that nats-server reads from its environment:
 # compose passes deploy/compose/secrets/nats.env, Kubernetes the Secret mosaic-nats-passwords
@@ -312,7 +313,7 @@ ROUTE_PORT = 6222
 # whole list; compose's nats.env holds it, Kubernetes composes it in the StatefulSet's env.
 DEPLOY_CLUSTER_BLOCK = f"""\
 # A member of the 3-server JetStream cluster (R3 streams): server_name from the command line,
-# the route password from $NATS_ROUTE_PASSWORD (nats.env; Secret mosaic-nats-route) and every
+# the route password from $NATS_ROUTE_PASSWORD (nats.env; Secret mosaic-nats-route), every
 # member's route URL, that password in it, from $NATS_ROUTES (a member ignores its own).
 cluster {{
   name: "mosaic"
