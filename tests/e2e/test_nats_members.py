@@ -19,10 +19,12 @@ import nats
 import pytest
 from nats.js import api
 
+from libs.bus import Bus
 from libs.bus.server import NatsCluster, start_nats_cluster
 from libs.client.restarts import Restarter, RestartPolicy
 from libs.client.supervisor import Stack, StackError
 from libs.clock import Clock
+from proto import subjects
 
 QUICK = RestartPolicy(first_backoff_s=0.05, max_backoff_s=0.2, max_restarts=3)
 
@@ -114,3 +116,30 @@ def test_a_member_that_cannot_start_stops_the_stack_naming_its_log(tmp_path: Pat
     finally:
         squatter.close()
         stack.stop()
+
+
+def test_streams_and_buckets_of_a_single_server_get_three_replicas_on_the_cluster(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Moving a deployment from one server to the cluster (its store becomes the first
+    member's): every stream and KV bucket made with one replica gets three when the services
+    start with ``MOSAIC_STREAM_REPLICAS=3``; one left at R1 would be lost with its server."""
+    cluster = start_nats_cluster(tmp_path / "nats", n=3)
+
+    async def topology() -> dict[str, int]:
+        bus = await Bus.connect(cluster.url, "ops")
+        try:
+            await bus.ensure_topology()
+            names = [*subjects.STREAMS, *(f"KV_{b}" for b in subjects.KV_BUCKETS)]
+            return {n: (await bus.js.stream_info(n)).config.num_replicas or 1 for n in names}
+        finally:
+            await bus.close()
+
+    try:
+        monkeypatch.setenv("MOSAIC_STREAM_REPLICAS", "1")
+        assert set(asyncio.run(topology()).values()) == {1}
+        monkeypatch.setenv("MOSAIC_STREAM_REPLICAS", "3")
+        replicas = asyncio.run(topology())
+        assert {n: r for n, r in replicas.items() if r != 3} == {}
+    finally:
+        cluster.stop()
