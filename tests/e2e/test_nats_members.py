@@ -14,8 +14,10 @@ import socket
 import time
 import urllib.request
 from pathlib import Path
+from typing import Any
 
 import nats
+import nats.errors
 import pytest
 from nats.js import api
 
@@ -141,5 +143,45 @@ def test_streams_and_buckets_of_a_single_server_get_three_replicas_on_the_cluste
         monkeypatch.setenv("MOSAIC_STREAM_REPLICAS", "3")
         replicas = asyncio.run(topology())
         assert {n: r for n, r in replicas.items() if r != 3} == {}
+    finally:
+        cluster.stop()
+
+
+def test_two_of_three_lost_stops_writes_and_loses_nothing_stored(tmp_path: Path) -> None:
+    """What docs/operations.md says of losing two servers: no quorum, so JetStream takes no
+    write (a publish times out; ``mosaic`` services retry), and nothing stored is lost: once one
+    of the two is back, writes go on and every message is there."""
+    cluster = start_nats_cluster(tmp_path / "nats", n=3)
+
+    async def publish_within(js: Any, subject: str, timeout_s: float) -> bool:
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            try:
+                await js.publish(subject, b"x", timeout=1)
+                return True
+            except nats.errors.Error:
+                await asyncio.sleep(0.1)
+        return False
+
+    async def run() -> int:
+        nc = await nats.connect(cluster.url.split(","), reconnect_time_wait=0.1)
+        try:
+            js = nc.jetstream()
+            await js.add_stream(api.StreamConfig(name="T", subjects=["t.>"], num_replicas=3))
+            for i in range(50):
+                await js.publish(f"t.{i}", b"x", timeout=10)
+            leader = cluster.index_of((await js.stream_info("T")).cluster.leader)
+            other = (leader + 1) % 3
+            cluster.kill(leader)
+            cluster.kill(other)
+            assert not await publish_within(js, "t.lost", 5), "a write without a quorum"
+            cluster.restart(other)
+            assert await publish_within(js, "t.back", 60), "no writes after a member came back"
+            return (await js.stream_info("T")).state.messages
+        finally:
+            await nc.close()
+
+    try:
+        assert asyncio.run(run()) == 51
     finally:
         cluster.stop()
