@@ -66,8 +66,16 @@ async def _publish(url: str, n: int, *, create: bool = False) -> None:
         js = nc.jetstream()
         if create:
             await js.add_stream(api.StreamConfig(name="T", subjects=["t.>"], num_replicas=3))
+        deadline = time.monotonic() + 30
         for i in range(n):
-            await js.publish(f"t.{i}", b"x", timeout=10)
+            once = {"Nats-Msg-Id": f"{time.monotonic_ns()}-{i}"}  # a retry is not a second one
+            while True:  # no responders while the stream elects a (new) leader
+                try:
+                    await js.publish(f"t.{i}", b"x", timeout=2, headers=once)
+                    break
+                except nats.errors.Error:
+                    assert time.monotonic() < deadline, "the stream never took a write"
+                    await asyncio.sleep(0.1)
     finally:
         await nc.close()
 
@@ -163,9 +171,10 @@ def test_two_of_three_lost_stops_writes_and_loses_nothing_stored(tmp_path: Path)
 
     async def publish_within(js: Any, subject: str, timeout_s: float) -> bool:
         deadline = time.monotonic() + timeout_s
+        once = {"Nats-Msg-Id": subject}  # a retry after a lost ack is not a second message
         while time.monotonic() < deadline:
             try:
-                await js.publish(subject, b"x", timeout=1)
+                await js.publish(subject, b"x", timeout=1, headers=once)
                 return True
             except nats.errors.Error:
                 await asyncio.sleep(0.1)
