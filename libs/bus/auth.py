@@ -298,6 +298,8 @@ def load_connect_options(path: str | os.PathLike[str]) -> dict[str, Any]:
 DEPLOY_CONF_HEADER = """\
 # nats-server configuration for docker-compose.yml and deploy/k8s, GENERATED from the permission
 # table in libs/bus/auth.py:   python -m libs.client.credentials conf > deploy/k8s/nats-server.conf
+# (a cluster member's, Kubernetes and compose profile nats-cluster: conf --cluster >
+# deploy/k8s/nats-cluster.conf)
 # Do not edit by hand; tests/security/test_deploy_auth.py fails when it is out of date.
 # Passwords are $NATS_PASSWORD_<USER> variables that nats-server reads from its environment:
 # compose passes deploy/compose/secrets/nats.env, Kubernetes the Secret mosaic-nats-passwords
@@ -307,16 +309,47 @@ DEPLOY_CONF_HEADER = """\
 # ca_file: "/etc/nats/tls/ca.crt" }  and give every service tls_ca_file in its credentials.
 """
 
+ROUTE_USER = "route"  # the user one cluster member opens a route to another with
+ROUTE_PORT = 6222
 
-def deploy_server_conf(nodes: Sequence[str] = ("*",)) -> str:
+# Why the routes are a variable: a route URL must carry the route password (the cluster's
+# authorization is not used for routes listed explicitly), and nats-server does not expand a
+# variable inside a string. It parses a variable's value as config, so $NATS_ROUTES can be a
+# whole list; compose's nats.env holds it, Kubernetes composes it in the StatefulSet's env.
+DEPLOY_CLUSTER_BLOCK = f"""\
+# A member of the 3-server JetStream cluster (R3 streams): server_name from the command line,
+# the route password from $NATS_ROUTE_PASSWORD (nats.env; Secret mosaic-nats-route), every
+# member's route URL, that password in it, from $NATS_ROUTES (a member ignores its own).
+cluster {{
+  name: "mosaic"
+  listen: "0.0.0.0:{ROUTE_PORT}"
+  authorization {{
+    user: "{ROUTE_USER}"
+    password: $NATS_ROUTE_PASSWORD
+  }}
+  routes: $NATS_ROUTES
+}}
+"""
+
+
+def route_urls(password: str, addresses: Sequence[str]) -> str:
+    """The value of ``$NATS_ROUTES``: a route URL with the route user and ``password`` for
+    each member's ``host:port``, as a nats-server list."""
+    urls = (json.dumps(f"nats-route://{ROUTE_USER}:{password}@{a}") for a in addresses)
+    return "[" + ", ".join(urls) + "]"
+
+
+def deploy_server_conf(nodes: Sequence[str] = ("*",), *, cluster: bool = False) -> str:
     """The complete server config the deployments mount (listen, monitoring, JetStream store,
-    users with password variables). Monitoring has no authentication: it is reachable only
-    inside the container (compose) or from the probes and Prometheus (Kubernetes policies)."""
+    users with password variables; with ``cluster``, the routes of a 3-server cluster).
+    Monitoring has no authentication: it is reachable only inside the container (compose) or
+    from the probes and Prometheus (Kubernetes policies)."""
     users = {u: "" for u in USERS}
     return (
         DEPLOY_CONF_HEADER
         + 'listen: "0.0.0.0:4222"\n'
         + 'http: "0.0.0.0:8222"\n'
         + 'jetstream {\n  store_dir: "/data"\n}\n'
+        + (DEPLOY_CLUSTER_BLOCK if cluster else "")
         + authorization_block(users, nodes=nodes, password_refs=True)
     )

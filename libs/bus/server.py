@@ -20,6 +20,8 @@ import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from libs.bus.auth import ROUTE_USER
+
 
 def find_nats_server() -> str:
     """The nats-server binary beside this interpreter (the venv), else on PATH."""
@@ -52,6 +54,7 @@ class NatsServer:
     _own_dir: bool = field(default=False, repr=False)
     tls: bool = False
     config_path: Path | None = None
+    started_at: float = field(default_factory=time.monotonic)  # backoff: how long it ran
 
     @property
     def url(self) -> str:
@@ -83,6 +86,7 @@ def start_nats_server(
     *,
     port: int | None = None,
     monitor: bool = False,
+    monitor_port: int | None = None,
     timeout_s: float = 15.0,
     auth: str | None = None,
     tls: tuple[str | os.PathLike[str], str | os.PathLike[str], str | os.PathLike[str]]
@@ -94,6 +98,8 @@ def start_nats_server(
     ``auth``: an ``authorization { ... }`` block (``libs.bus.auth.authorization_block``); the
     server then refuses clients without a user. ``tls``: (cert, key, CA) files; the server then
     refuses plain connections. Without either the server is open, as the unit tests want it.
+    ``monitor_port``: the HTTP monitor on that port (a restarted cluster member keeps its own),
+    ``monitor``: on a free one.
     Both go into a config file in the store directory, readable only by its owner, with
     ``extra_config`` (a cluster block: ``start_nats_cluster``).
     """
@@ -108,9 +114,8 @@ def start_nats_server(
             path / "nats-server.conf", auth=auth, tls=tls, extra=extra_config
         )
         args += ["-c", str(config_path)]
-    mport = None
-    if monitor:
-        mport = free_port()
+    mport = monitor_port or (free_port() if monitor else None)
+    if mport is not None:
         args += ["-m", str(mport)]
     log = open(path / "nats-server.log", "ab")  # noqa: SIM115 - kept open for the child's life
     proc = subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
@@ -173,10 +178,16 @@ TLSFiles = tuple[str | os.PathLike[str], str | os.PathLike[str], str | os.PathLi
 class NatsCluster:
     """``n`` nats-servers routed into one JetStream cluster. Quacks like ``NatsServer`` where
     the stack needs it: ``url`` lists every server (comma-separated, ``Bus.connect`` splits it),
-    ``process`` is a living server's (the stack's liveness check)."""
+    ``process`` is a living server's (the stack's liveness check).
+
+    It keeps what each server was started with (port, monitor port, store, route block), so a
+    dead one comes back as the same member: ``restart(i)``, which ``Stack.supervise`` calls."""
 
     servers: list[NatsServer]
     store_dir: Path
+    blocks: list[str] = field(default_factory=list, repr=False)  # holds the route password
+    auth: str | None = field(default=None, repr=False)
+    tls: TLSFiles | None = None
 
     @property
     def url(self) -> str:
@@ -192,12 +203,40 @@ class NatsCluster:
     def port(self) -> int:
         return self.servers[0].port
 
+    def name_of(self, index: int) -> str:
+        """The server's ``server_name`` (what ``/jsz`` and a stream's ``cluster.leader`` say)."""
+        return f"mosaic-{index}"
+
+    def index_of(self, name: str) -> int:
+        """The inverse of ``name_of``: which server a stream's leader is."""
+        return int(name.removeprefix("mosaic-"))
+
+    def log_path(self, index: int) -> Path:
+        return self.servers[index].store_dir / "nats-server.log"
+
     def kill(self, index: int) -> None:
         """SIGKILL one server (no shutdown, no goodbye to its routes)."""
         proc = self.servers[index].process
         if proc.poll() is None:
             proc.kill()
             proc.wait(timeout=10)
+
+    def restart(self, index: int) -> NatsServer:
+        """Start server ``index`` again, dead or alive (a live one is stopped first), on its
+        client and monitor ports, with its store and routes: it rejoins as the same member
+        (same ``server_name``) and catches its stream replicas up from the others. Returns once
+        it listens; it may still be catching up (its ``/healthz`` says when it is current)."""
+        old = self.servers[index]
+        old.stop()
+        self.servers[index] = start_nats_server(
+            old.store_dir,
+            port=old.port,
+            monitor_port=old.monitor_port,
+            auth=self.auth,
+            tls=self.tls,
+            extra_config=self.blocks[index],
+        )
+        return self.servers[index]
 
     def stop(self) -> None:
         for s in self.servers:
@@ -208,6 +247,21 @@ class NatsCluster:
 
     def __exit__(self, *exc: object) -> None:
         self.stop()
+
+
+def cluster_block(name: str, listen: str, password: str, peers: list[str]) -> str:
+    """The ``server_name`` and ``cluster {}`` part of one member's config: its route listener
+    with the route user, and the other members' route URLs with that user in them (the
+    deployments' equivalent, with variables: ``libs.bus.auth.DEPLOY_CLUSTER_BLOCK``)."""
+    urls = ", ".join(json.dumps(f"nats-route://{ROUTE_USER}:{password}@{p}") for p in peers)
+    return (
+        f"server_name: {json.dumps(name)}\n"
+        "cluster {\n"
+        f'  name: "mosaic"\n  listen: {json.dumps(listen)}\n'
+        f"  authorization {{ user: {json.dumps(ROUTE_USER)}, password: {json.dumps(password)} }}\n"
+        f"  routes: [{urls}]\n"
+        "}\n"
+    )
 
 
 def start_nats_cluster(
@@ -230,24 +284,25 @@ def start_nats_cluster(
     ports = [free_port() for _ in range(n)]
     routes = [free_port() for _ in range(n)]
     route_pw = secrets.token_urlsafe(24)
+    blocks = [
+        cluster_block(
+            f"mosaic-{i}",
+            f"127.0.0.1:{routes[i]}",
+            route_pw,
+            [f"127.0.0.1:{routes[j]}" for j in range(n) if j != i],
+        )
+        for i in range(n)
+    ]
     servers: list[NatsServer] = []
     try:
         for i in range(n):
-            peers = ", ".join(
-                json.dumps(f"nats-route://route:{route_pw}@127.0.0.1:{routes[j]}")
-                for j in range(n)
-                if j != i
-            )
-            block = (
-                f'server_name: "mosaic-{i}"\n'
-                "cluster {\n"
-                f'  name: "mosaic"\n  listen: "127.0.0.1:{routes[i]}"\n'
-                f'  authorization {{ user: "route", password: {json.dumps(route_pw)} }}\n'
-                f"  routes: [{peers}]\n"
-                "}\n"
-            )
             server = start_nats_server(
-                root / f"n{i}", port=ports[i], monitor=True, auth=auth, tls=tls, extra_config=block
+                root / f"n{i}",
+                port=ports[i],
+                monitor=True,
+                auth=auth,
+                tls=tls,
+                extra_config=blocks[i],
             )
             servers.append(server)
         _wait_healthy(servers, timeout_s)
@@ -255,7 +310,7 @@ def start_nats_cluster(
         for s in servers:
             s.stop()
         raise
-    return NatsCluster(servers=servers, store_dir=root)
+    return NatsCluster(servers=servers, store_dir=root, blocks=blocks, auth=auth, tls=tls)
 
 
 def _wait_healthy(servers: list[NatsServer], timeout_s: float) -> None:

@@ -152,12 +152,15 @@ async def _ensure_bucket(js: JetStreamContext, log: Any, bucket: str, max_bytes:
             raise _no_room("KV bucket", bucket, max_bytes, var, exc) from exc
         if exc.err_code != _STREAM_NAME_IN_USE:
             raise
-    # an older bucket (unbounded, or other limits): change only its size limit, in place
+    # an older bucket (unbounded, other limits, or one replica from a single server now a
+    # member of a cluster): change only its size limit and replicas, in place
     stream = f"KV_{bucket}"
+    replicas = stream_replicas()
     try:
         info = await js.stream_info(stream)
-        if info.config.max_bytes != max_bytes:
-            await js.update_stream(dataclasses.replace(info.config, max_bytes=max_bytes))
-            log.info("bucket_updated", bucket=bucket, max_bytes=max_bytes)
+        if info.config.max_bytes != max_bytes or (info.config.num_replicas or 1) != replicas:
+            new = dataclasses.replace(info.config, max_bytes=max_bytes, num_replicas=replicas)
+            await js.update_stream(new)
+            log.info("bucket_updated", bucket=bucket, max_bytes=max_bytes, replicas=replicas)
     except nats.js.errors.APIError as upd:
         log.warning("bucket_config_differs", bucket=bucket, error=str(upd))

@@ -26,7 +26,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from libs.bus.auth import ADMIN, USERS, authorization_block, inbox_prefix, load_connect_options
+from libs.bus.auth import (
+    ADMIN,
+    ROUTE_PORT,
+    USERS,
+    authorization_block,
+    inbox_prefix,
+    load_connect_options,
+    route_urls,
+)
 
 ADMIN_TOKEN_FILE = "admin.token"
 PRODUCER_FILE = "producer.json"
@@ -177,6 +185,7 @@ def service_credentials_env(name: str, creds: Credentials | None) -> dict[str, s
 # --- secrets for the deployments: ``python -m libs.client.credentials conf|compose|k8s`` ---------
 
 DEPLOY_NATS_URL = "nats://nats:4222"  # the NATS service's name in compose and Kubernetes
+COMPOSE_NATS_MEMBERS = ("nats", "nats-2", "nats-3")  # profile nats-cluster: nats is the first
 K8S_NAMESPACE = "mosaic"
 
 
@@ -185,14 +194,23 @@ def nats_password_env(passwords: dict[str, str]) -> dict[str, str]:
     return {f"NATS_PASSWORD_{u.upper()}": p for u, p in passwords.items()}
 
 
+def route_env(password: str, hosts: Sequence[str] = COMPOSE_NATS_MEMBERS) -> dict[str, str]:
+    """The route password of a 3-server NATS cluster and its members' route URLs (compose's
+    profile nats-cluster; the single server ignores them)."""
+    routes = route_urls(password, [f"{h}:{ROUTE_PORT}" for h in hosts])
+    return {"NATS_ROUTE_PASSWORD": password, "NATS_ROUTES": routes}
+
+
 def write_compose_secrets(directory: Path, url: str = DEPLOY_NATS_URL) -> Credentials:
-    """``deploy/compose/secrets/``: ``<user>.json``, ``admin.token`` and ``nats.env``.
+    """``deploy/compose/secrets/``: ``<user>.json``, ``admin.token`` and ``nats.env`` (the
+    users' passwords, and the route password and routes of the ``nats-cluster`` profile).
 
     The folder is 0700 but the files 0644: compose bind-mounts each secret file as it is, and
     the services run as uid 10001, not as the host user who made them."""
     creds = Credentials.generate(directory)
     creds.write(url)
-    env = "".join(f"{k}={v}\n" for k, v in nats_password_env(creds.passwords).items())
+    values = nats_password_env(creds.passwords) | route_env(new_secret())
+    env = "".join(f"{k}={v}\n" for k, v in values.items())
     _write_private(directory / "nats.env", env)
     for f in directory.iterdir():
         os.chmod(f, 0o644)
@@ -202,7 +220,8 @@ def write_compose_secrets(directory: Path, url: str = DEPLOY_NATS_URL) -> Creden
 def k8s_secrets(namespace: str = K8S_NAMESPACE, url: str = DEPLOY_NATS_URL) -> str:
     """Secret manifests with fresh values, to pipe into ``kubectl apply -f -``: one
     ``mosaic-nats-<user>`` per user (key ``creds.json``), ``mosaic-nats-passwords`` for the
-    server's environment and ``mosaic-admin-token`` (key ``token``). Printed, never stored."""
+    server's environment, ``mosaic-nats-route`` (the cluster overlay's route password) and
+    ``mosaic-admin-token`` (key ``token``). Printed, never stored."""
     creds = Credentials(directory=Path("."), passwords={u: new_secret() for u in USERS})
     creds.admin_token = new_secret()
 
@@ -216,6 +235,8 @@ def k8s_secrets(namespace: str = K8S_NAMESPACE, url: str = DEPLOY_NATS_URL) -> s
         )
 
     docs = [secret("mosaic-nats-passwords", nats_password_env(creds.passwords))]
+    # the overlay deploy/k8s/overlays/cluster reads it (routes between the three members)
+    docs.append(secret("mosaic-nats-route", {"NATS_ROUTE_PASSWORD": new_secret()}))
     for user in creds.passwords:
         kwargs = json.dumps(creds.connect_kwargs(user, url))
         docs.append(secret(f"mosaic-nats-{user}", {"creds.json": kwargs}))
@@ -224,7 +245,8 @@ def k8s_secrets(namespace: str = K8S_NAMESPACE, url: str = DEPLOY_NATS_URL) -> s
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """``conf [NODE ...]``: the deployments' nats-server config; ``compose [DIR]``: compose's
+    """``conf [--cluster] [NODE ...]``: the deployments' nats-server config (a member of the
+    3-server cluster's with ``--cluster``); ``compose [DIR]``: compose's
     secret files (default deploy/compose/secrets); ``k8s [NAMESPACE]``: Secret manifests."""
     import sys
 
@@ -233,7 +255,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = list(argv if argv is not None else sys.argv[1:])
     what, rest = (args[0], args[1:]) if args else ("", [])
     if what == "conf":
-        sys.stdout.write(deploy_server_conf(rest or ["*"]))
+        cluster = "--cluster" in rest
+        nodes = [n for n in rest if n != "--cluster"] or ["*"]
+        sys.stdout.write(deploy_server_conf(nodes, cluster=cluster))
     elif what == "compose":
         folder = Path(rest[0] if rest else "deploy/compose/secrets")
         write_compose_secrets(folder)

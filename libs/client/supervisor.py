@@ -40,6 +40,7 @@ from libs.client.credentials import (
     ensure_admin_token,
     service_credentials_env,
 )
+from libs.client.nats_members import member_pids, nats_log, restart_dead_members
 from libs.client.restarts import GiveUp, Restarter
 from libs.client.tokens import admin_token_file
 from libs.clock import Clock
@@ -110,6 +111,8 @@ class Stack:
         """Every child PID ever started that may still exist (for leak checks)."""
         out = {n: s.pid for n, s in self.services.items() if s.pid}
         out["nats"] = self.nats.process.pid
+        if isinstance(self.nats, NatsCluster):
+            out |= member_pids(self.nats)
         return out  # type: ignore[return-value]
 
     def dead(self) -> list[Service]:
@@ -137,11 +140,14 @@ class Stack:
         ``StackError`` naming the log, and sets ``failure``, when a child needs more restarts
         than the policy allows. NATS is restarted too, on its port and store: every service
         reconnects by itself (nats-py retries forever once connected), so a crashed server costs
-        an outage, not the stack."""
+        an outage, not the stack. In a cluster, the dead member of it is restarted alone
+        (``libs.client.nats_members``): the others keep serving."""
         now = time.monotonic()
         out: list[str] = []
         try:
-            if self.nats.process.poll() is not None:
+            if isinstance(self.nats, NatsCluster):
+                out += restart_dead_members(self.nats, self.restarter, now)
+            elif self.nats.process.poll() is not None:
                 self._schedule("nats", now, self.nats_started_at, self.nats.process.returncode)
                 if self.restarter.due("nats", now):
                     reason = self.restarter.restarting("nats", now)
@@ -172,9 +178,7 @@ class Stack:
         except GiveUp as exc:
             name = exc.name
             log = (
-                self.services[name].log_path
-                if name in self.services
-                else (self.nats.store_dir / "nats-server.log")
+                self.services[name].log_path if name in self.services else nats_log(self.nats, name)
             )
             tail = self.services[name].tail() if name in self.services else ""
             self.failure = f"{exc}; giving up; see {log}"

@@ -5,13 +5,15 @@ placer, supervised the way ``mosaic up`` supervises it (``Stack.supervise`` ever
 restarts what died). A producer submits jobs throughout over HTTP, retrying with the same id
 while the gateway is down (a repeat is one job). Faults, one after another: the active placer
 (the standby takes over), the scorer, the gateway, the executor (its journal re-adopts its jobs),
-the telemetry agent, and the NATS server. After each, a probe job submitted right after the kill
-must start: the time from the kill to that start is the fault's time to recovery, printed and
-returned for ``docs/benchmarks.md``. At the end the independent lifecycle checker
-(``tests/e2e/checker.py``) reads the LIFECYCLE stream: no node is ever over-booked, every job was
-submitted once and ended exactly once, and completed.
+the telemetry agent, and the NATS server; with three servers (``3-nats``, R3 streams) the one
+leading the LIFECYCLE stream, which the supervisor restarts alone and which must rejoin. After
+each, a probe job submitted right after the kill must start: the time from the kill to that start
+is the fault's time to recovery, printed and returned for ``docs/benchmarks.md``. At the end the
+independent lifecycle checker (``tests/e2e/checker.py``) reads the LIFECYCLE stream: no node is
+ever over-booked, every job was submitted once and ended exactly once, and completed.
 
-The short run (300 jobs) is part of ``make test``; ``-m slow`` runs 2,000.
+The short run (300 jobs, on one and on three NATS servers) is part of ``make test``; ``-m slow``
+runs 2,000.
 """
 
 from __future__ import annotations
@@ -20,16 +22,20 @@ import asyncio
 import random
 import threading
 import time
+import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 
 import msgspec
+import nats
 import pytest
 
+from libs.bus.server import NatsCluster
 from libs.client.api import ClientError, MosaicClient
 from libs.client.demo import make_job
 from libs.client.supervisor import SERVICES, Stack, StackError, start_stack
 from libs.policy.inventory import demo_cluster
+from proto import subjects
 from proto.jobs import JobSpec
 from proto.views import TERMINAL_STATES
 from tests.e2e.checker import check, read_stream
@@ -93,6 +99,22 @@ def wait_started(client: MosaicClient, job_id: str, timeout_s: float) -> None:
         time.sleep(0.1)
 
 
+def wait_healthy(monitor_port: int, timeout_s: float) -> None:
+    """A member's ``/healthz`` answers 200 once its JetStream assets are current."""
+    deadline = time.monotonic() + timeout_s
+    url = f"http://127.0.0.1:{monitor_port}/healthz"
+    while True:
+        try:
+            with urllib.request.urlopen(url, timeout=2) as resp:
+                if resp.status == 200:
+                    return
+        except OSError:
+            pass
+        if time.monotonic() > deadline:
+            pytest.fail(f"NATS member on monitor port {monitor_port} not healthy")
+        time.sleep(0.2)
+
+
 def short_job(rng: random.Random, i: int, now: float) -> JobSpec:
     """A demo job of 2-10 minutes (0.2-1 wall s at the e2e clock), made when it is submitted
     (its deadline is absolute on the Mosaic clock, which runs 600x)."""
@@ -102,7 +124,12 @@ def short_job(rng: random.Random, i: int, now: float) -> JobSpec:
 
 
 @pytest.fixture
-def chaos_stack(tmp_path: Path) -> Iterator[tuple[Stack, Supervisor]]:
+def chaos_stack(
+    tmp_path: Path, request: pytest.FixtureRequest
+) -> Iterator[tuple[Stack, Supervisor]]:
+    """The supervised stack; ``request.param`` (indirect) is the number of NATS servers: 3 runs
+    a JetStream cluster with R3 streams (``MOSAIC_STREAM_REPLICAS=3``, set by ``start_stack``),
+    as ``mosaic up --nats-cluster 3`` does."""
     require_services()
     stack = start_stack(
         demo_cluster(),
@@ -110,6 +137,7 @@ def chaos_stack(tmp_path: Path) -> Iterator[tuple[Stack, Supervisor]]:
         data_dir=tmp_path / "stack",
         metrics=True,  # /healthz: the supervisor also restarts a child that is alive but stuck
         services=(*SERVICES, "placer@standby"),
+        nats_cluster=getattr(request, "param", 1),
     )
     sup = Supervisor(stack)
     sup.start()
@@ -121,9 +149,25 @@ def chaos_stack(tmp_path: Path) -> Iterator[tuple[Stack, Supervisor]]:
         stack.stop()
 
 
+async def _lifecycle_leader(stack: Stack) -> str:
+    """The server leading the LIFECYCLE stream (every job event goes through it)."""
+    nc = await nats.connect(stack.nats_url.split(","))
+    try:
+        info = await nc.jetstream().stream_info(subjects.STREAM_LIFECYCLE)
+    finally:
+        await nc.close()
+    assert info.cluster and info.cluster.leader, info.cluster
+    return info.cluster.leader
+
+
 def kill(stack: Stack, sup: Supervisor, fault: str) -> None:
+    """SIGKILL the process ``fault`` names. ``nats`` on a cluster: the member leading the
+    LIFECYCLE stream, the worst one to lose (its stream must elect a new leader)."""
     with sup.lock:
-        if fault == "nats":
+        if fault == "nats" and isinstance(stack.nats, NatsCluster):
+            leader = asyncio.run(_lifecycle_leader(stack))
+            stack.nats.kill(stack.nats.index_of(leader))
+        elif fault == "nats":
             stack.nats.process.kill()
             stack.nats.process.wait(timeout=10)
         else:
@@ -177,10 +221,14 @@ def run_chaos(stack: Stack, sup: Supervisor, n_jobs: int) -> dict[str, float]:
     assert not not_completed, not_completed
     restarted = {line.split()[1] for line in sup.lines}
     assert set(FAULTS) <= restarted, sup.lines  # the supervisor brought every one back
+    if isinstance(stack.nats, NatsCluster):  # ... and the killed member rejoined, current
+        for server in stack.nats.servers:
+            wait_healthy(server.monitor_port or 0, timeout_s=30)
     print(f"chaos {n_jobs} jobs: time to recovery (s) {recovery_s}; restarts {sup.lines}")
     return recovery_s
 
 
+@pytest.mark.parametrize("chaos_stack", [1, 3], ids=["1-nats", "3-nats"], indirect=True)
 def test_chaos_short(chaos_stack: tuple[Stack, Supervisor]) -> None:
     stack, sup = chaos_stack
     recovery = run_chaos(stack, sup, 300)
@@ -188,6 +236,7 @@ def test_chaos_short(chaos_stack: tuple[Stack, Supervisor]) -> None:
 
 
 @pytest.mark.slow
+@pytest.mark.parametrize("chaos_stack", [1, 3], ids=["1-nats", "3-nats"], indirect=True)
 def test_chaos_2000_jobs(chaos_stack: tuple[Stack, Supervisor]) -> None:
     stack, sup = chaos_stack
     recovery = run_chaos(stack, sup, 2000)

@@ -156,7 +156,7 @@ async def read_stream(
     nats_url: str, stream: str = subjects.STREAM_LIFECYCLE
 ) -> list[tuple[str, bytes]]:
     """Every message of ``stream`` in sequence order, as (subject, data)."""
-    nc = await nats.connect(nats_url)
+    nc = await nats.connect(nats_url.split(","))  # a cluster: every server
     try:
         js = nc.jetstream()
         try:

@@ -171,7 +171,8 @@ def test_k8s_nats_reads_the_generated_config_and_the_password_secret() -> None:
     assert vols[mount["name"]]["configMap"]["name"] == "nats-config"
     kust = load_yaml(K8S / "kustomization.yaml")
     gen = {g["name"]: g for g in kust["configMapGenerator"]}
-    assert gen["nats-config"]["files"] == ["nats-server.conf"]
+    # the cluster member's config, under the name the container reads (tests/test_deploy_cluster.py)
+    assert gen["nats-config"]["files"] == ["nats-server.conf=nats-cluster.conf"]
     assert "network-policies.yaml" in kust["resources"]
 
 
