@@ -48,11 +48,27 @@ def setup_logging(service: str, fmt: str | None = None, level: str = "info") -> 
     structlog.configure(
         processors=processors,
         wrapper_class=structlog.make_filtering_bound_logger(lvl),
-        logger_factory=structlog.PrintLoggerFactory(file=sys.stdout),
+        logger_factory=_StdoutLogger,
         cache_logger_on_first_use=False,
     )
     logging.basicConfig(level=max(lvl, logging.WARNING), stream=sys.stderr)
     return structlog.get_logger().bind(service=service)
+
+
+class _StdoutLogger:
+    """Writes each line to the ``sys.stdout`` of the moment, not the one at set-up: a stream
+    replaced since (a test's capture, closed after it) must not make every later log line
+    raise "I/O operation on closed file" inside a service's loop."""
+
+    def __init__(self, *_args: Any) -> None:
+        pass
+
+    def msg(self, message: str) -> None:
+        out = sys.stdout
+        out.write(message + "\n")
+        out.flush()
+
+    log = debug = info = warn = warning = error = err = critical = fatal = exception = msg
 
 
 def get_logger(**bind: Any) -> Any:

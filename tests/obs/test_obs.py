@@ -119,3 +119,19 @@ def test_heartbeat_goes_stale_and_a_raising_check_is_a_problem() -> None:
     assert health.problems() == {"broken": "check raised RuntimeError: boom"}
     health.unregister("broken")
     assert health.healthy()
+
+
+def test_logging_follows_stdout_when_the_stream_it_started_with_is_gone(monkeypatch) -> None:
+    import io
+
+    from libs.obs.logging import get_logger, setup_logging
+
+    first = io.StringIO()
+    monkeypatch.setattr("sys.stdout", first)
+    setup_logging("obs-test", "json", "info")
+    get_logger().info("to_the_first")
+    first.close()  # a test's capture ends; the services' loggers live on
+    second = io.StringIO()
+    monkeypatch.setattr("sys.stdout", second)
+    get_logger().info("to_the_second")
+    assert '"event": "to_the_second"' in second.getvalue()
