@@ -115,6 +115,21 @@ def wait_healthy(monitor_port: int, timeout_s: float) -> None:
         time.sleep(0.2)
 
 
+def stuck(client: MosaicClient, ids: list[str]) -> str:
+    """Each stuck job's state, node and lifecycle, for the failure message: a job that never
+    ends is a bug to find, and the stack's logs are gone with the test's temporary folder."""
+    lines = []
+    for job_id in ids:
+        try:
+            view = client.job(job_id)
+            events = client.get_json(f"/v1/jobs/{job_id}/events")["events"]
+            kinds = [f"{e.get('type')}@{e.get('node')}#{e.get('attempt', '')}" for e in events]
+            lines.append(f"{job_id} {view.state} on {view.node}: {' '.join(kinds)}")
+        except (ClientError, OSError) as exc:
+            lines.append(f"{job_id}: {exc}")
+    return "; ".join(lines)
+
+
 def short_job(rng: random.Random, i: int, now: float) -> JobSpec:
     """A demo job of 2-10 minutes (0.2-1 wall s at the e2e clock), made when it is submitted
     (its deadline is absolute on the Mosaic clock, which runs 600x)."""
@@ -207,7 +222,7 @@ def run_chaos(stack: Stack, sup: Supervisor, n_jobs: int) -> dict[str, float]:
             break
         assert sup.error is None, sup.error
         if time.monotonic() > deadline:
-            pytest.fail(f"{len(left)} jobs never ended, e.g. {sorted(left)[:5]}")
+            pytest.fail(f"{len(left)} jobs never ended: {stuck(client, sorted(left)[:5])}")
         time.sleep(0.5)
 
     report = check(asyncio.run(read_stream(stack.nats_url)), stack.nodes)
