@@ -19,6 +19,7 @@ from typing import Any
 
 from aiohttp import web
 
+from libs.bus.refusals import refused
 from libs.bus.runtime import env_float
 from libs.bus.snapshot import (
     DEFAULT_EVERY_EVENTS,
@@ -34,6 +35,12 @@ from proto.jobs import CancelRequest, JobSpec
 from proto.ledger import Allocation
 from proto.nodes import NodeSpec, TelemetrySample
 from proto.tenants import TenantRecord
+from proto.validation import FieldError, sound_id
+from proto.validation_records import (
+    revalidate_allocation,
+    revalidate_node_spec,
+    revalidate_sample,
+)
 from proto.views import JobView
 from services.gateway.api import GUARD_KEY, build_app
 from services.gateway.auth import AuthConfigError, Authenticator, load_admin_token
@@ -203,6 +210,9 @@ class Gateway:
 
     async def _on_event(self, event: LifecycleEvent) -> None:
         self.events_handled += 1
+        if not sound_id(event.job_id):  # no job could have it: it would pend here forever
+            refused(self.bus, "lifecycle", [FieldError("job_id", "not a sound id")])
+            return
         self.jobs.apply(event)
         self.jobs.expire(self.clock.now())
         if (s := self.snapshotters.get(SNAPSHOT_JOBS)) is not None:
@@ -215,13 +225,22 @@ class Gateway:
             s.note()
 
     async def _on_node(self, node_id: str, spec: NodeSpec | None) -> None:
+        """An unsound value counts as absent (as one that does not decode would)."""
+        if spec is not None and refused(self.bus, "node", revalidate_node_spec(spec, node_id)):
+            spec = None
         self.nodes.put_spec(node_id, spec)
 
     async def _on_allocation(self, job_id: str, alloc: Allocation | None) -> None:
-        self.nodes.put_allocation(job_id, alloc)
+        node = None if alloc is None else self.nodes.specs.get(alloc.node)
+        errs = [] if alloc is None else revalidate_allocation(alloc, node, key=job_id)
+        self.nodes.put_allocation(job_id, None if refused(self.bus, "allocation", errs) else alloc)
 
     async def _on_sample(self, sample: TelemetrySample) -> None:
-        self.nodes.put_sample(sample)
+        node = self.nodes.specs.get(sample.node)
+        if node is not None and not refused(
+            self.bus, "telemetry", revalidate_sample(sample, node), node=node.id
+        ):
+            self.nodes.put_sample(sample)
 
     async def _on_tenant(self, name: str, record: TenantRecord | None) -> None:
         self.auth.put(name, record)

@@ -18,12 +18,14 @@ from collections.abc import Awaitable, Callable
 from prometheus_client import Counter, Gauge
 
 from libs.bus.connection import Bus, Consumer
+from libs.bus.refusals import refused
 from libs.bus.replay import wait_caught_up
 from proto import subjects
 from proto.commands import KillCommand
 from proto.events import Cancelled, Preempted
 from proto.ledger import Allocation
 from proto.nodes import ExecutorReport, NodeSpec
+from proto.validation_records import revalidate_report
 from services.placer.reconcile import Reconciler
 from services.placer.tracker import JobTracker
 
@@ -55,6 +57,8 @@ class NodeWatch:
     active: bool  # the Placer's property
 
     async def _on_report(self, report: ExecutorReport) -> None:
+        if refused(self.bus, "report", revalidate_report(report), node=report.node[:64]):
+            return
         news = self.reconciler.on_report(report, time.monotonic())
         if news.came_up:
             self.log.info("node_up", node=report.node, boot_id=report.boot_id)
