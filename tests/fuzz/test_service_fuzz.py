@@ -36,7 +36,6 @@ import aiohttp
 import msgspec
 import pytest
 from hypothesis import HealthCheck, given, settings
-from hypothesis import strategies as st
 from prometheus_client import REGISTRY
 
 from libs.bus import Bus, ServiceConfig, serve
@@ -55,6 +54,7 @@ from services.scorer.service import main as scorer_main
 from services.telemetry.service import main as telemetry_main
 from tests.e2e.checker import check, read_stream
 from tests.fuzz import service_inputs as inp
+from tests.fuzz.service_targets import TARGETS, Target
 from tests.services.test_placer import small_cluster
 
 R = TypeVar("R")
@@ -312,69 +312,6 @@ def counts() -> dict[str, float]:
         + _sum("mosaic_dead_letters_total")
         + _metric("mosaic_placer_refusals_total"),
     }
-
-
-def _or_garbage(s: st.SearchStrategy[Any]) -> st.SearchStrategy[Any]:
-    return s | inp.garbage
-
-
-@dataclass(frozen=True)
-class Target:
-    name: str
-    strategy: st.SearchStrategy[Any]
-    send: Callable[[Stack, Any], Coroutine[Any, Any, None]]  # publishes one example
-
-
-nodes_cmd = st.sampled_from(inp.REAL_NODES)
-verbs = st.sampled_from(["run", "kill", "checkpoint"])
-TARGETS = [
-    Target("lifecycle", _or_garbage(inp.events), lambda s, x: s.lifecycle(x)),
-    Target(
-        "jobs.cancel",
-        _or_garbage(inp.cancels),
-        lambda s, x: s.durable(subjects.SUBJECT_CANCEL, x),
-    ),
-    Target(
-        "node.<n>.*",
-        st.tuples(nodes_cmd, verbs, _or_garbage(inp.commands)),
-        lambda s, x: s.durable(subjects.node_command(x[0], x[1]), x[2]),
-    ),
-    Target(
-        "telemetry.*",
-        st.tuples(st.sampled_from(inp.REAL_NODES + inp.FAKE_NODES), _or_garbage(inp.samples)),
-        lambda s, x: s.core(subjects.telemetry(x[0]), x[1]),
-    ),
-    Target(
-        "executor.*",
-        st.tuples(st.sampled_from(inp.FAKE_NODES), _or_garbage(inp.reports)),
-        lambda s, x: s.core(subjects.executor_report(x[0]), x[1]),
-    ),
-    Target(
-        "queue.updated",
-        _or_garbage(inp.queues),
-        lambda s, x: s.core(subjects.QUEUE_UPDATED, x),
-    ),
-    Target(
-        "kv nodes",
-        inp.node_specs | st.tuples(st.sampled_from(inp.FAKE_NODES), inp.garbage),
-        lambda s, x: s.kv(subjects.KV_NODES, x[0], x[1]),
-    ),
-    Target(
-        "kv ledger",
-        st.tuples(st.sampled_from(inp.OTHER_IDS + inp.KV_KEYS), _or_garbage(inp.allocations)),
-        lambda s, x: s.kv(subjects.KV_LEDGER, x[0], x[1]),
-    ),
-    Target(
-        "kv queue",
-        _or_garbage(inp.queues),
-        lambda s, x: s.kv(subjects.KV_QUEUE, subjects.KV_QUEUE_KEY, x),
-    ),
-    Target(
-        "kv tenants",
-        st.tuples(st.sampled_from(inp.KV_KEYS), _or_garbage(inp.tenants)),
-        lambda s, x: s.kv(subjects.KV_TENANTS, x[0], x[1]),
-    ),
-]
 
 
 def run_target(stack: Stack, target: Target, examples: int) -> None:
