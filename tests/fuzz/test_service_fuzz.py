@@ -113,7 +113,7 @@ class Stack:
     errors: Counter[str] = field(default_factory=Counter)
     tasks: dict[str, asyncio.Task[int]] = field(default_factory=dict)
     stop: asyncio.Event | None = None
-    forged: set[tuple[str, bytes]] = field(default_factory=set)  # lifecycle, not Submitted
+    forged: set[tuple[str, bytes]] = field(default_factory=set)  # all but Submitted
     sent: Counter[str] = field(default_factory=Counter)
     port: int = 0
     probes: int = 0
@@ -200,6 +200,7 @@ class Stack:
         assert self.bus is not None
         if isinstance(item, bytes):
             subject, data = subjects.lifecycle("fz-garbage"), item
+            self.forged.add((subject, data))  # the checker is no decoder to fuzz
         else:
             job = item.job_id if sound_id(item.job_id) else "fz-bad"
             subject, data = subjects.lifecycle(job), inp.encode(item)
