@@ -116,6 +116,7 @@ class Stack:
     forged: set[tuple[str, bytes]] = field(default_factory=set)  # all but Submitted
     sent: Counter[str] = field(default_factory=Counter)
     port: int = 0
+    clock: Clock = field(default_factory=lambda: Clock(epoch=time.time(), factor=FACTOR))
     probes: int = 0
 
     def run(self, coro: Coroutine[Any, Any, R], timeout_s: float = 120.0) -> R:
@@ -133,7 +134,7 @@ class Stack:
         await self.bus.ensure_topology()
         self.stop = asyncio.Event()
         self.port = free_port()
-        clock = Clock(epoch=time.time(), factor=FACTOR)
+        clock = self.clock
         nodes = [NODE_JSON]
         flags: dict[str, dict[str, Any]] = {
             "telemetry": {"backend": "sim", "node_spec": nodes, "interval_s": 0.5, "seed": 0},
@@ -266,6 +267,11 @@ class Stack:
             for path in ("/", "/v1/jobs", "/v1/nodes", "/v1/jobs/fz-s1", "/v1/jobs/fz-s1/events"):
                 async with http.get(base + path) as r:
                     assert r.status < 500, (path, r.status, await r.text())
+            async with http.get(f"{base}/v1/nodes") as r:
+                seen = {n["spec"]["id"]: n["telemetry"] for n in (await r.json())["nodes"]}
+            for node in inp.REAL_NODES:  # telemetry flows (no sample made undecodable)
+                age_s = self.clock.now() - (seen[node] or {}).get("time", 0.0)
+                assert age_s < 3 * FACTOR, (name, node, seen[node])
             body = {"id": job, "gpus": 1, "est_runtime_s": 30.0}
             async with http.post(f"{base}/v1/jobs", json=body) as r:
                 assert r.status == 201, await r.text()
@@ -276,7 +282,10 @@ class Stack:
                 assert view["state"] not in ("failed", "cancelled"), view
                 return view["state"] == "completed"
 
-            await self._until(done, f"{job} completed after the {name} batch", 60.0)
+            try:
+                await self._until(done, f"{job} completed after the {name} batch", 60.0)
+            except AssertionError as exc:
+                raise AssertionError(f"{exc}; errors logged: {dict(self.errors)}") from None
 
     def check_ok(self, name: str, before: dict[str, float]) -> None:
         for svc, ctx in self.contexts.items():
