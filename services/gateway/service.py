@@ -232,7 +232,7 @@ class Gateway:
 
     async def _on_allocation(self, job_id: str, alloc: Allocation | None) -> None:
         node = None if alloc is None else self.nodes.specs.get(alloc.node)
-        errs = [] if alloc is None else revalidate_allocation(alloc, node, key=job_id)
+        errs = [] if alloc is None else revalidate_allocation(alloc, node)
         self.nodes.put_allocation(job_id, None if refused(self.bus, "allocation", errs) else alloc)
 
     async def _on_sample(self, sample: TelemetrySample) -> None:

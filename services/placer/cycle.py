@@ -121,8 +121,8 @@ def plan_cycle(
     # ledger's only writer, so it can only be a forgery: it holds nothing
     live = [
         a
-        for a in ledger.values()
-        if a.node in by_id and not revalidate_allocation(a, by_id[a.node], key=a.job_id)
+        for key, a in ledger.items()
+        if a.node in by_id and not revalidate_allocation(a, by_id[a.node], key=key)
     ]
     profiles = profiles.covering(nodes)
     refuse: list[Refuse] = []

@@ -104,7 +104,7 @@ class Scorer:
             self.nodes[key] = value
 
     async def _on_alloc(self, key: str, value: Allocation | None) -> None:
-        errs = [] if value is None else revalidate_allocation(value, key=key)
+        errs = [] if value is None else revalidate_allocation(value)
         if value is None or refused(self.bus, "allocation", errs, key=key):
             self.ledger.pop(key, None)
         else:
