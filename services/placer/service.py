@@ -326,9 +326,12 @@ class Placer(Announcer, NodeWatch, Cancels):
             job = e.spec.id
             if job in self.ledger or job in self.ended_here or self.tracker.is_terminal(job):
                 continue
+            spec = self.tracker.specs.get(job)  # as submitted: the queue's copy is no evidence
+            if spec is None:  # a job the lifecycle stream never showed (yet)
+                continue
             out.append(
                 PendingJob(
-                    e.spec,
+                    spec,
                     e.enqueued_at,
                     attempt=self.tracker.next_attempt(job),
                     progress=self.tracker.progress.get(job, 0.0),

@@ -275,3 +275,81 @@ garbage = st.one_of(
         ]
     ),
 )
+
+
+def _fixed() -> dict[str, tuple[Any, ...]]:
+    """The cases issue 12 names, sent first on each target whatever hypothesis draws."""
+    v100, t4 = REAL_NODES
+    alloc = Allocation(
+        job_id="fz-x0",
+        node=v100,
+        gpu_indices=(99,),
+        gpu_share=1.0,
+        gpu_mem_gb=8.0,
+        host_mem_gb=8.0,
+        cpus=2.0,
+        time=1.7e9,
+    )
+    cold = GpuSample(index=0, util=0.5, mem_used_gb=1.0, temp_c=-300.0, power_w=50.0)
+    wide = tuple(
+        GpuSample(index=i, util=0, mem_used_gb=0, temp_c=40, power_w=0) for i in range(10_000)
+    )
+    node = NodeSpec(
+        id="fz-n0",
+        gpu_model="t4",
+        gpu_count=0,
+        gpu_mem_gb=16,
+        host_mem_gb=64,
+        cpus=16,
+        idle_power_w=10,
+        max_power_w=70,
+    )
+    sound = JobSpec(id="fz-x1", gpus=1.0, est_runtime_s=60.0)  # sound, but nobody submitted it
+    return {
+        "lifecycle": (
+            Submitted(job_id="fz-s0", time=1.7e9, spec=JobSpec(id="fz-s0", gpus=-1.0)),
+            Submitted(job_id="fz-s1", time=1.7e9, spec=JobSpec(id="fz-x2")),
+            Placed(job_id="fz-x3", time=1.7e9, node=v100, gpu_indices=(0,), attempt=1),
+            Completed(job_id="fz-x4", time=1.7e9, node=v100, runtime_s=math.inf),
+        ),
+        "jobs.cancel": (CancelRequest(job_id="fz-x5"), CancelRequest(job_id="a b")),
+        "node.<n>.*": (
+            (
+                v100,
+                "run",
+                RunCommand(allocation=msgspec.structs.replace(alloc, node=t4), runtime_s=1),
+            ),
+            (v100, "run", RunCommand(allocation=alloc, runtime_s=1.0)),
+        ),
+        "telemetry.*": (
+            (v100, TelemetrySample(node=v100, time=1.7e9, backend="sim", gpus=wide)),
+            (t4, TelemetrySample(node=t4, time=1.7e9, backend="sim", gpus=(cold,))),
+        ),
+        "executor.*": (
+            (
+                "fz-n1",
+                ExecutorReport(
+                    node="fz-n1",
+                    time=1.7e9,
+                    boot_id="b",
+                    interval_s=1e308,
+                    running=(RunningAttempt(job_id="fz-x6", attempt=2**63),),
+                ),
+            ),
+        ),
+        "queue.updated": (b'{"time":"soon"}', RankedQueue(time=-1.0, load=math.inf, regime="")),
+        "kv nodes": (
+            ("fz-n0", node),
+            ("fz-n1", msgspec.structs.replace(node, id="fz-n1", gpu_count=10**9)),
+        ),
+        "kv ledger": (("fz-x0", alloc),),
+        "kv queue": (
+            RankedQueue(
+                time=1.7e9, load=0.0, regime="low", entries=(RankedEntry(spec=sound, score=1e9),)
+            ),
+        ),
+        "kv tenants": (("fz-k0", TenantRecord(name="", token_sha256="", created_at=math.inf)),),
+    }
+
+
+FIXED = _fixed()

@@ -114,7 +114,7 @@ class Stack:
     tasks: dict[str, asyncio.Task[int]] = field(default_factory=dict)
     stop: asyncio.Event | None = None
     forged: set[tuple[str, bytes]] = field(default_factory=set)  # all but Submitted
-    sent: Counter[str] = field(default_factory=Counter)
+    stats: dict[str, Counter[str]] = field(default_factory=dict)  # per target, see run_target
     port: int = 0
     clock: Clock = field(default_factory=lambda: Clock(epoch=time.time(), factor=FACTOR))
     probes: int = 0
@@ -315,13 +315,17 @@ class Stack:
 
 
 def counts() -> dict[str, float]:
-    return {
+    """The stack's counters: bad input refused as a record, dead-lettered, or (an unsound job)
+    failed by the placer; and handler failures, which must stay 0."""
+    c = {
         "handler_errors": _sum("mosaic_handler_errors_total"),
         "handler_dead": _sum("mosaic_dead_letters_by_kind_total", "kind", ("handler",)),
-        "noticed": _sum("mosaic_bus_records_refused_total")
-        + _sum("mosaic_dead_letters_total")
-        + _metric("mosaic_placer_refusals_total"),
+        "refused": _sum("mosaic_bus_records_refused_total"),
+        "dead letters": _sum("mosaic_dead_letters_total"),
+        "jobs failed": _metric("mosaic_placer_refusals_total"),
     }
+    c["noticed"] = c["refused"] + c["dead letters"] + c["jobs failed"]
+    return c
 
 
 def run_target(stack: Stack, target: Target, examples: int) -> None:
@@ -333,7 +337,14 @@ def run_target(stack: Stack, target: Target, examples: int) -> None:
     )
     @given(item=target.strategy)
     def one(item: Any) -> None:
-        stack.sent[target.name] += 1
+        stats["sent"] += 1
+        payload = item[-1] if isinstance(item, tuple) else item
+        stats["raw garbage"] += isinstance(payload, bytes)
+        stack.run(target.send(stack, item))
+
+    stats = stack.stats.setdefault(target.name, Counter())
+    for item in inp.FIXED[target.name]:  # the cases named in issue 12, then hypothesis's
+        stats["sent"] += 1
         stack.run(target.send(stack, item))
 
     before = counts()
@@ -341,10 +352,13 @@ def run_target(stack: Stack, target: Target, examples: int) -> None:
     stack.run(stack.settle(), 600.0)
     stack.run(stack.probe(target.name))  # with the batch's records still in the buckets
     stack.check_ok(target.name, before)
+    after = counts()  # by every consumer of the target (a lifecycle event reaches three)
+    for k in ("refused", "dead letters", "jobs failed"):
+        stats[k] = int(after[k] - before[k])
     stack.run(stack.cleanup())
 
 
-def fuzz(tmp: Path, examples_per_target: int) -> Counter[str]:
+def fuzz(tmp: Path, examples_per_target: int) -> dict[str, Counter[str]]:
     stack = Stack(tmp / "nats")
     stack.start()
     try:
@@ -357,21 +371,21 @@ def fuzz(tmp: Path, examples_per_target: int) -> Counter[str]:
         probes = [j for j in report.submitted if j.startswith("probe-")]
         assert len(probes) == len(TARGETS)
         assert all(report.terminal[j] == ["completed"] for j in probes)
-        return stack.sent
+        return stack.stats
     finally:
         stack.close()
 
 
 def test_service_fuzz_short(tmp_path: Path) -> None:
-    sent = fuzz(tmp_path, 25)
-    assert sum(sent.values()) >= 25 * len(TARGETS)
+    stats = fuzz(tmp_path, 25)
+    assert sum(c["sent"] for c in stats.values()) >= 25 * len(TARGETS)
 
 
 @pytest.mark.slow
 def test_service_fuzz_10k_per_target(tmp_path: Path) -> None:
     t0 = time.monotonic()
-    sent = fuzz(tmp_path, 10_000)
+    stats = fuzz(tmp_path, 10_000)
     print(f"\nservice fuzz: {time.monotonic() - t0:.0f} s")
-    for name, n in sent.items():
-        print(f"{name:16} sent {n:6}")
-    assert all(n >= 10_000 for n in sent.values())
+    for name, c in stats.items():
+        print(f"{name:14}", "  ".join(f"{k} {v}" for k, v in c.items()))
+    assert all(c["sent"] >= 10_000 for c in stats.values())
