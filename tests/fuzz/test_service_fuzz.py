@@ -287,7 +287,8 @@ class Stack:
             except AssertionError as exc:
                 raise AssertionError(f"{exc}; errors logged: {dict(self.errors)}") from None
 
-    def check_ok(self, name: str, before: dict[str, float]) -> None:
+    def check_ok(self, target: Target, before: dict[str, float]) -> None:
+        name = target.name
         for svc, ctx in self.contexts.items():
             assert ctx.health.problems() == {}, (name, svc, ctx.health.problems())
             assert all(not m.task.done() for m in ctx.bus._monitors.values() if m.task), svc
@@ -296,7 +297,7 @@ class Stack:
         now = counts()
         assert now["handler_errors"] == before["handler_errors"], name
         assert now["handler_dead"] == before["handler_dead"], name
-        assert now["noticed"] > before["noticed"], f"{name}: no bad input was noticed"
+        assert now["noticed"] > before["noticed"] or not target.noticed, f"{name}: unnoticed"
 
     def close(self) -> None:
         async def _close() -> None:
@@ -343,15 +344,15 @@ def run_target(stack: Stack, target: Target, examples: int) -> None:
         stack.run(target.send(stack, item))
 
     stats = stack.stats.setdefault(target.name, Counter())
-    for item in inp.FIXED[target.name]:  # the cases named in issue 12, then hypothesis's
-        stats["sent"] += 1
-        stack.run(target.send(stack, item))
 
     before = counts()
     one()
+    for item in inp.FIXED[target.name]:  # the cases issue 12 names, last: they stay in KV
+        stats["sent"] += 1
+        stack.run(target.send(stack, item))
     stack.run(stack.settle(), 600.0)
     stack.run(stack.probe(target.name))  # with the batch's records still in the buckets
-    stack.check_ok(target.name, before)
+    stack.check_ok(target, before)
     after = counts()  # by every consumer of the target (a lifecycle event reaches three)
     for k in ("refused", "dead letters", "jobs failed"):
         stats[k] = int(after[k] - before[k])
