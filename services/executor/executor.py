@@ -203,7 +203,9 @@ class NodeExecutor:
     async def on_run(self, cmd: RunCommand) -> None:
         alloc = cmd.allocation
         # dead-lettered, not Failed: see revalidate_command; and its GPUs must exist here
-        errors = revalidate_command(cmd) or revalidate_allocation(alloc, self.node, prefix="a.")
+        errors = revalidate_command(cmd) or revalidate_allocation(
+            alloc, self.node, prefix="allocation."
+        )
         if alloc.node != self.node.id or errors:
             await self.bus.dead_letter(
                 subjects.node_command(self.node.id, "run"),
