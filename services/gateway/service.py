@@ -36,11 +36,6 @@ from proto.ledger import Allocation
 from proto.nodes import NodeSpec, TelemetrySample
 from proto.tenants import TenantRecord
 from proto.validation import FieldError, sound_id
-from proto.validation_records import (
-    revalidate_allocation,
-    revalidate_node_spec,
-    revalidate_sample,
-)
 from proto.views import JobView
 from services.gateway.api import GUARD_KEY, build_app
 from services.gateway.auth import AuthConfigError, Authenticator, load_admin_token
@@ -65,6 +60,7 @@ REPLAY_WAIT_S = 30.0  # serve anyway after this long, with a warning: better lat
 DUPLICATE_WAIT_S = 2.0  # how long a duplicate submit waits for the read model to show the job
 SNAPSHOT_JOBS = f"{SERVICE}.jobs"  # object names in the snapshots bucket
 SNAPSHOT_DECISIONS = f"{SERVICE}.decisions"
+NO_ID = FieldError("job_id", "not a sound id")
 
 
 @dataclass(frozen=True)
@@ -118,7 +114,7 @@ class Gateway:
             retention_s=self.config.retention_s,
             max_finished=self.config.max_finished,
         )
-        self.nodes = NodesModel()
+        self.nodes = NodesModel(refuse=lambda record, errors: refused(bus, record, errors))
         self.decisions = DecisionsModel()
         self.jobs.on_expire = self.decisions.forget
         self.events_handled = 0  # LIFECYCLE messages handled since start (not our own echoes)
@@ -210,9 +206,8 @@ class Gateway:
 
     async def _on_event(self, event: LifecycleEvent) -> None:
         self.events_handled += 1
-        if not sound_id(event.job_id):  # no job could have it: it would pend here forever
-            refused(self.bus, "lifecycle", [FieldError("job_id", "not a sound id")])
-            return
+        if refused(self.bus, "lifecycle", [] if sound_id(event.job_id) else [NO_ID]):
+            return  # no job could have that id: it would pend here forever
         self.jobs.apply(event)
         self.jobs.expire(self.clock.now())
         if (s := self.snapshotters.get(SNAPSHOT_JOBS)) is not None:
@@ -225,22 +220,13 @@ class Gateway:
             s.note()
 
     async def _on_node(self, node_id: str, spec: NodeSpec | None) -> None:
-        """An unsound value counts as absent (as one that does not decode would)."""
-        if spec is not None and refused(self.bus, "node", revalidate_node_spec(spec, node_id)):
-            spec = None
         self.nodes.put_spec(node_id, spec)
 
     async def _on_allocation(self, job_id: str, alloc: Allocation | None) -> None:
-        node = None if alloc is None else self.nodes.specs.get(alloc.node)
-        errs = [] if alloc is None else revalidate_allocation(alloc, node)
-        self.nodes.put_allocation(job_id, None if refused(self.bus, "allocation", errs) else alloc)
+        self.nodes.put_allocation(job_id, alloc)
 
     async def _on_sample(self, sample: TelemetrySample) -> None:
-        node = self.nodes.specs.get(sample.node)
-        if node is not None and not refused(
-            self.bus, "telemetry", revalidate_sample(sample, node), node=node.id
-        ):
-            self.nodes.put_sample(sample)
+        self.nodes.put_sample(sample)
 
     async def _on_tenant(self, name: str, record: TenantRecord | None) -> None:
         self.auth.put(name, record)

@@ -24,8 +24,8 @@ from proto import subjects
 from proto.commands import KillCommand
 from proto.events import Cancelled, Preempted
 from proto.ledger import Allocation
-from proto.nodes import ExecutorReport, NodeSpec
-from proto.validation_records import revalidate_report
+from proto.nodes import ExecutorReport, NodeSpec, TelemetrySample
+from proto.validation_records import revalidate_report, revalidate_sample
 from services.placer.reconcile import Reconciler
 from services.placer.tracker import JobTracker
 
@@ -47,6 +47,7 @@ class NodeWatch:
     log: object
     ledger: dict[str, Allocation]
     nodes: dict[str, NodeSpec]
+    temps: dict[str, float]
     tracker: JobTracker
     reconciler: Reconciler
     _lifecycle: Consumer
@@ -55,6 +56,14 @@ class NodeWatch:
     _free_ended: Callable[[], Awaitable[None]]
     _kick: asyncio.Event
     active: bool  # the Placer's property
+
+    async def _on_telemetry(self, sample: TelemetrySample) -> None:
+        """The hottest GPU of a known node, from a sound sample (a -300 degree reading would
+        make the node look like the coolest place to put a job)."""
+        node = self.nodes.get(sample.node)
+        errors = revalidate_sample(sample, node) if node is not None else []
+        if node is not None and sample.gpus and not refused(self.bus, "telemetry", errors):
+            self.temps[sample.node] = max(g.temp_c for g in sample.gpus)
 
     async def _on_report(self, report: ExecutorReport) -> None:
         if refused(self.bus, "report", revalidate_report(report), node=report.node[:64]):

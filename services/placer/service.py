@@ -39,7 +39,7 @@ from proto.jobs import CancelRequest
 from proto.ledger import Allocation
 from proto.nodes import ExecutorReport, NodeSpec, TelemetrySample
 from proto.validation import describe
-from proto.validation_records import revalidate_node_spec, revalidate_sample
+from proto.validation_records import revalidate_node_spec
 from services.placer.announce import SERVICE, Announcer
 from services.placer.cancels import Cancels
 from services.placer.cycle import INVALID, Assign, Refuse, plan_cycle
@@ -152,15 +152,6 @@ class Placer(Announcer, NodeWatch, Cancels):
             self.nodes[key] = value
         self._nodes_changed = time.monotonic()
         self._kick.set()
-
-    async def _on_telemetry(self, sample: TelemetrySample) -> None:
-        node = self.nodes.get(sample.node)
-        if (
-            node is not None
-            and sample.gpus
-            and not refused(self.bus, "telemetry", revalidate_sample(sample, node), node=node.id)
-        ):
-            self.temps[sample.node] = max(g.temp_c for g in sample.gpus)
 
     async def _on_poke(self, _: RankedQueue) -> None:
         self._kick.set()
@@ -326,8 +317,7 @@ class Placer(Announcer, NodeWatch, Cancels):
             job = e.spec.id
             if job in self.ledger or job in self.ended_here or self.tracker.is_terminal(job):
                 continue
-            spec = self.tracker.specs.get(job)  # as submitted: the queue's copy is no evidence
-            if spec is None:  # a job the lifecycle stream never showed (yet)
+            if (spec := self.tracker.specs.get(job)) is None:  # the queue's copy is no evidence
                 continue
             out.append(
                 PendingJob(
