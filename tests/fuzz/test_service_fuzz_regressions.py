@@ -21,6 +21,7 @@ from proto.validation_records import (
     revalidate_sample,
     sound_attempt,
 )
+from services.gateway.nodes_view import NodesModel
 from services.placer.cancels import _errors as cancel_errors
 from services.placer.cycle import plan_cycle
 from services.scorer.ranking import build_queue
@@ -142,3 +143,19 @@ def test_a_cancel_without_a_sound_job_id_is_refused() -> None:
     assert cancel_errors(CancelRequest(job_id="a b"))
     assert cancel_errors(CancelRequest(job_id=""))
     assert cancel_errors(CancelRequest(job_id="fz-1")) == []
+
+
+def test_the_gateway_node_model_keeps_no_unsound_record() -> None:
+    """A node of 10^9 GPUs made ``GET /`` answer 500 (MemoryError); it counts as absent now,
+    and so do an allocation and a sample that do not fit the node."""
+    told: list[str] = []
+    model = NodesModel(refuse=lambda record, errors: bool(errors) and not told.append(record))
+    model.put_spec(V100.id, V100)
+    model.put_spec("huge", msgspec.structs.replace(V100, id="huge", gpu_count=10**9))
+    model.put_allocation("j1", _alloc(gpu_indices=(99,)))
+    cold = GpuSample(index=0, util=0.1, mem_used_gb=1, temp_c=-300, power_w=10)
+    model.put_sample(TelemetrySample(node=V100.id, time=NOW, backend="sim", gpus=(cold,)))
+    assert set(model.specs) == {V100.id} and not model.ledger and not model.samples
+    assert told == ["node", "allocation", "telemetry"]
+    model.put_allocation("j1", _alloc())
+    assert [v.gpus_allocated for v in model.views()] == [1.0]
