@@ -16,6 +16,7 @@ from proto.validation import FieldError
 from proto.validation_records import revalidate_allocation, revalidate_node_spec, revalidate_sample
 from proto.views import NodeView
 
+MAX_AHEAD_S = 3600.0  # a sample's time may be this far ahead of the reader's clock (skew)
 # (record kind, reasons) -> True when the record is to be ignored; the service counts and logs
 Refuse = Callable[[str, list[FieldError]], bool]
 
@@ -57,11 +58,15 @@ class NodesModel:
         else:
             self.ledger[job_id] = alloc
 
-    def put_sample(self, sample: TelemetrySample) -> None:
+    def put_sample(self, sample: TelemetrySample, now: float | None = None) -> None:
         """Latest sample wins; an older one arriving late is ignored, and so is one of a node
-        not in KV ``nodes``."""
+        not in KV ``nodes``. One dated more than ``MAX_AHEAD_S`` after ``now`` (the Mosaic
+        clock) is refused: it would hide every real sample after it for good."""
         node = self.specs.get(sample.node)
-        if node is None or self.refuse("telemetry", revalidate_sample(sample, node)):
+        errors = revalidate_sample(sample, node) if node is not None else []
+        if now is not None and sample.time > now + MAX_AHEAD_S:
+            errors.append(FieldError("time", f"more than {MAX_AHEAD_S:g} s ahead"))
+        if node is None or self.refuse("telemetry", errors):
             return
         old = self.samples.get(sample.node)
         if old is None or sample.time >= old.time:

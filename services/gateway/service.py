@@ -226,7 +226,7 @@ class Gateway:
         self.nodes.put_allocation(job_id, alloc)
 
     async def _on_sample(self, sample: TelemetrySample) -> None:
-        self.nodes.put_sample(sample)
+        self.nodes.put_sample(sample, self.clock.now())
 
     async def _on_tenant(self, name: str, record: TenantRecord | None) -> None:
         self.auth.put(name, record)

@@ -159,3 +159,8 @@ def test_the_gateway_node_model_keeps_no_unsound_record() -> None:
     assert told == ["node", "allocation", "telemetry"]
     model.put_allocation("j1", _alloc())
     assert [v.gpus_allocated for v in model.views()] == [1.0]
+    # a sound sample dated in 2100 hid every real one after it (the 10,000-per-target run)
+    ahead = TelemetrySample(node=V100.id, time=4.1e9, backend="sim", gpus=())
+    model.put_sample(ahead, now=NOW)
+    model.put_sample(TelemetrySample(node=V100.id, time=NOW, backend="sim", gpus=()), now=NOW)
+    assert model.samples[V100.id].time == NOW and told[-1] == "telemetry"
