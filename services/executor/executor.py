@@ -52,6 +52,7 @@ from proto.events import (
 )
 from proto.nodes import ExecutorReport, NodeSpec, RunningAttempt
 from proto.validation import describe, revalidate_command
+from proto.validation_records import revalidate_allocation
 from services.executor.journal import Entry, Journal
 from services.executor.runners import Outcome, Runner, StartFailed
 
@@ -201,7 +202,10 @@ class NodeExecutor:
 
     async def on_run(self, cmd: RunCommand) -> None:
         alloc = cmd.allocation
-        errors = revalidate_command(cmd)  # dead-lettered, not Failed: see revalidate_command
+        # dead-lettered, not Failed: see revalidate_command; and its GPUs must exist here
+        errors = revalidate_command(cmd) or revalidate_allocation(
+            alloc, self.node, prefix="allocation."
+        )
         if alloc.node != self.node.id or errors:
             await self.bus.dead_letter(
                 subjects.node_command(self.node.id, "run"),

@@ -8,9 +8,17 @@ the service feeds it KV watch updates and samples; nothing here touches NATS.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from proto.ledger import Allocation
 from proto.nodes import NodeSpec, TelemetrySample
+from proto.validation import FieldError
+from proto.validation_records import revalidate_allocation, revalidate_node_spec, revalidate_sample
 from proto.views import NodeView
+
+MAX_AHEAD_S = 3600.0  # a sample's time may be this far ahead of the reader's clock (skew)
+# (record kind, reasons) -> True when the record is to be ignored; the service counts and logs
+Refuse = Callable[[str, list[FieldError]], bool]
 
 # A node is shown cordoned when one of these labels says so. Cordoning itself is an intent the
 # placer commits (DESIGN.md); until it records that somewhere of its own, labels are the signal.
@@ -23,29 +31,43 @@ def is_cordoned(spec: NodeSpec) -> bool:
 
 
 class NodesModel:
-    """Node id -> spec, job id -> allocation, node id -> latest sample."""
+    """Node id -> spec, job id -> allocation, node id -> latest sample.
 
-    def __init__(self) -> None:
+    Each record is re-checked (``proto.validation_records``): an unsound one counts as absent,
+    as one that does not decode would (a node of 10^9 GPUs made the dashboard answer 500), and
+    goes to ``refuse``."""
+
+    def __init__(self, refuse: Refuse | None = None) -> None:
+        self.refuse: Refuse = refuse or (lambda _record, errors: bool(errors))
         self.specs: dict[str, NodeSpec] = {}
         self.ledger: dict[str, Allocation] = {}
         self.samples: dict[str, TelemetrySample] = {}
 
     def put_spec(self, node_id: str, spec: NodeSpec | None) -> None:
         """A KV ``nodes`` update; None = deleted."""
-        if spec is None:
+        if spec is None or self.refuse("node", revalidate_node_spec(spec, node_id)):
             self.specs.pop(node_id, None)
         else:
             self.specs[node_id] = spec
 
     def put_allocation(self, job_id: str, alloc: Allocation | None) -> None:
         """A KV ``ledger`` update; None = the allocation was freed."""
-        if alloc is None:
+        node = None if alloc is None else self.specs.get(alloc.node)
+        if alloc is None or self.refuse("allocation", revalidate_allocation(alloc, node)):
             self.ledger.pop(job_id, None)
         else:
             self.ledger[job_id] = alloc
 
-    def put_sample(self, sample: TelemetrySample) -> None:
-        """Latest sample wins; an older one arriving late is ignored."""
+    def put_sample(self, sample: TelemetrySample, now: float | None = None) -> None:
+        """Latest sample wins; an older one arriving late is ignored, and so is one of a node
+        not in KV ``nodes``. One dated more than ``MAX_AHEAD_S`` after ``now`` (the Mosaic
+        clock) is refused: it would hide every real sample after it for good."""
+        node = self.specs.get(sample.node)
+        errors = revalidate_sample(sample, node) if node is not None else []
+        if now is not None and sample.time > now + MAX_AHEAD_S:
+            errors.append(FieldError("time", f"more than {MAX_AHEAD_S:g} s ahead"))
+        if node is None or self.refuse("telemetry", errors):
+            return
         old = self.samples.get(sample.node)
         if old is None or sample.time >= old.time:
             self.samples[sample.node] = sample

@@ -19,6 +19,7 @@ from typing import Any
 
 from aiohttp import web
 
+from libs.bus.refusals import refused
 from libs.bus.runtime import env_float
 from libs.bus.snapshot import (
     DEFAULT_EVERY_EVENTS,
@@ -34,6 +35,7 @@ from proto.jobs import CancelRequest, JobSpec
 from proto.ledger import Allocation
 from proto.nodes import NodeSpec, TelemetrySample
 from proto.tenants import TenantRecord
+from proto.validation import FieldError, sound_id
 from proto.views import JobView
 from services.gateway.api import GUARD_KEY, build_app
 from services.gateway.auth import AuthConfigError, Authenticator, load_admin_token
@@ -58,6 +60,7 @@ REPLAY_WAIT_S = 30.0  # serve anyway after this long, with a warning: better lat
 DUPLICATE_WAIT_S = 2.0  # how long a duplicate submit waits for the read model to show the job
 SNAPSHOT_JOBS = f"{SERVICE}.jobs"  # object names in the snapshots bucket
 SNAPSHOT_DECISIONS = f"{SERVICE}.decisions"
+NO_ID = FieldError("job_id", "not a sound id")
 
 
 @dataclass(frozen=True)
@@ -111,7 +114,7 @@ class Gateway:
             retention_s=self.config.retention_s,
             max_finished=self.config.max_finished,
         )
-        self.nodes = NodesModel()
+        self.nodes = NodesModel(refuse=lambda record, errors: refused(bus, record, errors))
         self.decisions = DecisionsModel()
         self.jobs.on_expire = self.decisions.forget
         self.events_handled = 0  # LIFECYCLE messages handled since start (not our own echoes)
@@ -203,6 +206,8 @@ class Gateway:
 
     async def _on_event(self, event: LifecycleEvent) -> None:
         self.events_handled += 1
+        if refused(self.bus, "lifecycle", [] if sound_id(event.job_id) else [NO_ID]):
+            return  # no job could have that id: it would pend here forever
         self.jobs.apply(event)
         self.jobs.expire(self.clock.now())
         if (s := self.snapshotters.get(SNAPSHOT_JOBS)) is not None:
@@ -221,7 +226,7 @@ class Gateway:
         self.nodes.put_allocation(job_id, alloc)
 
     async def _on_sample(self, sample: TelemetrySample) -> None:
-        self.nodes.put_sample(sample)
+        self.nodes.put_sample(sample, self.clock.now())
 
     async def _on_tenant(self, name: str, record: TenantRecord | None) -> None:
         self.auth.put(name, record)

@@ -11,13 +11,17 @@ from __future__ import annotations
 import asyncio
 
 from libs.bus.connection import Bus
+from libs.bus.refusals import refused
 from libs.clock import Clock
 from proto import subjects
 from proto.commands import KillCommand
 from proto.events import Cancelled
 from proto.jobs import CancelRequest
 from proto.ledger import Allocation
+from proto.validation import FieldError, sound_id
 from services.placer.tracker import JobTracker
+
+MAX_REASON = 1024  # characters of a cancel's reason passed on (it must fit the events' limit)
 
 
 class Cancels:
@@ -31,6 +35,8 @@ class Cancels:
     _lock: asyncio.Lock
 
     async def _on_cancel(self, req: CancelRequest) -> None:
+        if refused(self.bus, "cancel", _errors(req), job=req.job_id[:64]):
+            return  # no subject to answer on (``lifecycle.<job>``), or no such attempt
         async with self._lock:
             job = req.job_id
             if self.tracker.is_terminal(job) or job in self.ended_here:
@@ -40,7 +46,7 @@ class Cancels:
                 self.cancelling.add(job)
                 await self.bus.publish(
                     subjects.node_command(alloc.node, "kill"),
-                    KillCommand(job_id=job, reason=req.reason),
+                    KillCommand(job_id=job, reason=req.reason[:MAX_REASON]),
                     msg_id=f"kill-{job}-{alloc.attempt}",
                 )
                 self.log.info("cancel_running", job=job, node=alloc.node)
@@ -49,8 +55,14 @@ class Cancels:
                 self.log.warning("cancel_unknown_job", job=job)
             await self.bus.publish(
                 subjects.lifecycle(job),
-                Cancelled(job_id=job, time=self.clock.now(), reason=req.reason),
+                Cancelled(job_id=job, time=self.clock.now(), reason=req.reason[:MAX_REASON]),
                 msg_id=f"cancelled-{job}",
             )
             self.ended_here.add(job)
             self.log.info("cancel_pending", job=job)
+
+
+def _errors(req: CancelRequest) -> list[FieldError]:
+    """A cancel the placer can act on names a sound job id: it becomes the subject of the
+    ``Cancelled`` event (``lifecycle.a b`` is no subject NATS takes)."""
+    return [] if sound_id(req.job_id) else [FieldError("job_id", "must be a sound job id")]

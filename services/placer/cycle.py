@@ -28,6 +28,7 @@ from proto.jobs import JobSpec
 from proto.ledger import Allocation
 from proto.nodes import NodeSpec
 from proto.validation import describe, revalidate_spec
+from proto.validation_records import revalidate_allocation
 
 INVALID = "invalid job"  # the start of the reason of a refusal by revalidate_spec
 
@@ -114,8 +115,15 @@ def plan_cycle(
     changing, e.g. at start-up when nodes register one by one). ``backfill``: whether this
     cycle walks below a blocked head job (the service keeps a ``BackfillCadence``).
     """
-    node_ids = {n.id for n in nodes}
-    live = [a for a in ledger.values() if a.node in node_ids]
+    by_id = {n.id: n for n in nodes}
+    node_ids = set(by_id)
+    # an unsound entry (GPU 99 of a 4-GPU node) would make every cycle raise; the placer is the
+    # ledger's only writer, so it can only be a forgery: it holds nothing
+    live = [
+        a
+        for key, a in ledger.items()
+        if a.node in by_id and not revalidate_allocation(a, by_id[a.node], key=key)
+    ]
     profiles = profiles.covering(nodes)
     refuse: list[Refuse] = []
     todo: list[PendingJob] = []

@@ -18,12 +18,14 @@ from collections.abc import Awaitable, Callable
 from prometheus_client import Counter, Gauge
 
 from libs.bus.connection import Bus, Consumer
+from libs.bus.refusals import refused
 from libs.bus.replay import wait_caught_up
 from proto import subjects
 from proto.commands import KillCommand
 from proto.events import Cancelled, Preempted
 from proto.ledger import Allocation
-from proto.nodes import ExecutorReport, NodeSpec
+from proto.nodes import ExecutorReport, NodeSpec, TelemetrySample
+from proto.validation_records import revalidate_report, revalidate_sample
 from services.placer.reconcile import Reconciler
 from services.placer.tracker import JobTracker
 
@@ -45,6 +47,7 @@ class NodeWatch:
     log: object
     ledger: dict[str, Allocation]
     nodes: dict[str, NodeSpec]
+    temps: dict[str, float]
     tracker: JobTracker
     reconciler: Reconciler
     _lifecycle: Consumer
@@ -54,7 +57,17 @@ class NodeWatch:
     _kick: asyncio.Event
     active: bool  # the Placer's property
 
+    async def _on_telemetry(self, sample: TelemetrySample) -> None:
+        """The hottest GPU of a known node, from a sound sample (a -300 degree reading would
+        make the node look like the coolest place to put a job)."""
+        node = self.nodes.get(sample.node)
+        errors = revalidate_sample(sample, node) if node is not None else []
+        if node is not None and sample.gpus and not refused(self.bus, "telemetry", errors):
+            self.temps[sample.node] = max(g.temp_c for g in sample.gpus)
+
     async def _on_report(self, report: ExecutorReport) -> None:
+        if refused(self.bus, "report", revalidate_report(report), node=report.node[:64]):
+            return
         news = self.reconciler.on_report(report, time.monotonic())
         if news.came_up:
             self.log.info("node_up", node=report.node, boot_id=report.boot_id)

@@ -21,6 +21,7 @@ from prometheus_client import Counter, Gauge, Histogram
 from libs.bus.connection import Bus, Consumer
 from libs.bus.errors import KeyExists
 from libs.bus.lease import Lease, LeaseRecord
+from libs.bus.refusals import refused
 from libs.bus.replay import wait_caught_up
 from libs.bus.runtime import ServiceContext
 from libs.clock import Clock
@@ -38,6 +39,7 @@ from proto.jobs import CancelRequest
 from proto.ledger import Allocation
 from proto.nodes import ExecutorReport, NodeSpec, TelemetrySample
 from proto.validation import describe
+from proto.validation_records import revalidate_node_spec
 from services.placer.announce import SERVICE, Announcer
 from services.placer.cancels import Cancels
 from services.placer.cycle import INVALID, Assign, Refuse, plan_cycle
@@ -145,16 +147,12 @@ class Placer(Announcer, NodeWatch, Cancels):
             self.log.warning("replay_incomplete", hint="acting on what was replayed so far")
 
     async def _on_node(self, key: str, value: NodeSpec | None) -> None:
-        if value is None:
+        if value is None or refused(self.bus, "node", revalidate_node_spec(value, key), key=key):
             self.nodes.pop(key, None)
         else:
             self.nodes[key] = value
         self._nodes_changed = time.monotonic()
         self._kick.set()
-
-    async def _on_telemetry(self, sample: TelemetrySample) -> None:
-        if sample.gpus:
-            self.temps[sample.node] = max(g.temp_c for g in sample.gpus)
 
     async def _on_poke(self, _: RankedQueue) -> None:
         self._kick.set()
@@ -321,9 +319,11 @@ class Placer(Announcer, NodeWatch, Cancels):
             job = e.spec.id
             if job in self.ledger or job in self.ended_here or self.tracker.is_terminal(job):
                 continue
+            if (spec := self.tracker.specs.get(job)) is None:  # the queue's copy is no evidence
+                continue
             out.append(
                 PendingJob(
-                    e.spec,
+                    spec,
                     e.enqueued_at,
                     attempt=self.tracker.next_attempt(job),
                     progress=self.tracker.progress.get(job, 0.0),

@@ -3,6 +3,7 @@ order and score terms from ``libs.policy.priority.rank``. Pure: records in, a re
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Iterable, Sequence
 
 import numpy as np
@@ -42,7 +43,13 @@ def build_queue(
     node_ids = {n.id for n in nodes}
     # an allocation on a node that left the KV cannot be placed in the view; it still counts
     # towards its tenant's usage
-    view = ClusterView.build(nodes, [a for a in allocations if a.node in node_ids])
+    view = ClusterView.build(nodes)
+    for a in allocations:
+        if a.node in node_ids:
+            # one that does not fit its node (GPU 99, or a GPU held twice) is left out: it
+            # cannot be the placer's, and raising here would fail every ranking from now on
+            with contextlib.suppress(ValueError):
+                view.allocate(a)
     load = view.load()
     result = rank(
         pending,

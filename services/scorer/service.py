@@ -23,6 +23,7 @@ import msgspec
 from prometheus_client import Gauge
 
 from libs.bus.connection import Bus
+from libs.bus.refusals import refused
 from libs.bus.replay import wait_caught_up
 from libs.bus.runtime import ServiceContext
 from libs.bus.snapshot import SnapshotFollower, SnapshotSettings
@@ -36,6 +37,7 @@ from proto.events import LifecycleEvent, Queued, Submitted
 from proto.ledger import Allocation
 from proto.nodes import NodeSpec
 from proto.validation import FieldError, describe
+from proto.validation_records import revalidate_allocation, revalidate_node_spec
 from services.scorer.pending import PendingSet
 from services.scorer.ranking import build_queue
 
@@ -111,13 +113,14 @@ class Scorer:
         self.log.warning("invalid_job_from_bus", job_id=ev.job_id, errors=describe(errors))
 
     async def _on_node(self, key: str, value: NodeSpec | None) -> None:
-        if value is None:
+        if value is None or refused(self.bus, "node", revalidate_node_spec(value, key), key=key):
             self.nodes.pop(key, None)
         else:
             self.nodes[key] = value
 
     async def _on_alloc(self, key: str, value: Allocation | None) -> None:
-        if value is None:
+        errs = [] if value is None else revalidate_allocation(value)
+        if value is None or refused(self.bus, "allocation", errs, key=key):
             self.ledger.pop(key, None)
         else:
             self.ledger[key] = value

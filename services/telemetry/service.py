@@ -13,9 +13,11 @@ import contextlib
 
 from libs.bus import ServiceContext, common_arg_parser
 from libs.bus.nodeargs import add_node_spec_arg, node_specs_from_args
+from libs.bus.refusals import refused
 from proto import subjects
 from proto.ledger import Allocation
 from proto.nodes import NodeSpec
+from proto.validation_records import revalidate_allocation
 from services.telemetry import metrics
 from services.telemetry.backends import (
     GpuBackend,
@@ -101,8 +103,13 @@ async def run_telemetry(ctx: ServiceContext, backend: GpuBackend, interval_s: fl
         ledger_kv = await ctx.bus.kv(subjects.KV_LEDGER, Allocation)
         sim = backend
 
+        hosted = {n.id: n for n in sim.nodes}
+
         async def on_ledger(job_id: str, alloc: Allocation | None) -> None:
-            if alloc is None:
+            """An unsound allocation (infinite memory: every later sample would carry it and
+            no reader could decode one) counts as absent."""
+            errs = [] if alloc is None else revalidate_allocation(alloc, hosted.get(alloc.node))
+            if alloc is None or refused(ctx.bus, "allocation", errs, key=job_id):
                 ledger.pop(job_id, None)
             else:
                 ledger[job_id] = alloc
