@@ -125,20 +125,10 @@ class Receiver:
     _consumers: list[Consumer]
     _subs: list[Subscription]
 
-    def _monitor(self, name: str, *, wedged_after_s: float, idle_ok: bool) -> LoopMonitor:
-        raise NotImplementedError  # Bus registers it with its health
-
-    async def dead_letter(
-        self,
-        subject: str,
-        data: bytes,
-        reason: str,
-        *,
-        pattern: str | None = None,
-        msg_id: str | None = None,
-        kind: str = "decode",
-    ) -> None:
-        raise NotImplementedError
+    # a loop's health monitor, registered with the service's health
+    _monitor: Callable[..., LoopMonitor]
+    # park an undeliverable message on dlq.<service> (Bus.dead_letter)
+    dead_letter: Callable[..., Awaitable[None]]
 
     async def subscribe(
         self,
