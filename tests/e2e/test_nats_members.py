@@ -9,15 +9,10 @@ its store, while the other two keep serving. Real nats-servers, no services.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import json
 import os
-import queue
 import signal
 import socket
-import subprocess
-import sys
-import threading
 import time
 import urllib.request
 from pathlib import Path
@@ -34,7 +29,8 @@ from libs.client.restarts import Restarter, RestartPolicy
 from libs.client.supervisor import Stack, StackError
 from libs.clock import Clock
 from proto import subjects
-from tests.e2e.conftest import ROOT, require_services
+from tests.e2e._up_process import UpProcess, stack_state
+from tests.e2e.conftest import require_services
 
 QUICK = RestartPolicy(first_backoff_s=0.05, max_backoff_s=0.2, max_restarts=3)
 
@@ -209,38 +205,20 @@ def test_mosaic_up_with_three_nats_servers_brings_a_killed_one_back(tmp_path: Pa
     stack keeps running, and a Ctrl-C stops all three servers with the services."""
     require_services()
     port = free_port()
-    args = [sys.executable, "-m", "libs.client.cli", "up", "--no-live", "--nodes", "3",
-            "--nats-cluster", "3", "--duration", "120", "--port", str(port),
-            "--data-dir", str(tmp_path)]  # fmt: skip
-    proc = subprocess.Popen(
-        args, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
-    )
-    lines: queue.Queue[str] = queue.Queue()
-    threading.Thread(target=lambda: [lines.put(x) for x in proc.stdout or []], daemon=True).start()
-    output: list[str] = []
-
-    def wait_for(text: str, timeout_s: float = 120) -> None:
-        deadline = time.monotonic() + timeout_s
-        while not any(text in line for line in output):
-            assert time.monotonic() < deadline and proc.poll() is None, "".join(output)
-            with contextlib.suppress(queue.Empty):
-                output.append(lines.get(timeout=1))
-
+    up = UpProcess("--nodes", "3", "--nats-cluster", "3", "--duration", "120",
+                   "--port", str(port), "--data-dir", str(tmp_path))  # fmt: skip
     try:
-        wait_for("metrics    placer")  # started and ready
-        pids = json.loads((tmp_path / "stack.json").read_text())["pids"]
+        up.wait_for("metrics    placer", 120)  # started and ready
+        pids = stack_state(tmp_path)["pids"]
         os.kill(pids["nats mosaic-1"], signal.SIGKILL)
-        wait_for("restarted nats mosaic-1 (exit code -9")
-        after = json.loads((tmp_path / "stack.json").read_text())["pids"]
+        up.wait_for("restarted nats mosaic-1 (exit code -9", 120)
+        after = stack_state(tmp_path)["pids"]
         assert after["nats mosaic-1"] != pids["nats mosaic-1"]
         assert [after[f"nats mosaic-{i}"] for i in (0, 2)] == [
             pids[f"nats mosaic-{i}"] for i in (0, 2)
         ]
-        proc.send_signal(signal.SIGINT)
-        code = proc.wait(timeout=60)
+        code = up.interrupt()
     finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
-    assert code == 0, "".join(output)
-    assert not any("left behind" in line for line in output), "".join(output)
+        up.kill_if_running()
+    assert code == 0, up.text()
+    assert not any("left behind" in line for line in up.output), up.text()

@@ -4,14 +4,9 @@ keeps dying stops the stack with the log named. Real processes and a real nats-s
 
 from __future__ import annotations
 
-import contextlib
-import json
 import os
-import queue
 import signal
-import subprocess
 import sys
-import threading
 import time
 from pathlib import Path
 
@@ -24,7 +19,8 @@ from libs.client.supervisor import Stack, StackError, start_stack
 from libs.clock import Clock
 from libs.obs.health import Health, ObsServer
 from libs.policy.inventory import demo_cluster
-from tests.e2e.conftest import ROOT, require_services
+from tests.e2e._up_process import UpProcess, stack_state
+from tests.e2e.conftest import require_services
 
 QUICK = RestartPolicy(first_backoff_s=0.05, max_backoff_s=0.2, unhealthy_after_s=0.3)
 
@@ -137,33 +133,16 @@ def test_unhealthy_child_is_replaced_and_nats_is_restarted(
 def test_mosaic_up_restarts_a_sigkilled_placer_and_says_so(tmp_path: Path) -> None:
     require_services()
     port = free_port()
-    args = [sys.executable, "-m", "libs.client.cli", "up", "--no-live", "--nodes", "3",
-            "--duration", "90", "--port", str(port), "--data-dir", str(tmp_path)]  # fmt: skip
-    proc = subprocess.Popen(
-        args, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
-    )
-    lines: queue.Queue[str] = queue.Queue()
-    threading.Thread(target=lambda: [lines.put(x) for x in proc.stdout], daemon=True).start()  # type: ignore[union-attr]
-    output: list[str] = []
-
-    def wait_for(text: str, timeout_s: float = 90) -> None:
-        deadline = time.monotonic() + timeout_s
-        while not any(text in line for line in output):
-            assert time.monotonic() < deadline and proc.poll() is None, "".join(output)
-            with contextlib.suppress(queue.Empty):
-                output.append(lines.get(timeout=1))
-
+    up = UpProcess("--nodes", "3", "--duration", "90", "--port", str(port),
+                   "--data-dir", str(tmp_path))  # fmt: skip
     try:
-        wait_for("metrics    placer")  # started and ready
-        placer = json.loads((tmp_path / "stack.json").read_text())["pids"]["placer"]
+        up.wait_for("metrics    placer", 90)  # started and ready
+        placer = stack_state(tmp_path)["pids"]["placer"]
         os.kill(placer, signal.SIGKILL)
-        wait_for("restarted placer (exit code -9, restart 1)")
-        state = json.loads((tmp_path / "stack.json").read_text())
+        up.wait_for("restarted placer (exit code -9, restart 1)", 90)
+        state = stack_state(tmp_path)
         assert state["pids"]["placer"] != placer and state["restarts"]["placer"] == 1
-        proc.send_signal(signal.SIGINT)
-        code = proc.wait(timeout=60)
+        code = up.interrupt()
     finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
-    assert code == 0, "".join(output)
+        up.kill_if_running()
+    assert code == 0, up.text()

@@ -16,7 +16,6 @@ from typing import Any
 
 import aiohttp
 import msgspec
-import pytest
 
 from libs.bus import Bus
 from libs.bus.runtime import ServiceConfig, serve
@@ -43,24 +42,24 @@ from proto.views import ErrorResponse, JobView, NodeView, SubmitResponse
 from services.gateway.dashboard import render
 from services.gateway.jobs_view import JobsModel
 from services.gateway.service import main
-from tests.services._gateway_auth import ADMIN, admin_token_file
+from tests.services._gateway_auth import admin_token_file
 
 DEADLINE_S = 10.0
 JSON = {"Content-Type": "application/json"}
 
 
 @asynccontextmanager
-async def gateway(nats_url: str, **http_args: float) -> AsyncIterator[str]:
-    """A gateway on a free port with ADMIN_TOKEN as its admin token; yields its base URL, stops
-    it cleanly (exit code 0) after. ``http_args``: more of its command line, e.g.
-    ``http_header_timeout_s=1.0``."""
-    port = free_port()
+async def gateway(nats_url: str, port: int | None = None, **args_more: Any) -> AsyncIterator[str]:
+    """A gateway on ``port`` (default a free one) with ADMIN_TOKEN as its admin token; yields
+    its base URL once healthy, stops it cleanly (exit code 0) after. ``args_more``: more of its
+    command line, e.g. ``http_header_timeout_s=1.0`` or ``read_models=ReadModelConfig(...)``."""
+    port = port or free_port()
     stop = asyncio.Event()
     args = argparse.Namespace(
         http_host="127.0.0.1",
         http_port=port,
         admin_token_file=str(admin_token_file()),
-        **http_args,
+        **args_more,
     )
     task = asyncio.create_task(
         serve(
@@ -100,21 +99,6 @@ async def until(check: Callable[[], Awaitable[Any]], what: str) -> Any:
             return got
         await asyncio.sleep(0.05)
     raise AssertionError(f"timed out waiting for: {what}")
-
-
-@pytest.fixture
-async def bus(nats_url: str) -> AsyncIterator[Bus]:
-    b = await Bus.connect(nats_url, "test")
-    await b.ensure_topology()
-    yield b
-    await b.close()
-
-
-@pytest.fixture
-async def http() -> AsyncIterator[aiohttp.ClientSession]:
-    """A session that sends the admin token (the tests of auth itself are tests/security)."""
-    async with aiohttp.ClientSession(headers=ADMIN) as s:
-        yield s
 
 
 async def stream_count(bus: Bus, stream: str, subject: str | None = None) -> int:

@@ -8,38 +8,21 @@ import asyncio
 import json
 import subprocess
 import time
-from collections.abc import AsyncIterator
 from typing import Any
 
 import aiohttp
 import msgspec
-import pytest
 
-from libs.bus import Bus
 from libs.bus.server import find_nats_server, free_port
 from proto import subjects
 from proto.validation import HORIZON_S, MAX_COMMAND_BYTES, MAX_CONSTRAINTS
 from proto.views import ErrorResponse, SubmitResponse
 from services.gateway.api import MAX_BODY_BYTES
-from tests.services._gateway_auth import ADMIN, ADMIN_TOKEN
+from tests.services._gateway_auth import ADMIN_TOKEN
 from tests.services.test_gateway import JSON, gateway, post_job, stream_count
 
 CLOSE_WITHIN_S = 15.0  # generous: the test gateway's timeouts are 1 s
 AUTH = f"Authorization: Bearer {ADMIN_TOKEN}\r\n".encode()
-
-
-@pytest.fixture
-async def bus(nats_url: str) -> AsyncIterator[Bus]:
-    b = await Bus.connect(nats_url, "test")
-    await b.ensure_topology()
-    yield b
-    await b.close()
-
-
-@pytest.fixture
-async def http() -> AsyncIterator[aiohttp.ClientSession]:
-    async with aiohttp.ClientSession(headers=ADMIN) as s:
-        yield s
 
 
 async def _error(r: aiohttp.ClientResponse) -> ErrorResponse:

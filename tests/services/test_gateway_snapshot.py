@@ -8,20 +8,16 @@ job, expiry of finished jobs) is checked without NATS at the end.
 
 from __future__ import annotations
 
-import argparse
-import asyncio
 import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
 import aiohttp
 import msgspec
-import pytest
 from opentelemetry import trace
 from structlog.testing import capture_logs
 
 from libs.bus import Bus
-from libs.bus.runtime import ServiceConfig, serve
 from libs.bus.server import free_port
 from libs.bus.snapshot import SnapshotStore
 from libs.clock import Clock
@@ -38,20 +34,10 @@ from services.gateway.service import (
     SNAPSHOT_JOBS,
     Gateway,
     ReadModelConfig,
-    main,
 )
-from tests.services._gateway_auth import ADMIN, admin_token_file
+from tests.services._gateway_auth import ADMIN
 from tests.services._gateway_model_size import measure
-from tests.services.test_gateway import until
-
-
-@pytest.fixture
-async def bus(nats_url: str) -> AsyncIterator[Bus]:
-    b = await Bus.connect(nats_url, "test")
-    await b.ensure_topology()
-    yield b
-    await b.close()
-
+from tests.services.test_gateway import gateway, until
 
 # long periods: in these tests only a clean stop writes a snapshot, so the counts are exact
 QUIET = ReadModelConfig(every_events=1_000_000, every_s=3600.0)
@@ -167,25 +153,10 @@ async def test_over_http_a_restart_from_the_snapshot_shows_the_same_jobs(nats_ur
     base = f"http://127.0.0.1:{port}"
     seen: list[list[dict]] = []
     for _ in range(2):
-        stop = asyncio.Event()
-        args = argparse.Namespace(
-            http_host="127.0.0.1",
-            http_port=port,
-            admin_token_file=str(admin_token_file()),
-            read_models=config,
-        )
-        task = asyncio.create_task(
-            serve(
-                "gateway",
-                main,
-                ServiceConfig(nats_url=nats_url, log_format="console", log_level="warning"),
-                args=args,
-                stop=stop,
-                install_signals=False,
-                clock=Clock(epoch=time.time()),
-            )
-        )
-        async with aiohttp.ClientSession(headers=ADMIN) as http:
+        async with (
+            gateway(nats_url, port=port, read_models=config),
+            aiohttp.ClientSession(headers=ADMIN) as http,
+        ):
 
             async def listed(http: aiohttp.ClientSession = http) -> list[dict] | None:
                 try:
@@ -196,8 +167,6 @@ async def test_over_http_a_restart_from_the_snapshot_shows_the_same_jobs(nats_ur
                 return jobs if len(jobs) == 4 else None
 
             seen.append(await until(listed, "four jobs listed"))
-        stop.set()
-        assert await asyncio.wait_for(task, 15) == 0
     assert seen[0] == seen[1]
     snap = await SnapshotStore(bus, SNAPSHOT_JOBS, subjects.STREAM_LIFECYCLE).load()
     assert snap is not None and snap.seq == 7

@@ -14,8 +14,6 @@ import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
-import pytest
-
 from libs.bus import Bus
 from libs.bus.snapshot import SnapshotSettings, SnapshotStore
 from libs.clock import Clock
@@ -33,18 +31,11 @@ from services.scorer.service import SNAPSHOT_KEY as SCORER_KEY
 from services.scorer.service import Scorer, ScorerSettings
 from tests.services._placer_checks import LedgerChecker
 from tests.services._placer_executor import FakeExecutor
-from tests.services._scorer_util import by_job, connect, lifecycle_events, poll, put_nodes, submit
+from tests.services._scorer_util import by_job, lifecycle_events, poll, put_nodes, submit
 
 # only a clean stop saves (exact counts), unless a test asks for periodic saves
 QUIET = SnapshotSettings(every_events=1_000_000, every_s=3600.0)
 FAST = {"tick_s": 0.5, "debounce_s": 0.02, "settle_s": 0.2, "lease_ttl_s": 2.0}
-
-
-@pytest.fixture
-async def bus(nats_url: str) -> AsyncIterator[Bus]:
-    b = await connect(nats_url)
-    yield b
-    await b.close()
 
 
 @asynccontextmanager
