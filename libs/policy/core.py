@@ -83,6 +83,9 @@ class Scheduler:
         self._tick_at: float | None = None
         self.power = PowerState(self.view, cfg, self.profiles)
         self._why: dict[str, str] = {}  # job -> reason of its last wait, for jobs a pass tried
+        self._told: dict[str, str] = {}  # job -> the reason last handed out (reason_changes)
+        self._dirty: set[str] = set()  # queued jobs whose reason may differ from _told
+        self._was_waking = False
         self.last: CycleResult | None = None
         self.regime = regime(0.0, cfg)
 
@@ -98,6 +101,7 @@ class Scheduler:
     def queue_job(self, job: PendingJob) -> None:
         """A job waits to start (a submission, a retry, a preempted job back in line)."""
         self.queue.add(job)
+        self._dirty.add(job.spec.id)
         # scores.is_green per queued job (fixed per spec), a column that moves with its row
         self._green_col()[self.queue.position(job.spec.id), 0] = is_green(job.spec, self.cfg)
 
@@ -106,7 +110,7 @@ class Scheduler:
         if job_id in self.queue:
             self.power.left_queue(self.queue.seq()[self.queue.position(job_id)])
             self.queue.remove(job_id)
-            self._why.pop(job_id, None)
+            self._forget_reason(job_id)
         elif job_id in self._held:
             self.end_job(job_id, now)
 
@@ -117,7 +121,7 @@ class Scheduler:
         if job_id in self.queue:
             self.power.left_queue(self.queue.seq()[self.queue.position(job_id)])
             self.queue.remove(job_id)
-        self._why.pop(job_id, None)
+        self._forget_reason(job_id)
         key = (alloc.job_id, alloc.node, alloc.gpu_indices)
         i = self.view.index[alloc.node]
         if key in self._applied:
@@ -142,6 +146,18 @@ class Scheduler:
             self.power.node_emptied(i, now)
         self.usage[tenant] = np.maximum(self.usage[tenant] - vec, 0.0)
         self.running.remove(job_id)
+
+    def unplace(self, alloc: Allocation, now: float) -> None:
+        """A placement of the last pass that the driver could not commit (the ledger holds
+        another, or the lease was lost): give its resources back; the job stays queued."""
+        key = (alloc.job_id, alloc.node, alloc.gpu_indices)
+        if key not in self._applied:
+            return
+        self._applied.discard(key)
+        self.view.release(alloc)
+        i = self.view.index[alloc.node]
+        if self.view.whole_free[i] >= self.view.gpu_total[i]:
+            self.power.node_emptied(i, now)
 
     def holds(self, job_id: str) -> Allocation | None:
         entry = self._held.get(job_id)
@@ -240,14 +256,43 @@ class Scheduler:
         their REASON would flap between passes while nothing changed); a backfill pass walks
         as far as it can, so a job it did not reach waits on Priority."""
         placed = {pj.spec.id for pj, _ in res.assignments}
+        old = self._why
         if full:
-            self._why = {j: r for j, r in res.waiting.items() if j not in placed}
-            return
-        for j in placed:
-            self._why.pop(j, None)
-        for j, r in res.waiting.items():
-            if j not in placed:
-                self._why[j] = r
+            new = {j: r for j, r in res.waiting.items() if j not in placed}
+            self._dirty.update(j for j in old if new.get(j) != old[j])
+            self._dirty.update(j for j in new if old.get(j) != new[j])
+            self._why = new
+        else:
+            for j in placed:
+                old.pop(j, None)
+            for j, r in res.waiting.items():
+                if j not in placed and old.get(j) != r:
+                    old[j] = r
+                    self._dirty.add(j)
+        waking = bool(self.power.resuming.any())
+        if waking != self._was_waking:  # NodeWaking may now apply, or no longer
+            self._was_waking = waking
+            self._dirty.update(self._why)
+
+    def _forget_reason(self, job_id: str) -> None:
+        self._why.pop(job_id, None)
+        self._told.pop(job_id, None)
+        self._dirty.discard(job_id)
+
+    def reason_changes(self, limit: int) -> dict[str, str]:
+        """Up to ``limit`` queued jobs whose reason changed since it was last handed out,
+        with the new reason (a newly queued job counts). For a driver that publishes reasons:
+        only changes, so a queue of 100,000 costs nothing while it stands still."""
+        out: dict[str, str] = {}
+        while self._dirty and len(out) < limit:
+            job = self._dirty.pop()
+            if job not in self.queue:
+                continue
+            why = self.reason_of(job)
+            if self._told.get(job) != why:
+                self._told[job] = why
+                out[job] = why
+        return out
 
     def reason_of(self, job_id: str) -> str:
         """Why a queued job waits (``decisions.WAIT_REASONS`` or a filter's refusal code)."""

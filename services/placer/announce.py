@@ -16,11 +16,12 @@ from prometheus_client import Counter
 from libs.bus.connection import Bus
 from libs.clock import Clock
 from libs.obs.tracing import span_trace_id
+from libs.policy.core import Scheduler
 from libs.policy.profiles import ProfileTable
 from proto import subjects
 from proto.commands import RunCommand
 from proto.decisions import Decision
-from proto.events import Cancelled, Failed, Placed, Preempted
+from proto.events import Cancelled, Failed, Placed, Preempted, Queued
 from proto.ledger import Allocation
 from proto.nodes import NodeSpec
 from services.placer.cycle import Refuse
@@ -41,27 +42,29 @@ class Announcer:
     ended_here: set[str]
     cancelling: set[str]
     waiting: dict[str, str]
-    _told_waiting: dict[str, str]
 
-    async def _explain_waiting(self) -> None:
-        """A ``wait`` Decision each time a job's reason to wait changes (not every cycle), so
-        ``mosaic explain`` can say why a job is pending without flooding the stream."""
+    async def _explain_waiting(self, news: dict[str, str], sched: Scheduler) -> None:
+        """Each job whose reason to wait changed: a ``Queued`` lifecycle event with the reason
+        and its score (what ``mosaic queue`` and the dashboard show) and a ``wait`` Decision
+        (what ``mosaic explain`` reads). Only changes, never every cycle: reasons do not flap
+        while nothing changes (``core.Scheduler.reason_changes``)."""
         now = self.clock.now()
-        news = {j: r for j, r in self.waiting.items() if self._told_waiting.get(j) != r}
-        for job in [j for j in self._told_waiting if j not in self.waiting]:
-            del self._told_waiting[job]
-        if not news:
-            return
-        await asyncio.gather(
-            *(
-                self.bus.publish(
-                    subjects.decisions(SERVICE),
-                    Decision(job_id=job, time=now, action="wait", service=SERVICE, reason=reason),
-                )
-                for job, reason in news.items()
+        scores = sched.queue.cached_scores()
+        pos = sched.queue.position
+
+        async def one(job: str, reason: str) -> None:
+            queued = sched.queue.get(job)
+            attempt = queued.attempt if queued is not None else 1
+            score = round(float(scores[pos(job)]), 6)
+            ev = Queued(job_id=job, time=now, reason=reason, score=score)
+            tag = f"{job}-{attempt}-{reason}-{int(now)}"
+            d = Decision(job_id=job, time=now, action="wait", service=SERVICE, reason=reason)
+            await asyncio.gather(
+                self.bus.publish(subjects.lifecycle(job), ev, msg_id=f"queued-{tag}"),
+                self.bus.publish(subjects.decisions(SERVICE), d, msg_id=f"decision-wait-{tag}"),
             )
-        )
-        self._told_waiting.update(news)
+
+        await asyncio.gather(*(one(j, r) for j, r in news.items()))
 
     async def _refuse(self, r: Refuse) -> None:
         job = r.spec.id

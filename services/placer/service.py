@@ -1,18 +1,20 @@
 """The placer's shell: triggers in, ledger writes and commands out, only while holding the lease.
 
-Every replica follows the lifecycle stream (so a standby is warm); only the lease holder reads
-the ranked queue, commits allocations (``create``: a key that exists was placed already, which is
-what makes a restart safe), frees the allocations of ended or preempted jobs, handles cancels and,
-on taking over, resends what a crashed predecessor may have left half done. Every replica also
-follows the executors' reports; the active one requeues allocations no node runs any more and
-cordons nodes that stopped reporting (``nodewatch``, ``reconcile``). The lease loop lives in
-``leadership``, the outgoing messages in ``announce``.
+Every replica follows the lifecycle stream (so a standby is warm); only the lease holder runs
+the scheduler (``libs.policy.core.Scheduler``, kept in step by ``feed``), commits allocations
+(``create``: a key that exists was placed already, which is what makes a restart safe), frees
+the allocations of ended or preempted jobs, handles cancels and, on taking over, resends what a
+crashed predecessor may have left half done. Every replica also follows the executors' reports;
+the active one requeues allocations no node runs any more and cordons nodes that stopped
+reporting (``nodewatch``, ``reconcile``). The lease loop lives in ``leadership``, the outgoing
+messages in ``announce``.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import time
 
 from opentelemetry import trace
@@ -27,14 +29,14 @@ from libs.bus.runtime import ServiceContext
 from libs.clock import Clock
 from libs.obs.health import Heartbeat
 from libs.obs.tracing import span_trace_id
-from libs.policy.cadence import BackfillCadence
 from libs.policy.config import PolicyConfig
+from libs.policy.core import Scheduler
+from libs.policy.decisions import Decisions, Place
 from libs.policy.profiles import ProfileTable
-from libs.policy.types import PendingJob
 from libs.policy.warmup import warm_up
 from proto import subjects
-from proto.decisions import Decision, RankedQueue
-from proto.events import LifecycleEvent, Preempted, is_terminal
+from proto.decisions import CandidateScore, Decision
+from proto.events import LifecycleEvent, Preempted, Submitted, is_terminal
 from proto.jobs import CancelRequest
 from proto.ledger import Allocation
 from proto.nodes import ExecutorReport, NodeSpec, TelemetrySample
@@ -42,7 +44,14 @@ from proto.validation import describe
 from proto.validation_records import revalidate_node_spec
 from services.placer.announce import SERVICE, Announcer
 from services.placer.cancels import Cancels
-from services.placer.cycle import INVALID, Assign, Refuse, plan_cycle
+from services.placer.cycle import (
+    INVALID,
+    Refuse,
+    audit_candidates,
+    chosen_only,
+    never_fits_refusal,
+)
+from services.placer.feed import SchedulerFeed, TouchingSet
 from services.placer.leadership import Leadership
 from services.placer.ledger_gc import purge_ledger_markers
 from services.placer.nodewatch import NodeWatch
@@ -88,13 +97,15 @@ class Placer(Announcer, NodeWatch, Cancels):
         self.ledger: dict[str, Allocation] = {}
         self.nodes: dict[str, NodeSpec] = {}
         self.temps: dict[str, float] = {}
-        self.ended_here: set[str] = set()  # Failed/Cancelled we published, before they echo back
+        # the scheduler both drivers run, kept in step with the facts below (services.placer.feed)
+        policy = dataclasses.replace(self.policy, power_saving=self.settings.power_saving)
+        self.feed = SchedulerFeed(policy, self.profiles)
+        # Failed/Cancelled we published, before they echo back (each leaves the scheduler)
+        self.ended_here: set[str] = TouchingSet(self.feed.touch)
         self.cancelling: set[str] = set()  # running jobs we sent a kill for
-        self.waiting: dict[str, str] = {}  # job -> why it waits (Slurm-style reason), last cycle
-        # backfill below a blocked head at most every policy.backfill_interval_s (policy time),
-        # the same cadence the simulator keeps; cycles run every tick_s, so it comes round
-        self._cadence = BackfillCadence(self.policy.backfill_interval_s)
-        self._told_waiting: dict[str, str] = {}  # the reason last published as a wait Decision
+        self.waiting: dict[str, str] = {}  # job -> why it waits (Slurm-style reason), as told
+        self._next_tick_s: float | None = None  # when the scheduler wants a pass without events
+        self._pass_due = True  # something happened since the last pass
         self._nodes_changed = time.monotonic()
         self._last_purge = time.monotonic()  # the first purge comes one purge_every_s in
         self._kick = asyncio.Event()
@@ -124,7 +135,6 @@ class Placer(Announcer, NodeWatch, Cancels):
         self._warming = asyncio.create_task(asyncio.to_thread(warm_up, self.policy, self.profiles))
         self._warming.add_done_callback(self._warmed)
         self.ledger_kv = await self.bus.kv(subjects.KV_LEDGER, Allocation)
-        self.queue_kv = await self.bus.kv(subjects.KV_QUEUE, RankedQueue)
         nodes_kv = await self.bus.kv(subjects.KV_NODES, NodeSpec)
         leases_kv = await self.bus.kv(subjects.KV_LEASES, LeaseRecord)
         self.lease = Lease(
@@ -135,7 +145,6 @@ class Placer(Announcer, NodeWatch, Cancels):
         await nodes_kv.watch(self._on_node)
         await self.bus.subscribe(subjects.TELEMETRY_ALL, TelemetrySample, self._on_telemetry)
         await self.bus.subscribe(subjects.EXECUTOR_REPORTS_ALL, ExecutorReport, self._on_report)
-        await self.bus.subscribe(subjects.QUEUE_UPDATED, RankedQueue, self._on_poke)
         t = self.tracker
         self._lifecycle = await self.snapshots.follow(
             f"{subjects.LIFECYCLE_PREFIX}.>", LifecycleEvent, self._on_event, t.load, t.encode
@@ -154,16 +163,14 @@ class Placer(Announcer, NodeWatch, Cancels):
         self._nodes_changed = time.monotonic()
         self._kick.set()
 
-    async def _on_poke(self, _: RankedQueue) -> None:
-        self._kick.set()
-
     async def _on_event(self, ev: LifecycleEvent) -> None:
-        self.tracker.apply(ev)
+        self.tracker.apply(ev)  # the feed hands the job's new facts to the scheduler
         self.reconciler.on_event(ev, time.monotonic())
         if is_terminal(ev):
             self.cancelling.discard(ev.job_id)
-        if (is_terminal(ev) or isinstance(ev, Preempted)) and ev.job_id in self.ledger:
-            self._kick.set()  # resources to free (the cycle does it, under the lock)
+        if isinstance(ev, Submitted | Preempted) or is_terminal(ev):
+            self._pass_due = True  # new work, or resources to free (the cycle does it)
+            self._kick.set()
 
     # --- the lease -------------------------------------------------------------------------
     @property
@@ -181,6 +188,7 @@ class Placer(Announcer, NodeWatch, Cancels):
         async with self._lock:
             entries = await self.ledger_kv.items()
             self.ledger = {k: e.value for k, e in entries.items()}
+            self.feed.reset()  # the scheduler restarts from this ledger
             seed_reconciler(self.reconciler, self.ledger, self.tracker)  # Started in a snapshot
             self._active = True
             ACTIVE.set(1)
@@ -274,62 +282,73 @@ class Placer(Announcer, NodeWatch, Cancels):
             for spec, errors in self.tracker.invalid_jobs():  # unsound Submitted: see tracker
                 if spec.id not in self.ended_here:
                     await self._refuse(Refuse(spec, f"{INVALID}: {describe(errors)}"))
-            entry = await self.queue_kv.get(subjects.KV_QUEUE_KEY)
-            pending = self._pending(entry.value if entry else None)
-            if not pending:
-                self.waiting = {}
-                self._told_waiting.clear()
-                return 0
-            settled = time.monotonic() - self._nodes_changed >= self.settings.settle_s
             now = self.clock.now()
+            settled = time.monotonic() - self._nodes_changed >= self.settings.settle_s
             # a down node stays in the view, cordoned: nothing lands on it, and a job only it
             # could hold waits for it instead of being refused as never fitting
-            plan = plan_cycle(
-                pending,
-                list(self.nodes.values()),
-                self.ledger,
+            sched, never = self.feed.sync(
+                nodes=self.nodes,
+                tracker=self.tracker,
+                ledger=self.ledger,
+                gone=self.ended_here,
+                holds=self.node_holds(down),
+                temps=self.temps,
                 now=now,
-                profiles=self.profiles,
-                cfg=self.policy,
-                temp_c=self.temps,
-                cordoned=down,
-                refuse_never_fits=settled,
-                backfill=self._cadence.take(now),
+                settled=settled,
             )
-            self.waiting = plan.waiting
-            await self._explain_waiting()
-            for r in plan.refuse:
-                if not self.active:
-                    break
-                await self._refuse(r)
-            placed = 0
-            for a in plan.assign:
-                if not self.active:  # lost the lease mid-cycle: the new holder decides
-                    break
-                placed += await self._commit(a)
+            for spec in never:
+                if self.active:
+                    nodes = list(self.nodes.values())
+                    await self._refuse(never_fits_refusal(spec, nodes, self.profiles, self.policy))
+            if sched is None:
+                return 0
+            due = self._pass_due or (self._next_tick_s is not None and now >= self._next_tick_s)
+            self._pass_due = False
+            budget = self.settings.explain_per_cycle
+            before = sched.view.copy() if due and budget and len(sched.queue) else None
+            decisions = sched.tick(now, pass_due=due)
+            self._next_tick_s = decisions.next_tick_s
+            placed = await self._commit_all(sched, decisions, before, now)
+            await self._tell_reasons(sched)
             LEDGER_SIZE.set(len(self.ledger))
             CYCLE_SECONDS.observe(time.perf_counter() - t0)
             return placed
 
-    def _pending(self, queue: RankedQueue | None) -> list[PendingJob]:
-        if queue is None:
-            return []
-        out = []
-        for e in queue.entries:
-            job = e.spec.id
-            if job in self.ledger or job in self.ended_here or self.tracker.is_terminal(job):
+    async def _commit_all(self, sched: Scheduler, decisions: Decisions, before, now: float) -> int:
+        """Commit the tick's placements in order; give back any that cannot be committed."""
+        placed = 0
+        explained = 0
+        for p in decisions.places:
+            if not self.active:  # lost the lease mid-cycle: the new holder decides
+                sched.unplace(p.allocation, now)
                 continue
-            if (spec := self.tracker.specs.get(job)) is None:  # the queue's copy is no evidence
-                continue
-            out.append(
-                PendingJob(
-                    spec,
-                    e.enqueued_at,
-                    attempt=self.tracker.next_attempt(job),
-                    progress=self.tracker.progress.get(job, 0.0),
-                )
-            )
-        return out
+            if before is not None and explained < self.settings.explain_per_cycle:
+                cands = audit_candidates(p, before, sched.profiles, self.policy)
+                explained += 1
+            else:
+                cands = chosen_only(p.placement)
+            if before is not None:
+                before.allocate(p.allocation)
+            if await self._commit(p, cands):
+                sched.start_job(p.allocation.job_id, p.allocation, p.job.spec, now)
+                placed += 1
+            else:  # the ledger holds another allocation: the next sync takes the ledger's
+                sched.unplace(p.allocation, now)
+                self.feed.touch(p.allocation.job_id)
+        return placed
+
+    def node_holds(self, down: set[str]) -> dict[str, set[str]]:
+        """Why nodes are held out of placement now: down (silent executor)."""
+        return {"down": down}
+
+    async def _tell_reasons(self, sched: Scheduler) -> None:
+        """Publish the waits whose reason changed (a bounded number per cycle)."""
+        news = sched.reason_changes(self.settings.reasons_per_cycle)
+        for job in [j for j in self.waiting if j not in sched.queue]:
+            del self.waiting[job]
+        if news:
+            self.waiting.update(news)
+            await self._explain_waiting(news, sched)
 
     async def _free_ended(self) -> None:
         """Delete the allocations of jobs that ended or whose attempt was preempted."""
@@ -337,23 +356,26 @@ class Placer(Announcer, NodeWatch, Cancels):
             if self.tracker.holds_nothing(job, alloc.attempt):
                 await self.ledger_kv.delete(job)
                 del self.ledger[job]
+                self.feed.touch(job)
                 self.log.info("freed", job=job, node=alloc.node, attempt=alloc.attempt)
 
-    async def _commit(self, a: Assign) -> int:
-        job, alloc = a.allocation.job_id, a.allocation
+    async def _commit(self, p: Place, candidates: tuple[CandidateScore, ...]) -> bool:
+        """Create the ledger entry of ``p`` and announce it; False when the ledger already
+        holds this job (placed by a predecessor: its entry is taken instead)."""
+        job, alloc = p.allocation.job_id, p.allocation
         try:
             await self.ledger_kv.create(job, alloc)
         except KeyExists:  # placed already (by a predecessor): take the ledger's word for it
             e = await self.ledger_kv.get(job)
             if e is not None:
                 self.ledger[job] = e.value
-            return 0
+            return False
         self.ledger[job] = alloc
         self._unannounced.add(job)  # until every message is out (a NATS error retries it)
         self.tracker.note_placed(job, alloc.attempt)
         PLACED.inc()
         self.placed_count += 1
-        attrs = {"job": job, "node": alloc.node, "score": a.placement.score}
+        attrs = {"job": job, "node": alloc.node, "score": p.placement.score}
         with self.tracer.start_as_current_span("placer.place", attributes=attrs) as span:
             await self._publish_placed(alloc)
             decision = Decision(
@@ -362,12 +384,12 @@ class Placer(Announcer, NodeWatch, Cancels):
                 action="place",
                 service=SERVICE,
                 node=alloc.node,
-                reason=f"score {a.placement.score:.3f}",
-                candidates=a.candidates,
+                reason=f"score {p.placement.score:.3f}",
+                candidates=candidates,
                 trace_id=span_trace_id(span),
             )
             await asyncio.gather(
-                self._publish_run(alloc, a.runtime_s, a.job.progress),
+                self._publish_run(alloc, None, p.job.progress),
                 self.bus.publish(
                     subjects.decisions(SERVICE),
                     decision,
@@ -375,7 +397,7 @@ class Placer(Announcer, NodeWatch, Cancels):
                 ),
             )
         self._unannounced.discard(job)
-        return 1
+        return True
 
     async def _announce_unannounced(self) -> None:
         """Resend Placed and run for commits whose messages failed (same ids: no duplicates)."""

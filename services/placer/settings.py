@@ -21,6 +21,13 @@ class PlacerSettings:
     debounce_s: float = 0.05  # triggers within this window make one cycle
     settle_s: float = 2.0  # the node set must be unchanged this long before a never-fits refusal
     holder: str = ""
+    # audit records: placements per cycle explained with their rivals (the rest carry the
+    # chosen node's terms), and changed wait reasons published per cycle (the rest next cycle)
+    explain_per_cycle: int = 16
+    # suspend idle nodes and wake them for blocked jobs (the policy's power stage): only where
+    # the executors act on power commands
+    power_saving: bool = False
+    reasons_per_cycle: int = 500
     reconcile: ReconcileSettings = field(default_factory=ReconcileSettings)
     wedged_after_s: float = 120.0  # /healthz 503 when the cycle loop made no turn this long
     # the ledger's delete markers (one per ended job) are purged this often, once older than

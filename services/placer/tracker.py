@@ -67,6 +67,7 @@ class TrackerSnapshot(msgspec.Struct, kw_only=True):
     freed_attempt: dict[str, int]
     progress: dict[str, float]
     invalid: dict[str, tuple[JobSpec, list[FieldError]]]
+    enqueued_at: dict[str, float] = {}
 
 
 class _Version(msgspec.Struct):
@@ -86,14 +87,17 @@ class JobTracker:
         self.started: dict[str, int] = {}  # job -> highest attempt with a Started event
         self.freed_attempt: dict[str, int] = {}  # job -> highest attempt that a Preempted ended
         self.progress: dict[str, float] = {}
+        self.enqueued_at: dict[str, float] = {}  # job -> its place in line (submit time)
         self.invalid: dict[str, tuple[JobSpec, list[FieldError]]] = {}  # until it ends
         self.unaddressable = 0  # unsound Submitted events whose job id is no id at all
         self.events_seen = 0
+        self.changed: set[str] = set()  # jobs an event touched since the scheduler looked
 
     def apply(self, ev: LifecycleEvent) -> None:
         self.events_seen += 1
         self._expire()
         job = ev.job_id
+        self.changed.add(job)
         if job in self.terminal:
             return  # a job ends once; anything after (a replay, a late duplicate) is noise
         if isinstance(ev, Submitted):
@@ -102,6 +106,7 @@ class JobTracker:
             errors = revalidate_submitted(ev)
             if not errors:
                 self.specs[job] = ev.spec
+                self.enqueued_at[job] = ev.spec.submit_time or ev.time
             elif not sound_id(job):
                 self.unaddressable += 1  # no subject to answer on: the bus dead-letters such
             else:
@@ -120,7 +125,14 @@ class JobTracker:
         elif is_terminal(ev):
             self.terminal[job] = event_type(ev)
             self._ended_at[job] = self.events_seen
-            for d in (self.specs, self.placed, self.started, self.freed_attempt, self.progress):
+            for d in (
+                self.specs,
+                self.placed,
+                self.started,
+                self.freed_attempt,
+                self.progress,
+                self.enqueued_at,
+            ):
                 d.pop(job, None)
             self.noted.pop(job, None)
             self.invalid.pop(job, None)
@@ -184,6 +196,7 @@ class JobTracker:
                 freed_attempt=self.freed_attempt,
                 progress=self.progress,
                 invalid=self.invalid,
+                enqueued_at=self.enqueued_at,
             )
         )
 
@@ -201,5 +214,8 @@ class JobTracker:
         self.placed, self.started = snap.placed, snap.started
         self.freed_attempt, self.progress = snap.freed_attempt, snap.progress
         self.invalid = snap.invalid
+        # a snapshot from before enqueued_at was kept: the submit time the spec carries
+        known = snap.enqueued_at
+        self.enqueued_at = {j: known.get(j, s.submit_time or 0.0) for j, s in self.specs.items()}
         self.noted = {}
         return self

@@ -179,7 +179,6 @@ class Scorer:
             profiles=self.profiles,
         )
         RANK_SECONDS.set(time.perf_counter() - t0)
-        await self._emit_queued(queue)
         queue = fit_payload(queue, int(self.bus.nc.max_payload * 0.9))
         if len(queue.entries) < len(jobs):
             self.log.warning(

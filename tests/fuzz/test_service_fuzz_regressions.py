@@ -23,7 +23,6 @@ from proto.validation_records import (
 )
 from services.gateway.nodes_view import NodesModel
 from services.placer.cancels import _errors as cancel_errors
-from services.placer.cycle import plan_cycle
 from services.scorer.ranking import build_queue
 from tests.services.test_placer import small_cluster
 
@@ -121,21 +120,6 @@ def test_the_scorer_ranks_with_an_allocation_that_does_not_fit_its_node() -> Non
         pending, NODES, bad, now=NOW, cfg=PolicyConfig.default(), profiles=ProfileTable.default()
     )
     assert [e.spec.id for e in queue.entries] == ["ok"]
-
-
-def test_a_placer_cycle_with_an_unsound_ledger_entry_still_places() -> None:
-    """A placer taking over a ledger with a forged entry (GPU 99 on a real node) raised in
-    every cycle; the entry holds nothing now."""
-    ledger = {"j1": _alloc(gpu_indices=(99,))}
-    plan = plan_cycle(
-        [PendingJob(JobSpec(id="ok"), NOW)],
-        NODES,
-        ledger,
-        now=NOW,
-        profiles=ProfileTable.default(),
-        cfg=PolicyConfig.default(),
-    )
-    assert [a.job.spec.id for a in plan.assign] == ["ok"]
 
 
 def test_a_cancel_without_a_sound_job_id_is_refused() -> None:
