@@ -17,9 +17,10 @@ What a message becomes (see docs/runtime-contract.md, "Producers on the bus"):
   (a repeat; the gateway's own HTTP submissions also pass through here);
 - a sound one: ``Submitted`` (message id ``submitted-<id>``, the HTTP path's, so the two paths
   can never make two);
-- one that decodes as a JobSpec but breaks a rule: ``Submitted`` then ``Failed`` with the
-  reasons, ``"Refused: <field>: <reason>; ..."`` (message id ``failed-<id>``, the placer's
-  refusal id: an unsound job ends once whoever refuses it). The API shows it ``failed``;
+- one that decodes as a JobSpec but breaks a rule: ``Submitted`` (its ``command`` dropped) then
+  ``Failed`` with the reasons, ``"Refused: <field>: <reason>; ..."`` (message id ``failed-<id>``,
+  the placer's refusal id: an unsound job ends once whoever refuses it). The API shows it
+  ``failed``;
 - one that is not JSON, not a JobSpec (a wrong type, an unknown field) or has no sound id:
   ``dlq.gateway``, with the reason. There is no job id to answer on.
 """
@@ -136,6 +137,9 @@ class Producers:
             BUS_SUBMISSIONS.labels("repeat").inc()
             return None
         errors = admit(spec, now=now, nodes=gw.nodes.cluster()) or bus_rules(spec, gw.auth.tenants)
+        if errors and spec.command is not None:
+            # a refused job runs nothing, even in the moment before its Failed is out
+            spec = msgspec.structs.replace(spec, command=None)
         submitted = Submitted(job_id=spec.id, time=now, spec=spec)
         try:
             new = await gw.bus.publish(

@@ -193,6 +193,7 @@ async def test_an_invalid_spec_is_refused_on_its_lifecycle_with_the_field_named(
             events = await until(lambda j=job_id: lifecycle_of(bus, j), f"{job_id}'s events")
             assert [type(e) for e in events] == [Submitted, Failed], events
         assert "no node" in (await get_job(http, base, "huge")).reason
+        assert (await lifecycle_of(bus, "cmd"))[0].spec.command is None  # nothing could run it
         await publish(bus, {"id": "neg", "gpus": -1}, "neg-again")  # a repeat: refused once
         await until(lambda: consumer_done(bus), "the consumer handled every message")
         assert len(await lifecycle_of(bus, "neg")) == 2
