@@ -29,6 +29,8 @@ GIB = 1024 * MIB
 STREAM_JOBS = "JOBS"  # submissions and cancellations, deduplicated by Nats-Msg-Id
 SUBJECT_SUBMIT = "jobs.submit"
 SUBJECT_CANCEL = "jobs.cancel"
+# the gateway's durable consumer of SUBJECT_SUBMIT: bus producers' jobs (services.gateway.producers)
+CONSUMER_SUBMIT = "gateway-producers"
 STREAM_JOBS_SUBJECTS = ("jobs.>",)
 # a job may pend for weeks; 512 MiB is about 500k submissions
 STREAM_JOBS_LIMITS = StreamLimits(max_age_s=30 * DAY_S, max_bytes=512 * MIB)

@@ -179,6 +179,8 @@ def permissions(user: str, *, nodes: Sequence[str] = ()) -> Permissions:
         pub += [subjects.SUBJECT_SUBMIT, subjects.SUBJECT_CANCEL, lifecycle]  # Submitted
         pub += _consume(subjects.STREAM_LIFECYCLE) + _consume(subjects.STREAM_DECISIONS)
         pub += _read_stream(subjects.STREAM_JOBS)  # a duplicate submission's original
+        # bus producers' submissions: its one durable consumer, filtered to jobs.submit
+        pub += _consume(subjects.STREAM_JOBS, subjects.CONSUMER_SUBMIT, subjects.SUBJECT_SUBMIT)
         pub += _kv_read(subjects.KV_NODES) + _kv_read(subjects.KV_LEDGER)
         pub += _kv_write(KV_TENANTS)
         pub += _obj_store(OBJ_SNAPSHOTS)  # its read models' snapshots

@@ -38,7 +38,7 @@ from proto.tenants import TenantRecord
 from proto.validation import FieldError, sound_id
 from proto.views import JobView
 from services.gateway.api import GUARD_KEY, build_app
-from services.gateway.auth import AuthConfigError, Authenticator, load_admin_token
+from services.gateway.auth import AuthConfigError, Authenticator, authenticator
 from services.gateway.decisions_view import DecisionsModel
 from services.gateway.httpserver import (
     BODY_TIMEOUT_S,
@@ -53,6 +53,7 @@ from services.gateway.jobs_view import (
     JobsModel,
 )
 from services.gateway.nodes_view import NodesModel
+from services.gateway.producers import Producers
 
 SERVICE = "gateway"
 DEFAULT_HTTP_PORT = 8080
@@ -120,6 +121,7 @@ class Gateway:
         self.events_handled = 0  # LIFECYCLE messages handled since start (not our own echoes)
         self.decisions_handled = 0
         self._lifecycle: Any = None
+        self.submitting: set[str] = set()  # ids between our jobs.submit and Submitted publishes
         self.snapshotters: dict[str, Snapshotter] = {}
 
     async def start(self) -> None:
@@ -240,9 +242,15 @@ class Gateway:
         after a failure between the two publishes completes the pair instead of making a second
         job.
         """
-        new = await self.bus.publish(subjects.SUBJECT_SUBMIT, spec, msg_id=spec.id)
-        event = Submitted(job_id=spec.id, time=spec.submit_time or self.clock.now(), spec=spec)
-        await self.bus.publish(subjects.lifecycle(spec.id), event, msg_id=f"submitted-{spec.id}")
+        self.submitting.add(spec.id)  # the bus consumer (producers.py) sees our jobs.submit too
+        try:
+            new = await self.bus.publish(subjects.SUBJECT_SUBMIT, spec, msg_id=spec.id)
+            event = Submitted(job_id=spec.id, time=spec.submit_time or self.clock.now(), spec=spec)
+            await self.bus.publish(
+                subjects.lifecycle(spec.id), event, msg_id=f"submitted-{spec.id}"
+            )
+        finally:
+            self.submitting.discard(spec.id)  # no await until the event is applied below
         if new:
             self.jobs.apply(event)  # answer reads at once; the stream's copy is then a no-op
             self.log.info("job_submitted", job_id=spec.id, tenant=spec.tenant, gpus=spec.gpus)
@@ -351,22 +359,6 @@ def add_http_args(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
     return parser
 
 
-def authenticator(args: Any, log: Any) -> Authenticator:
-    """The admin token from ``--admin-token-file``; without one the gateway refuses to start
-    unless ``--insecure-no-auth`` says so explicitly (fail closed: a forgotten flag must not
-    open the API to anyone who can reach it)."""
-    path = getattr(args, "admin_token_file", None) or os.environ.get("MOSAIC_ADMIN_TOKEN_FILE")
-    if path:
-        return Authenticator(load_admin_token(path))
-    if getattr(args, "insecure_no_auth", False):
-        log.warning("http_auth_disabled", note="--insecure-no-auth: every caller is the admin")
-        return Authenticator(admin_token=None)
-    raise AuthConfigError(
-        "no admin token: pass --admin-token-file (env MOSAIC_ADMIN_TOKEN_FILE), which `mosaic up`"
-        " writes to DATA_DIR/credentials/admin.token, or --insecure-no-auth"
-    )
-
-
 async def main(ctx: Any) -> None:
     """config -> read models -> replay -> HTTP -> wait for stop -> drain."""
     host = getattr(ctx.args, "http_host", None) or os.environ.get("MOSAIC_HTTP_HOST", "127.0.0.1")
@@ -383,6 +375,7 @@ async def main(ctx: Any) -> None:
     if not await gw.wait_caught_up(REPLAY_WAIT_S):
         ctx.log.warning("lifecycle_replay_slow", jobs=len(gw.jobs), waited_s=REPLAY_WAIT_S)
     ctx.log.info("read_model_ready", jobs=len(gw.jobs), nodes=len(gw.nodes.specs))
+    await Producers(gw).start()  # bus submissions, once the read model is whole; Bus.close stops it
     timeouts = HttpTimeouts(
         header_s=getattr(ctx.args, "http_header_timeout_s", None) or HEADER_TIMEOUT_S,
         body_s=getattr(ctx.args, "http_body_timeout_s", None) or BODY_TIMEOUT_S,
