@@ -42,6 +42,7 @@ from proto.validation import describe
 from proto.validation_records import revalidate_node_spec
 from services.placer.announce import SERVICE, Announcer
 from services.placer.cancels import Cancels
+from services.placer.cordons import Cordons
 from services.placer.cycle import INVALID, Assign, Refuse, plan_cycle
 from services.placer.leadership import Leadership
 from services.placer.ledger_gc import purge_ledger_markers
@@ -133,6 +134,7 @@ class Placer(Announcer, NodeWatch, Cancels):
         # one watch delivers the current nodes, then every change: no gap between a snapshot
         # and the updates in which a node could vanish unseen
         await nodes_kv.watch(self._on_node)
+        self.cordons = await Cordons(on_change=self._kick.set).start(self.bus)  # issue 13
         await self.bus.subscribe(subjects.TELEMETRY_ALL, TelemetrySample, self._on_telemetry)
         await self.bus.subscribe(subjects.EXECUTOR_REPORTS_ALL, ExecutorReport, self._on_report)
         await self.bus.subscribe(subjects.QUEUE_UPDATED, RankedQueue, self._on_poke)
@@ -282,8 +284,7 @@ class Placer(Announcer, NodeWatch, Cancels):
                 return 0
             settled = time.monotonic() - self._nodes_changed >= self.settings.settle_s
             now = self.clock.now()
-            # a down node stays in the view, cordoned: nothing lands on it, and a job only it
-            # could hold waits for it instead of being refused as never fitting
+            # down or cordoned nodes stay in the view, unused: a job only they fit waits for them
             plan = plan_cycle(
                 pending,
                 list(self.nodes.values()),
@@ -292,7 +293,7 @@ class Placer(Announcer, NodeWatch, Cancels):
                 profiles=self.profiles,
                 cfg=self.policy,
                 temp_c=self.temps,
-                cordoned=down,
+                cordoned=down | self.cordons.ids(self.nodes.values()),
                 refuse_never_fits=settled,
                 backfill=self._cadence.take(now),
             )
