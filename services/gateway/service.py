@@ -109,6 +109,7 @@ class Gateway:
         self.tracer = tracer
         self.auth = auth
         self.tenants_kv: Any = None
+        self.cordons_kv: Any = None  # KV cordons, opened by start (services.gateway.cordon_api)
         self.config = config or ReadModelConfig()
         self.jobs = JobsModel(
             keep_events=self.config.keep_events,
