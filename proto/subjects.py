@@ -81,6 +81,7 @@ KV_QUEUE_KEY = "ranked"
 KV_LEASES = "leases"  # "placer" -> holder id (active/standby)
 KV_PROFILES = "profiles"  # "<model>.<class>" -> learnt profile entry (owner: profiler)
 KV_TENANTS = "tenants"  # tenant name -> TenantRecord, a hash of its API token (owner: gateway)
+KV_CORDONS = "cordons"  # node id -> proto.cordons.Cordon; uncordon deletes it (owner: gateway)
 
 # --- object store buckets ----------------------------------------------------------------------
 # "<service>.<model>" -> that read model's latest snapshot and the stream sequence it reflects
@@ -105,6 +106,7 @@ STREAM_LIMITS: dict[str, StreamLimits] = {
     STREAM_DLQ: STREAM_DLQ_LIMITS,
 }
 KV_BUCKETS: tuple[str, ...] = (KV_NODES, KV_LEDGER, KV_QUEUE, KV_LEASES, KV_PROFILES, KV_TENANTS)
+KV_BUCKETS += (KV_CORDONS,)  # issue 13 (a line of its own: concurrent additions merge)
 
 
 def lifecycle(job_id: str) -> str:
@@ -145,6 +147,7 @@ KV_MAX_BYTES: dict[str, int] = {
     KV_QUEUE: 64 * MIB,  # one key: the ranked queue (a value is at most max_payload)
     KV_LEASES: 8 * MIB,  # a handful of lease records
     KV_PROFILES: 64 * MIB,  # one entry per (GPU model, workload class)
+    KV_CORDONS: 8 * MIB,  # one small record per cordoned node
 }
 
 

@@ -37,6 +37,7 @@ class NodeView(msgspec.Struct, kw_only=True):
     host_mem_allocated_gb: float
     jobs: tuple[str, ...] = ()
     cordoned: bool = False
+    cordon_reason: str = ""  # why, when cordoned: the operator's reason or the label (issue 13)
     telemetry: TelemetrySample | None = None
 
 

@@ -8,6 +8,7 @@ built from those constants, so ``mosaic up``, compose and Kubernetes all get the
 The principles (DESIGN.md rule 6, issue 12):
 
 * only the placer publishes node commands (``node.>``) and writes the ledger and the lease;
+* only the gateway writes cordons (``cordons``, the operator's through the API); the placer reads;
 * an executor consumes only the command subjects of the nodes it hosts, by name;
 * a job producer only publishes ``jobs.submit`` / ``jobs.cancel``;
 * every user has a private reply inbox (``_INBOX.<user>.>``) so no one reads another's replies
@@ -183,6 +184,7 @@ def permissions(user: str, *, nodes: Sequence[str] = ()) -> Permissions:
         pub += _consume(subjects.STREAM_JOBS, subjects.CONSUMER_SUBMIT, subjects.SUBJECT_SUBMIT)
         pub += _kv_read(subjects.KV_NODES) + _kv_read(subjects.KV_LEDGER)
         pub += _kv_write(KV_TENANTS)
+        pub += _kv_write(subjects.KV_CORDONS)  # operators cordon through the API (issue 13)
         pub += _obj_store(OBJ_SNAPSHOTS)  # its read models' snapshots
         sub += [subjects.TELEMETRY_ALL]
     elif user == "scorer":
@@ -205,6 +207,7 @@ def permissions(user: str, *, nodes: Sequence[str] = ()) -> Permissions:
         pub += _kv_write(subjects.KV_LEDGER) + _kv_write(subjects.KV_LEASES)
         pub += _kv_read(subjects.KV_QUEUE) + _kv_read(subjects.KV_NODES)
         pub += _kv_read(subjects.KV_PROFILES)
+        pub += _kv_read(subjects.KV_CORDONS)  # no new placement on a cordoned node
         pub += _obj_store(OBJ_SNAPSHOTS)  # its tracker's snapshots
         sub += [subjects.TELEMETRY_ALL, subjects.QUEUE_UPDATED, subjects.EXECUTOR_REPORTS_ALL]
     elif user == "executor":

@@ -18,6 +18,7 @@ from rich.console import Console
 from rich.table import Table
 
 from libs.client.api import DEFAULT_GATEWAY, ClientError, GatewayUnreachable
+from libs.client.cli_cordon import register as register_cordon
 from libs.client.cli_tenants import client_for, register
 from libs.client.specs import FlagError, build_spec, server_now
 from libs.client.supervisor import StackError
@@ -33,7 +34,7 @@ app = typer.Typer(
 out = Console()
 err = Console(stderr=True)
 register(app)  # the global --token option and `mosaic tenant ...`
-
+register_cordon(app)  # `mosaic cordon NODE` and `mosaic uncordon NODE` (issue 13)
 GatewayOpt = Annotated[str, typer.Option("--gateway", envvar="MOSAIC_GATEWAY", help="gateway URL")]
 
 
@@ -215,7 +216,7 @@ def queue(
 
 @app.command()
 def nodes(gateway: GatewayOpt = DEFAULT_GATEWAY) -> None:
-    """Nodes like sinfo: NODE, MODEL, GPUS (used/total), GPU MEM, HOST MEM, TEMP, POWER, STATE."""
+    """Nodes like sinfo: NODE, MODEL, GPUS, GPU MEM, HOST MEM, TEMP, POWER, STATE, REASON."""
     out.print(nodes_table(client_for(gateway).nodes()))
 
 

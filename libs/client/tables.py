@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from rich.table import Table
+from rich.text import Text
 
 from proto.views import JobView, NodeView
 
@@ -19,9 +20,10 @@ def jobs_table(jobs: list[JobView]) -> Table:
 
 
 def nodes_table(nodes: list[NodeView]) -> Table:
-    """NODE, MODEL, GPUS (used/total), GPU MEM, HOST MEM, TEMP, POWER, STATE (idle/mix/alloc)."""
+    """NODE, MODEL, GPUS (used/total), GPU MEM, HOST MEM, TEMP, POWER, STATE (idle/mix/alloc, or
+    drain when cordoned), REASON (why it is cordoned, like ``sinfo -R``)."""
     table = Table(box=None, header_style="bold")
-    for col in ("NODE", "MODEL", "GPUS", "GPU MEM", "HOST MEM", "TEMP", "POWER", "STATE"):
+    for col in ("NODE", "MODEL", "GPUS", "GPU MEM", "HOST MEM", "TEMP", "POWER", "STATE", "REASON"):
         table.add_column(col)
     for n in sorted(nodes, key=lambda v: v.spec.id):
         s = n.spec
@@ -46,5 +48,6 @@ def nodes_table(nodes: list[NodeView]) -> Table:
             temp,
             power,
             st,
+            Text(n.cordon_reason if n.cordoned else ""),  # operator text: never rich markup
         )
     return table

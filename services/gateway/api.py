@@ -19,7 +19,7 @@ from prometheus_client import CONTENT_TYPE_LATEST, REGISTRY, generate_latest
 from proto.jobs import JobSpec
 from proto.validation import MAX_COMMAND_BYTES, FieldError, JobRejected
 from proto.views import TERMINAL_STATES, ErrorResponse, JobView, NodeView, SubmitResponse
-from services.gateway import dashboard, metrics, public_page, tenants
+from services.gateway import cordon_api, dashboard, metrics, public_page, tenants
 from services.gateway.admission import admit, parse
 from services.gateway.auth import Principal, caller, middleware
 from services.gateway.httpserver import ConnectionGuard, HttpTimeouts
@@ -379,4 +379,5 @@ def build_app(gw: Gateway, timeouts: HttpTimeouts | None = None) -> web.Applicat
     app.router.add_delete("/v1/jobs/{id}", cancel_job)
     app.router.add_get("/v1/nodes", list_nodes)
     tenants.add_routes(app)
+    cordon_api.add_routes(app)
     return app

@@ -42,6 +42,7 @@ PUBLIC_ROUTES = frozenset({"/healthz"})  # probes: nobody has a token there
 ANONYMOUS_OK = frozenset({"/"})  # the dashboard: aggregate counts without a token
 LOOPBACK_OR_ADMIN = frozenset({"/metrics"})
 ADMIN_ROUTES = frozenset({"/v1/tenants", "/v1/tenants/{name}"})
+ADMIN_ROUTES |= {"/v1/nodes/{id}/cordon", "/v1/nodes/{id}/uncordon"}  # cordon_api (issue 13)
 
 REFUSED = Counter(
     "mosaic_gateway_auth_refused_total",

@@ -27,6 +27,14 @@ def _gpu_bar(allocated: float, total: int) -> str:
     return "#" * busy + "." * (total - busy)
 
 
+def _cordon_note(v: NodeView) -> str:
+    """What follows a cordoned node's id, with why; the reason is operator text, so escaped."""
+    if not v.cordoned:
+        return ""
+    why = f": {escape(v.cordon_reason)}" if v.cordon_reason else ""
+    return f' <span class="cordoned">(cordoned{why})</span>'
+
+
 def _node_row(v: NodeView) -> str:
     s = v.spec
     temp = max((g.temp_c for g in v.telemetry.gpus), default=None) if v.telemetry else None
@@ -36,7 +44,7 @@ def _node_row(v: NodeView) -> str:
         else None
     )
     cells = [
-        escape(s.id) + (' <span class="cordoned">(cordoned)</span>' if v.cordoned else ""),
+        escape(s.id) + _cordon_note(v),
         escape(s.gpu_model),
         f'<span class="bar">{_gpu_bar(v.gpus_allocated, s.gpu_count)}</span>',
         f"{v.gpus_allocated:g}/{s.gpu_count}",

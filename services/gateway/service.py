@@ -37,6 +37,7 @@ from proto.nodes import NodeSpec, TelemetrySample
 from proto.tenants import TenantRecord
 from proto.validation import FieldError, sound_id
 from proto.views import JobView
+from services.gateway import cordon_api
 from services.gateway.api import GUARD_KEY, build_app
 from services.gateway.auth import AuthConfigError, Authenticator, authenticator
 from services.gateway.decisions_view import DecisionsModel
@@ -109,6 +110,7 @@ class Gateway:
         self.tracer = tracer
         self.auth = auth
         self.tenants_kv: Any = None
+        self.cordons_kv: Any = None  # KV cordons, opened by start (services.gateway.cordon_api)
         self.config = config or ReadModelConfig()
         self.jobs = JobsModel(
             keep_events=self.config.keep_events,
@@ -158,6 +160,7 @@ class Gateway:
         await nodes_kv.watch(self._on_node)
         ledger_kv = await self.bus.kv(subjects.KV_LEDGER, Allocation)
         await ledger_kv.watch(self._on_allocation)
+        self.cordons_kv = await cordon_api.follow(self.bus, self.nodes)  # KV cordons (issue 13)
         await self.bus.subscribe(subjects.TELEMETRY_ALL, TelemetrySample, self._on_sample)
         # tenants before serving: a token issued before a restart must work on the first request
         self.tenants_kv = await self.bus.kv(subjects.KV_TENANTS, TenantRecord)

@@ -64,6 +64,7 @@ class SchedulerFeed:
         self._touched: set[str] = set()
         self._temps: dict[str, float] = {}
         self.rebuilds = 0
+        self.holds_changed = False  # whether the last sync moved a node hold
         self._never_checked = False  # queued jobs checked against the settled node set
 
     def reset(self) -> None:
@@ -105,7 +106,7 @@ class SchedulerFeed:
         if settled and not self._never_checked:  # jobs queued while nodes were still joining
             self._never_checked = True
             never += [j.spec for j in list(sched.queue) if not sched.can_ever_place(j.spec)]
-        self._sync_holds(sched, holds)
+        self.holds_changed = self._sync_holds(sched, holds)
         self._sync_temps(sched, temps)
         return sched, never
 
@@ -204,16 +205,21 @@ class SchedulerFeed:
 
     # ----- nodes ---------------------------------------------------------------------------
     @staticmethod
-    def _sync_holds(sched: Scheduler, holds: Mapping[str, set[str]]) -> None:
-        """``holds``: why -> the nodes held for that reason now (down, cordoned, ...)."""
+    def _sync_holds(sched: Scheduler, holds: Mapping[str, set[str]]) -> bool:
+        """``holds``: why -> the nodes held for that reason now (down, cordoned, ...). True
+        when a hold moved (a pass is due: a released node may take a waiting job)."""
         index = sched.view.index
+        moved = False
         for why, nodes in holds.items():
             have = sched.cordoned(why)
             for n in nodes - have:
                 if n in index:
                     sched.set_cordoned(n, why, True)
+                    moved = True
             for n in have - nodes:
                 sched.set_cordoned(n, why, False)
+                moved = True
+        return moved
 
     def _sync_temps(self, sched: Scheduler, temps: Mapping[str, float]) -> None:
         for node, t in temps.items():

@@ -44,6 +44,7 @@ from proto.validation import describe
 from proto.validation_records import revalidate_node_spec
 from services.placer.announce import SERVICE, Announcer
 from services.placer.cancels import Cancels
+from services.placer.cordons import Cordons
 from services.placer.cycle import (
     INVALID,
     Refuse,
@@ -143,6 +144,7 @@ class Placer(Announcer, NodeWatch, Cancels):
         # one watch delivers the current nodes, then every change: no gap between a snapshot
         # and the updates in which a node could vanish unseen
         await nodes_kv.watch(self._on_node)
+        self.cordons = await Cordons(on_change=self._on_cordon).start(self.bus)
         await self.bus.subscribe(subjects.TELEMETRY_ALL, TelemetrySample, self._on_telemetry)
         await self.bus.subscribe(subjects.EXECUTOR_REPORTS_ALL, ExecutorReport, self._on_report)
         t = self.tracker
@@ -161,6 +163,10 @@ class Placer(Announcer, NodeWatch, Cancels):
         else:
             self.nodes[key] = value
         self._nodes_changed = time.monotonic()
+        self._kick.set()
+
+    def _on_cordon(self) -> None:
+        self._pass_due = True  # an uncordoned node may take a waiting job now
         self._kick.set()
 
     async def _on_event(self, ev: LifecycleEvent) -> None:
@@ -302,7 +308,8 @@ class Placer(Announcer, NodeWatch, Cancels):
                     await self._refuse(never_fits_refusal(spec, nodes, self.profiles, self.policy))
             if sched is None:
                 return 0
-            due = self._pass_due or (self._next_tick_s is not None and now >= self._next_tick_s)
+            due = self._pass_due or self.feed.holds_changed
+            due = due or (self._next_tick_s is not None and now >= self._next_tick_s)
             self._pass_due = False
             budget = self.settings.explain_per_cycle
             before = sched.view.copy() if due and budget and len(sched.queue) else None
@@ -338,8 +345,9 @@ class Placer(Announcer, NodeWatch, Cancels):
         return placed
 
     def node_holds(self, down: set[str]) -> dict[str, set[str]]:
-        """Why nodes are held out of placement now: down (silent executor)."""
-        return {"down": down}
+        """Why nodes are held out of placement now: down (a silent executor), cordoned (by an
+        operator, ``services.placer.cordons``, or by a node label)."""
+        return {"down": down, "cordoned": set(self.cordons.ids(self.nodes.values()))}
 
     async def _tell_reasons(self, sched: Scheduler) -> None:
         """Publish the waits whose reason changed (a bounded number per cycle)."""
