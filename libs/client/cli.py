@@ -215,7 +215,7 @@ def queue(
 
 @app.command()
 def nodes(gateway: GatewayOpt = DEFAULT_GATEWAY) -> None:
-    """Nodes like sinfo: NODE, MODEL, GPUS (used/total), GPU MEM, HOST MEM, TEMP, POWER, STATE."""
+    """Nodes like sinfo: NODE, MODEL, GPUS, GPU MEM, HOST MEM, TEMP, WATTS, STATE, POWER."""
     out.print(nodes_table(client_for(gateway).nodes()))
 
 
