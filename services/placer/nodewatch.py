@@ -137,6 +137,12 @@ class NodeWatch:
         NODES_DOWN.set(len(self.reconciler.down))
         return set(self.reconciler.down)
 
+    def sleeping_nodes(self) -> set[str]:
+        """Nodes that cannot take a job now (suspending, asleep, waking): the cycle cordons
+        them beside ``down_nodes()``. A run sent to one is refused with ``Preempted`` and the
+        job would come straight back to it otherwise."""
+        return self.node_power.asleep() | set(self.node_power.waking())
+
     async def _reconcile(self) -> int:
         """Requeue the allocations ``reconcile`` calls lost; returns how many. Call under the
         placer's lock, while active."""

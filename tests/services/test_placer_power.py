@@ -98,6 +98,7 @@ def test_a_silent_asleep_node_is_not_down(monkeypatch: pytest.MonkeyPatch) -> No
         await w._on_report(report("n1", 2, PowerState(state="waking", since=2, ready_at=50)))
         wall[0] = 20.0
         assert "n1" not in w.down_nodes()  # booting: Mosaic now 40 < ready_at 50
+        assert w.sleeping_nodes() == {"n1"}  # but no job may land on it yet
 
     w.clock = types.SimpleNamespace(now=lambda: 40.0)  # type: ignore[assignment]
     asyncio.run(scenario())
