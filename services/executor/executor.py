@@ -128,6 +128,7 @@ class NodeExecutor(Reports, PowerHandling):
             boot_s=default_boot_s() if boot_s is None else boot_s,
             hooks=power_hooks,
             changed=self._report_now.set,
+            announce=self.publish_report,
             log=self.log,
         )
 

@@ -98,6 +98,7 @@ class NodePowerControl:
         boot_s: float,
         hooks: PowerHooks | None = None,
         changed: Callable[[], None] = lambda: None,
+        announce: Callable[[], Awaitable[None]] | None = None,
         log: Any = None,
     ) -> None:
         self.node = node
@@ -105,6 +106,7 @@ class NodePowerControl:
         self.boot_s = boot_s
         self.hooks = hooks or PowerHooks()
         self.changed = changed
+        self.announce = announce  # publishes the state now (before a hook suspends the host)
         self.log = log
         self.state = PowerState(state="awake", since=clock.now())
         self._wake: asyncio.Task[None] | None = None
@@ -142,6 +144,8 @@ class NodePowerControl:
         await self._cancel_wake()
         before = self.state
         self._set(PowerState(state="suspending", since=self.clock.now()))
+        if self.hooks.suspend and self.announce is not None:
+            await self.announce()
         failure = await self.hooks.run("suspend", self.node)
         if failure is not None:
             self.state = before

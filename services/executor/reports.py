@@ -57,15 +57,21 @@ class Reports:
             power=self.power.state,
         )
 
+    async def publish_report(self) -> None:
+        """One report now, flushed to the server: before a suspend hook takes the machine down,
+        the placer must have heard ``suspending`` (or it would take the silence for a fault)."""
+        try:
+            await self.bus.publish(
+                subjects.executor_report(self.node.id), self.report(), durable=False
+            )
+            await self.bus.nc.flush(timeout=2)
+        except Exception as exc:  # a failed publish is retried by the next report
+            self.log.warning("report_failed", error=repr(exc))
+
     async def _report_loop(self) -> None:
-        """Plain NATS (the latest report wins); a failed publish is retried by the next one."""
+        """Plain NATS (the latest report wins)."""
         while True:
             self._report_now.clear()
-            try:
-                await self.bus.publish(
-                    subjects.executor_report(self.node.id), self.report(), durable=False
-                )
-            except Exception as exc:
-                self.log.warning("report_failed", error=repr(exc))
+            await self.publish_report()
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._report_now.wait(), self.report_interval_s)

@@ -62,6 +62,12 @@ async def test_hooks_see_the_node_and_action(tmp_path) -> None:
         " + os.environ['MOSAIC_POWER_ACTION'])\n"
     )
     hooks = PowerHooks(suspend=f"{sys.executable} {script} {out}")
-    p = NodePowerControl("n1", SteppedClock(epoch=0.0), boot_s=1.0, hooks=hooks)
+    announced: list[tuple[str, bool]] = []
+
+    async def announce() -> None:  # the executor publishes its report here
+        announced.append((p.state.state, out.exists()))
+
+    p = NodePowerControl("n1", SteppedClock(epoch=0.0), boot_s=1.0, hooks=hooks, announce=announce)
     await p.on_command(cmd("suspend"), busy=None)
     assert out.read_text() == "n1 suspend"
+    assert announced == [("suspending", False)]  # told before the hook ran
