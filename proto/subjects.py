@@ -72,6 +72,11 @@ EXECUTOR_REPORT_PREFIX = "executor"  # executor.<node>: ExecutorReport, what the
 EXECUTOR_REPORTS_ALL = "executor.*"
 QUEUE_UPDATED = "queue.updated"  # poke: the ranked queue in KV changed
 LEDGER_UPDATED = "ledger.updated"  # poke: the ledger changed
+# stepped clock (libs/clock.py, libs/bus/steps.py; tests only): the controller's Step, and each
+# participant's StepAck on clock.ack.<participant>
+CLOCK_STEP = "clock.step"
+CLOCK_ACK_PREFIX = "clock.ack"
+CLOCK_ACKS_ALL = "clock.ack.>"
 
 # --- KV buckets --------------------------------------------------------------------------------
 KV_NODES = "nodes"  # node id -> NodeSpec (owner: that node's telemetry service)
@@ -113,8 +118,11 @@ def lifecycle(job_id: str) -> str:
     return f"{LIFECYCLE_PREFIX}.{job_id}"
 
 
+POWER_VERB = "power"  # node.<node>.power: proto.power.PowerCommand (suspend | wake)
+
+
 def node_command(node: str, verb: str) -> str:
-    """verb: run | kill | checkpoint"""
+    """verb: run | kill | checkpoint | power"""
     return f"{NODE_PREFIX}.{node}.{verb}"
 
 
@@ -128,6 +136,10 @@ def telemetry(node: str) -> str:
 
 def executor_report(node: str) -> str:
     return f"{EXECUTOR_REPORT_PREFIX}.{node}"
+
+
+def clock_ack(participant: str) -> str:
+    return f"{CLOCK_ACK_PREFIX}.{participant}"
 
 
 def decisions(service: str) -> str:

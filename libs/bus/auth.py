@@ -11,6 +11,8 @@ The principles (DESIGN.md rule 6, issue 12):
 * only the gateway writes cordons (``cordons``, the operator's through the API); the placer reads;
 * an executor consumes only the command subjects of the nodes it hosts, by name;
 * a job producer only publishes ``jobs.submit`` / ``jobs.cancel``;
+* only the admin (a test's controller) publishes ``clock.step``; each service acks steps on
+  ``clock.ack.<its user>`` only (the stepped clock, ``libs.bus.steps``);
 * every user has a private reply inbox (``_INBOX.<user>.>``) so no one reads another's replies
   or JetStream deliveries (a pull consumer delivers into the fetching client's inbox);
 * JetStream API access is per stream and per verb; no service may delete or purge a stream, a
@@ -176,6 +178,9 @@ def permissions(user: str, *, nodes: Sequence[str] = ()) -> Permissions:
     if user not in SERVICE_USERS:
         raise KeyError(f"no NATS user {user!r}; known: {', '.join(USERS)}")
     pub = [*_topology(), subjects.dlq(user)]
+    # the stepped clock (tests; libs.bus.steps): follow clock.step, ack as this user only
+    pub += [subjects.clock_ack(user), f"{subjects.clock_ack(user)}.>"]
+    sub += [subjects.CLOCK_STEP]
     if user == "gateway":
         pub += [subjects.SUBJECT_SUBMIT, subjects.SUBJECT_CANCEL, lifecycle]  # Submitted
         pub += _consume(subjects.STREAM_LIFECYCLE) + _consume(subjects.STREAM_DECISIONS)
@@ -186,7 +191,7 @@ def permissions(user: str, *, nodes: Sequence[str] = ()) -> Permissions:
         pub += _kv_write(KV_TENANTS)
         pub += _kv_write(subjects.KV_CORDONS)  # operators cordon through the API (issue 13)
         pub += _obj_store(OBJ_SNAPSHOTS)  # its read models' snapshots
-        sub += [subjects.TELEMETRY_ALL]
+        sub += [subjects.TELEMETRY_ALL, subjects.EXECUTOR_REPORTS_ALL]  # power states
     elif user == "scorer":
         pub += [lifecycle, subjects.QUEUE_UPDATED]  # Queued
         pub += _consume(subjects.STREAM_LIFECYCLE)
@@ -220,6 +225,7 @@ def permissions(user: str, *, nodes: Sequence[str] = ()) -> Permissions:
     elif user == "telemetry":
         for n in nodes:
             pub += [subjects.telemetry(n), f"$KV.{subjects.KV_NODES}.{n}"]
+            sub += [subjects.executor_report(n)]  # sim: an asleep node's GPUs read as off
         pub += _kv_read(subjects.KV_NODES) + _kv_read(subjects.KV_LEDGER)
     elif user == "profiler":
         pub += _consume(subjects.STREAM_LIFECYCLE) + _kv_write(subjects.KV_PROFILES)

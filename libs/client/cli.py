@@ -216,7 +216,7 @@ def queue(
 
 @app.command()
 def nodes(gateway: GatewayOpt = DEFAULT_GATEWAY) -> None:
-    """Nodes like sinfo: NODE, MODEL, GPUS, GPU MEM, HOST MEM, TEMP, POWER, STATE, REASON."""
+    """Nodes like sinfo: NODE, MODEL, GPUS, GPU MEM, HOST MEM, TEMP, WATTS, STATE, POWER, REASON."""
     out.print(nodes_table(client_for(gateway).nodes()))
 
 

@@ -46,6 +46,7 @@ def _node_row(v: NodeView) -> str:
     cells = [
         escape(s.id) + _cordon_note(v),
         escape(s.gpu_model),
+        escape(v.power.state),
         f'<span class="bar">{_gpu_bar(v.gpus_allocated, s.gpu_count)}</span>',
         f"{v.gpus_allocated:g}/{s.gpu_count}",
         f"{max(0.0, s.gpu_count - v.gpus_allocated):g}",
@@ -81,7 +82,7 @@ def render(nodes: list[NodeView], jobs: list[JobView], counts: dict[str, int]) -
         "<meta http-equiv='refresh' content='2'><title>Mosaic</title>"
         f"<style>{_STYLE}</style></head><body>"
         f"<h1>Mosaic</h1><p>GPUs busy {busy:g} of {total}; jobs: {escape(summary)}</p>"
-        "<h2>Nodes</h2><table><tr><th>node</th><th>model</th><th>GPUs</th><th>busy</th>"
+        "<h2>Nodes</h2><table><tr><th>node</th><th>model</th><th>power</th><th>GPUs</th><th>busy</th>"
         "<th>free</th><th>host GB</th><th>util</th><th>max °C</th><th>jobs</th></tr>"
         + "".join(_node_row(v) for v in nodes)
         + "</table>"

@@ -1,5 +1,6 @@
 """The gateway's read model of nodes: specs (KV ``nodes``), allocations (KV ``ledger``), cordons
-(KV ``cordons``) and the latest telemetry sample per node, combined into ``NodeView`` records.
+(KV ``cordons``), the latest telemetry sample per node and the power state of each node's latest
+executor report (``executor.<node>``), combined into ``NodeView`` records.
 
 Why several sources: each fact has one writer (rule 2) - a node's telemetry service owns its spec
 and samples, the placer the ledger, the gateway's API the cordons - so the gateway listens and
@@ -13,9 +14,15 @@ from collections.abc import Callable
 
 from proto.cordons import CORDON_LABELS, Cordon, is_cordoned, label_reason
 from proto.ledger import Allocation
-from proto.nodes import NodeSpec, TelemetrySample
+from proto.nodes import ExecutorReport, NodeSpec, TelemetrySample
+from proto.power import PowerState
 from proto.validation import FieldError
-from proto.validation_records import revalidate_allocation, revalidate_node_spec, revalidate_sample
+from proto.validation_records import (
+    revalidate_allocation,
+    revalidate_node_spec,
+    revalidate_report,
+    revalidate_sample,
+)
 from proto.views import NodeView
 
 MAX_AHEAD_S = 3600.0  # a sample's time may be this far ahead of the reader's clock (skew)
@@ -38,6 +45,8 @@ class NodesModel:
         self.ledger: dict[str, Allocation] = {}
         self.samples: dict[str, TelemetrySample] = {}
         self.cordons: dict[str, Cordon] = {}  # KV ``cordons``: the operator's (issue 13)
+        self.power: dict[str, PowerState] = {}
+        self._report_at: dict[str, tuple[str, float]] = {}  # node -> (boot id, time)
 
     def put_spec(self, node_id: str, spec: NodeSpec | None) -> None:
         """A KV ``nodes`` update; None = deleted."""
@@ -82,6 +91,17 @@ class NodesModel:
             return c.reason or f"cordoned by {c.by}"
         return label_reason(spec)
 
+    def put_report(self, report: ExecutorReport) -> None:
+        """An executor report: keep its power state (the executor owns it). A late, older
+        report of the same executor boot is ignored; a new boot's is taken as it is."""
+        if self.refuse("report", revalidate_report(report)):
+            return
+        last = self._report_at.get(report.node)
+        if last is not None and last[0] == report.boot_id and report.time < last[1]:
+            return
+        self._report_at[report.node] = (report.boot_id, report.time)
+        self.power[report.node] = report.power
+
     def cluster(self) -> list[NodeSpec]:
         return [self.specs[k] for k in sorted(self.specs)]
 
@@ -103,6 +123,7 @@ class NodesModel:
                     cordoned=spec.id in self.cordons or is_cordoned(spec),
                     cordon_reason=self.cordon_reason(spec),
                     telemetry=self.samples.get(spec.id),
+                    power=self.power.get(spec.id, PowerState()),
                 )
             )
         return out

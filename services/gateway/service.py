@@ -33,7 +33,7 @@ from proto.decisions import Decision
 from proto.events import LifecycleEvent, Submitted
 from proto.jobs import CancelRequest, JobSpec
 from proto.ledger import Allocation
-from proto.nodes import NodeSpec, TelemetrySample
+from proto.nodes import ExecutorReport, NodeSpec, TelemetrySample
 from proto.tenants import TenantRecord
 from proto.validation import FieldError, sound_id
 from proto.views import JobView
@@ -162,6 +162,7 @@ class Gateway:
         await ledger_kv.watch(self._on_allocation)
         self.cordons_kv = await cordon_api.follow(self.bus, self.nodes)  # KV cordons (issue 13)
         await self.bus.subscribe(subjects.TELEMETRY_ALL, TelemetrySample, self._on_sample)
+        await self.bus.subscribe(subjects.EXECUTOR_REPORTS_ALL, ExecutorReport, self._on_report)
         # tenants before serving: a token issued before a restart must work on the first request
         self.tenants_kv = await self.bus.kv(subjects.KV_TENANTS, TenantRecord)
         await self.tenants_kv.watch(self._on_tenant)
@@ -232,6 +233,9 @@ class Gateway:
 
     async def _on_sample(self, sample: TelemetrySample) -> None:
         self.nodes.put_sample(sample, self.clock.now())
+
+    async def _on_report(self, report: ExecutorReport) -> None:
+        self.nodes.put_report(report)  # the node's power state
 
     async def _on_tenant(self, name: str, record: TenantRecord | None) -> None:
         self.auth.put(name, record)
