@@ -163,6 +163,7 @@ class Placer(Announcer, NodeWatch, Cancels):
         else:
             self.nodes[key] = value
         self._nodes_changed = time.monotonic()
+        self._pass_due = True  # a node joined, left or changed: what fits may have changed
         self._kick.set()
 
     def _on_cordon(self) -> None:

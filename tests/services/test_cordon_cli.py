@@ -32,7 +32,10 @@ async def _mosaic(*args: str) -> int:
     return await asyncio.to_thread(main, list(args))  # the CLI is synchronous (urllib)
 
 
-async def test_cordon_and_uncordon_commands_drive_the_api(nats_url, bus: Bus, http, capsys):
+async def test_cordon_and_uncordon_commands_drive_the_api(
+    nats_url, bus: Bus, http, capsys, monkeypatch
+):
+    monkeypatch.setenv("COLUMNS", "200")  # the nodes table is wider than 80 columns
     await put_nodes(bus, small_cluster())
     cordons = await bus.kv(subjects.KV_CORDONS, Cordon)
     async with gateway(nats_url) as base:
