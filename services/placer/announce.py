@@ -9,12 +9,17 @@ placer's bus, clock, tracer, nodes, profiles and tracker.
 from __future__ import annotations
 
 import asyncio
+from contextlib import AbstractContextManager
+from functools import cached_property
+from typing import Any
 
 from opentelemetry import trace
+from opentelemetry.trace import Span
 from prometheus_client import Counter
 
 from libs.bus.connection import Bus
 from libs.clock import Clock
+from libs.obs.jobspans import WaitSpanLimiter, job_span, trace_id_of, traceparent_of
 from libs.obs.tracing import span_trace_id
 from libs.policy.profiles import ProfileTable
 from proto import subjects
@@ -43,9 +48,32 @@ class Announcer:
     waiting: dict[str, str]
     _told_waiting: dict[str, str]
 
+    @cached_property
+    def wait_spans(self) -> WaitSpanLimiter:
+        """Which waits get a span (``libs.obs.jobspans``; MOSAIC_WAIT_SPAN*): a test sets it."""
+        return WaitSpanLimiter.from_env()
+
+    def _job_span(
+        self, name: str, job: str, attrs: dict[str, Any] | None = None
+    ) -> AbstractContextManager[Span]:
+        """A decision span about ``job`` in the job's trace (a root of its own when none)."""
+        return job_span(self.tracer, name, self.tracker.trace_of(job), **(attrs or {"job": job}))
+
+    def _trace_waits(self) -> None:
+        """A ``placer.wait`` span per waiting job, rate-limited by ``wait_spans``: a job that
+        waits for hours is seen by every cycle, and must not drown its trace or the exporter."""
+        limiter = self.wait_spans
+        limiter.retain(self.waiting)
+        for job, reason in self.waiting.items():
+            if limiter.allow(job, reason):
+                with self._job_span("placer.wait", job, {"job": job, "reason": reason}):
+                    pass
+
     async def _explain_waiting(self) -> None:
         """A ``wait`` Decision each time a job's reason to wait changes (not every cycle), so
-        ``mosaic explain`` can say why a job is pending without flooding the stream."""
+        ``mosaic explain`` can say why a job is pending without flooding the stream; and the
+        rate-limited wait spans (``_trace_waits``)."""
+        self._trace_waits()
         now = self.clock.now()
         news = {j: r for j, r in self.waiting.items() if self._told_waiting.get(j) != r}
         for job in [j for j in self._told_waiting if j not in self.waiting]:
@@ -56,7 +84,14 @@ class Announcer:
             *(
                 self.bus.publish(
                     subjects.decisions(SERVICE),
-                    Decision(job_id=job, time=now, action="wait", service=SERVICE, reason=reason),
+                    Decision(
+                        job_id=job,
+                        time=now,
+                        action="wait",
+                        service=SERVICE,
+                        reason=reason,
+                        trace_id=trace_id_of(self.tracker.trace_of(job)),
+                    ),
                 )
                 for job, reason in news.items()
             )
@@ -67,9 +102,7 @@ class Announcer:
         job = r.spec.id
         now = self.clock.now()
         REFUSED.inc()
-        with self.tracer.start_as_current_span(
-            "placer.refuse", attributes={"job": job, "reason": r.reason}
-        ) as span:
+        with self._job_span("placer.refuse", job, {"job": job, "reason": r.reason}) as span:
             await self.bus.publish(
                 subjects.lifecycle(job),
                 Failed(job_id=job, time=now, reason=r.reason),
@@ -102,9 +135,8 @@ class Announcer:
             self.ended_here.add(job)
             return done
         ev = Preempted(job_id=job, time=now, node=alloc.node, reason=reason, attempt=alloc.attempt)
-        with self.tracer.start_as_current_span(
-            "placer.requeue", attributes={"job": job, "node": alloc.node, "reason": reason}
-        ) as span:
+        attrs = {"job": job, "node": alloc.node, "reason": reason, "attempt": alloc.attempt}
+        with self._job_span("placer.requeue", job, attrs) as span:
             await self.bus.publish(
                 subjects.lifecycle(job), ev, msg_id=f"lost-{job}-{alloc.attempt}"
             )
@@ -148,7 +180,9 @@ class Announcer:
             runtime_s = self.profiles.covering([node]).runtime_s(spec, node.gpu_model)
         if progress is None:
             progress = self.tracker.progress.get(alloc.job_id, 0.0)
-        cmd = RunCommand(allocation=alloc, runtime_s=runtime_s, progress=progress)
+        # the placement's span when sent from it, else (a resend) the job's own trace
+        trace = traceparent_of() or self.tracker.trace_of(alloc.job_id)
+        cmd = RunCommand(allocation=alloc, runtime_s=runtime_s, progress=progress, trace=trace)
         await self.bus.publish(
             subjects.node_command(alloc.node, "run"),
             cmd,

@@ -37,6 +37,7 @@ from __future__ import annotations
 
 import msgspec
 
+from libs.obs.jobspans import clean_traceparent
 from proto.events import (
     Checkpointed,
     LifecycleEvent,
@@ -67,6 +68,7 @@ class TrackerSnapshot(msgspec.Struct, kw_only=True):
     freed_attempt: dict[str, int]
     progress: dict[str, float]
     invalid: dict[str, tuple[JobSpec, list[FieldError]]]
+    traces: dict[str, str] = {}  # live jobs' traceparents (absent before issue 13: none)
 
 
 class _Version(msgspec.Struct):
@@ -87,6 +89,7 @@ class JobTracker:
         self.freed_attempt: dict[str, int] = {}  # job -> highest attempt that a Preempted ended
         self.progress: dict[str, float] = {}
         self.invalid: dict[str, tuple[JobSpec, list[FieldError]]] = {}  # until it ends
+        self.traces: dict[str, str] = {}  # live job -> its trace (Submitted.trace, cleaned)
         self.unaddressable = 0  # unsound Submitted events whose job id is no id at all
         self.events_seen = 0
 
@@ -100,6 +103,8 @@ class JobTracker:
             if job in self.specs or job in self.invalid:
                 return
             errors = revalidate_submitted(ev)
+            if (trace := clean_traceparent(ev.trace)) and sound_id(job):
+                self.traces[job] = trace  # a refusal joins the job's trace too
             if not errors:
                 self.specs[job] = ev.spec
             elif not sound_id(job):
@@ -122,6 +127,7 @@ class JobTracker:
             self._ended_at[job] = self.events_seen
             for d in (self.specs, self.placed, self.started, self.freed_attempt, self.progress):
                 d.pop(job, None)
+            self.traces.pop(job, None)
             self.noted.pop(job, None)
             self.invalid.pop(job, None)
 
@@ -146,6 +152,10 @@ class JobTracker:
 
     def is_terminal(self, job_id: str) -> bool:
         return job_id in self.terminal
+
+    def trace_of(self, job_id: str) -> str:
+        """The job's traceparent ("" when none): the parent of the placer's decision spans."""
+        return self.traces.get(job_id, "")
 
     def next_attempt(self, job_id: str) -> int:
         """The attempt number the job's next placement gets (1 for a fresh job)."""
@@ -184,6 +194,7 @@ class JobTracker:
                 freed_attempt=self.freed_attempt,
                 progress=self.progress,
                 invalid=self.invalid,
+                traces=self.traces,
             )
         )
 
@@ -201,5 +212,6 @@ class JobTracker:
         self.placed, self.started = snap.placed, snap.started
         self.freed_attempt, self.progress = snap.freed_attempt, snap.progress
         self.invalid = snap.invalid
+        self.traces = snap.traces
         self.noted = {}
         return self
