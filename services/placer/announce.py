@@ -181,7 +181,9 @@ class Announcer:
         if progress is None:
             progress = self.tracker.progress.get(alloc.job_id, 0.0)
         # the placement's span when sent from it, else (a resend) the job's own trace
-        trace = traceparent_of() or self.tracker.trace_of(alloc.job_id)
+        trace, here = self.tracker.trace_of(alloc.job_id), traceparent_of()
+        if here and (not trace or trace_id_of(here) == trace_id_of(trace)):
+            trace = here
         cmd = RunCommand(allocation=alloc, runtime_s=runtime_s, progress=progress, trace=trace)
         await self.bus.publish(
             subjects.node_command(alloc.node, "run"),

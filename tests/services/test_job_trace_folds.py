@@ -1,18 +1,22 @@
 """The job's trace in the folds that outlive its messages: the placer's tracker and the
 scorer's pending set keep it per live job, through their snapshots (and read snapshots from
 before the field), the gateway's read model through its own; and the placer's wait spans
-are rate-limited however many cycles a job waits."""
+are rate-limited however many cycles a job waits; a run command carries the placement's
+trace, or the job's when resent."""
 
 from __future__ import annotations
+
+import asyncio
 
 import msgspec
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
-from libs.obs.jobspans import WaitSpanLimiter
+from libs.obs.jobspans import WaitSpanLimiter, job_span, traceparent_of
 from proto.events import Completed, Submitted
 from proto.jobs import JobSpec
+from proto.ledger import Allocation
 from services.gateway.jobs_view import JobsModel
 from services.placer.announce import Announcer
 from services.placer.tracker import JobTracker
@@ -105,3 +109,46 @@ def test_placer_wait_spans_are_rate_limited_over_many_cycles() -> None:
     assert len(placer.wait_spans) == 1
     last = exporter.get_finished_spans()[-1]
     assert (last.name, last.attributes["reason"]) == ("placer.wait", "Priority")
+
+
+class _Bus:
+    def __init__(self) -> None:
+        self.sent: list[tuple[str, object]] = []
+
+    async def publish(self, subject: str, msg: object, **_: object) -> bool:
+        self.sent.append((subject, msg))
+        return True
+
+
+class _Runs(Announcer):
+    def __init__(self) -> None:
+        self.bus = _Bus()
+        self.tracker = JobTracker()
+        self.tracker.apply(submitted("j1"))
+
+
+def test_a_run_command_carries_its_placement_or_else_the_jobs_trace() -> None:
+    tracer = TracerProvider().get_tracer("placer")
+    alloc = Allocation(
+        job_id="j1",
+        node="n1",
+        gpu_indices=(0,),
+        gpu_share=1.0,
+        gpu_mem_gb=8.0,
+        host_mem_gb=16.0,
+        cpus=4.0,
+        time=1.0,
+    )
+    placer = _Runs()
+
+    def sent_trace() -> str:
+        return placer.bus.sent[-1][1].trace
+
+    asyncio.run(placer._publish_run(alloc, 1.0, 0.0))  # a resend: no span
+    assert sent_trace() == GOOD
+    with job_span(tracer, "placer.place", GOOD, job="j1") as span:  # from the placement
+        asyncio.run(placer._publish_run(alloc, 1.0, 0.0))
+        assert sent_trace() == traceparent_of(span) != GOOD
+    with tracer.start_as_current_span("an unrelated span"):  # never another trace
+        asyncio.run(placer._publish_run(alloc, 1.0, 0.0))
+        assert sent_trace() == GOOD
