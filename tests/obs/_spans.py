@@ -77,13 +77,15 @@ def captured() -> Iterator[InMemorySpanExporter]:
 
 @dataclass(frozen=True)
 class Received:
-    """One span as an OTLP receiver got it (ids as hex; ``parent`` "" for a root)."""
+    """One span as an OTLP receiver got it (ids as hex; ``parent`` "" for a root; ``service``
+    the exporting process's ``service.name``)."""
 
     name: str
     trace_id: str
     span_id: str
     parent: str
     attributes: dict[str, object]
+    service: str = ""
 
 
 class OtlpReceiver:
@@ -135,7 +137,8 @@ class OtlpReceiver:
                 s.trace_id.hex(),
                 s.span_id.hex(),
                 s.parent_span_id.hex(),
-                {a.key: _value(a.value) for a in s.attributes},
+                _attrs(s.attributes),
+                str(_attrs(rs.resource.attributes).get("service.name", "")),
             )
             for rs in req.resource_spans
             for ss in rs.scope_spans
@@ -159,6 +162,43 @@ def exporting_to(receiver: OtlpReceiver) -> Iterator[TracerProvider]:
         yield provider
 
 
+def _attrs(kvs: Any) -> dict[str, object]:
+    return {a.key: _value(a.value) for a in kvs}
+
+
 def _value(v: Any) -> object:
     kind = v.WhichOneof("value")
     return getattr(v, kind) if kind else None
+
+
+# a job's spans (issue 13), each once, and the service that emits each
+CHAIN = {
+    "gateway.submit": "gateway",
+    "scorer.score": "scorer",
+    "placer.place": "placer",
+    "executor.start": "executor",
+    "executor.run": "executor",
+    "executor.complete": "executor",
+}
+
+
+def one_span(spans: list[Received], name: str, job: str) -> Received:
+    """The one span ``name`` about ``job``."""
+    mine = [s for s in spans if s.name == name and s.attributes.get("job") == job]
+    assert len(mine) == 1, (name, job, mine)
+    return mine[0]
+
+
+def job_chain(spans: list[Received], job: str) -> dict[str, Received]:
+    """The job's spans: one trace, rooted at the HTTP request, each with its cause as parent."""
+    got = {name: one_span(spans, name, job) for name in CHAIN}
+    submit = got["gateway.submit"]
+    http = next(s for s in spans if s.span_id == submit.parent)
+    assert (http.name, http.parent) == ("POST /v1/jobs", "")  # the root
+    assert {s.trace_id for s in got.values()} == {http.trace_id}
+    assert got["scorer.score"].parent == submit.span_id
+    assert got["placer.place"].parent == submit.span_id
+    place = got["placer.place"].span_id
+    for name in ("executor.start", "executor.run", "executor.complete"):
+        assert got[name].parent == place, name  # the attempt hangs under its placement
+    return got

@@ -16,7 +16,7 @@ from proto.nodes import NodeSpec
 from services.executor.service import main as executor_main
 from services.placer.service import main as placer_main
 from services.scorer.service import main as scorer_main
-from tests.obs._spans import OtlpReceiver, Received, captured, exporting_to
+from tests.obs._spans import OtlpReceiver, captured, exporting_to, job_chain, one_span
 from tests.services._scorer_util import poll, put_nodes, start_in_process
 from tests.services.test_gateway import gateway, get_job, post_job
 
@@ -31,32 +31,10 @@ NODE = NodeSpec(
     max_power_w=70,
 )
 FAST = {"tick_s": 0.3, "debounce_s": 0.02, "settle_s": 0.2, "lease_ttl_s": 2.0}
-CHAIN = ("gateway.submit", "scorer.score", "placer.place", "executor.start", "executor.run")
 
 
 class _Explained(msgspec.Struct):
     decisions: list[Decision]
-
-
-def _one(spans: list[Received], name: str, job: str) -> Received:
-    mine = [s for s in spans if s.name == name and s.attributes.get("job") == job]
-    assert len(mine) == 1, (name, job, mine)
-    return mine[0]
-
-
-def _check_chain(spans: list[Received], job: str) -> dict[str, Received]:
-    """The job's spans: one trace, rooted at the HTTP request, each with its cause as parent."""
-    got = {name: _one(spans, name, job) for name in (*CHAIN, "executor.complete")}
-    submit = got["gateway.submit"]
-    http = next(s for s in spans if s.span_id == submit.parent)
-    assert (http.name, http.parent) == ("POST /v1/jobs", "")  # the root
-    assert {s.trace_id for s in got.values()} == {http.trace_id}
-    assert got["scorer.score"].parent == submit.span_id
-    assert got["placer.place"].parent == submit.span_id
-    place = got["placer.place"].span_id
-    for name in ("executor.start", "executor.run", "executor.complete"):
-        assert got[name].parent == place, name  # the attempt hangs under its placement
-    return got
 
 
 async def _state(http, base: str, job: str) -> str | None:
@@ -89,16 +67,16 @@ async def test_a_job_is_one_trace_from_submission_to_completion(nats_url, bus, h
             assert codes == [0, 0, 0]
         spans = list(receiver.spans)  # the exporter was flushed on leaving exporting_to
     assert receiver.posts >= 1
-    got = _check_chain(spans, "traced")
+    got = job_chain(spans, "traced")
     assert got["executor.complete"].attributes["attempt"] == 1
     # the waiter: many cycles of waiting, few wait spans, all in its own trace
-    waiter = _check_chain(spans, "waiter")
+    waiter = job_chain(spans, "waiter")
     waits = [s for s in spans if s.name == "placer.wait" and s.attributes.get("job") == "waiter"]
     reasons = {s.attributes["reason"] for s in waits}
     assert 1 <= len(waits) <= len(reasons) + 1, waits
     assert all(s.parent == waiter["gateway.submit"].span_id for s in waits)
-    hog = _one(spans, "executor.cancel", "hog")
-    assert hog.parent == _one(spans, "placer.place", "hog").span_id
+    hog = one_span(spans, "executor.cancel", "hog")
+    assert hog.parent == one_span(spans, "placer.place", "hog").span_id
 
 
 async def _run_jobs(http, base: str) -> None:
