@@ -75,6 +75,9 @@ async def test_a_job_is_one_trace_from_submission_to_completion(nats_url, bus, h
     reasons = {s.attributes["reason"] for s in waits}
     assert 1 <= len(waits) <= len(reasons) + 1, waits
     assert all(s.parent == waiter["gateway.submit"].span_id for s in waits)
+    # the hog's cancel: decided by the placer, carried out by the executor, in the hog's trace
+    hog_submit = one_span(spans, "gateway.submit", "hog")
+    assert one_span(spans, "placer.cancel", "hog").parent == hog_submit.span_id
     hog = one_span(spans, "executor.cancel", "hog")
     assert hog.parent == one_span(spans, "placer.place", "hog").span_id
 
