@@ -19,6 +19,9 @@ class _Event(msgspec.Struct, frozen=True, kw_only=True, tag_field="type"):
 
 class Submitted(_Event, tag="submitted"):
     spec: JobSpec
+    # the job's trace: W3C traceparent of the gateway's submit span ("" in older events), the
+    # parent of every later decision span about the job (libs.obs.jobspans)
+    trace: str = ""
 
 
 class Queued(_Event, tag="queued"):

@@ -63,6 +63,7 @@ from services.executor.power import (
 )
 from services.executor.reports import REPORT_INTERVAL_S, Reports
 from services.executor.runners import Outcome, Runner, StartFailed
+from services.executor.spans import event_span, traced_run
 
 COMMAND_TYPES = {
     "node.*.run": RunCommand,
@@ -212,22 +213,22 @@ class NodeExecutor(Reports, PowerHandling):
         task.add_done_callback(self._tasks.discard)
         return task
 
-    async def _emit(self, event: LifecycleEvent, attempt: int) -> None:
-        """Durable publish, retried until NATS takes it (nats-py reconnects meanwhile)."""
-        msg_id = f"{event_type(event)}-{event.job_id}-{attempt}"
-        delay_s = 0.2
-        while True:
-            try:
-                await self.bus.publish(subjects.lifecycle(event.job_id), event, msg_id=msg_id)
-                self.handled += 1
-                self.log.info(event_type(event), job_id=event.job_id, attempt=attempt)
-                return
-            except asyncio.CancelledError:
-                raise
-            except Exception as exc:
-                self.log.warning("publish_retry", msg_id=msg_id, error=repr(exc))
-                await asyncio.sleep(delay_s)
-                delay_s = min(delay_s * 2, 5.0)
+    async def _emit(self, event: LifecycleEvent, entry: Entry) -> None:
+        """Durable publish in the attempt's span (``spans``), retried until NATS takes it."""
+        msg_id, delay_s = f"{event_type(event)}-{event.job_id}-{entry.attempt}", 0.2
+        with event_span(event, entry):
+            while True:
+                try:
+                    await self.bus.publish(subjects.lifecycle(event.job_id), event, msg_id=msg_id)
+                    self.handled += 1
+                    self.log.info(event_type(event), job_id=event.job_id, attempt=entry.attempt)
+                    return
+                except asyncio.CancelledError:
+                    raise
+                except Exception as exc:
+                    self.log.warning("publish_retry", msg_id=msg_id, error=repr(exc))
+                    await asyncio.sleep(delay_s)
+                    delay_s = min(delay_s * 2, 5.0)
 
     async def on_run(self, cmd: RunCommand) -> None:
         alloc = cmd.allocation
@@ -284,7 +285,7 @@ class NodeExecutor(Reports, PowerHandling):
             started = Started(
                 job_id=entry.job_id, time=entry.started_at, node=self.node.id, attempt=entry.attempt
             )
-            await self._emit(started, entry.attempt)
+            await self._emit(started, entry)
         failure: str | None = None
         launch = entry.launch
         if launch is None and not entry.started_sent:
@@ -310,7 +311,7 @@ class NodeExecutor(Reports, PowerHandling):
             outcome = Outcome(False, failure)
         else:
             try:
-                outcome = await self.runner.wait(entry, self.node)
+                outcome = await traced_run(entry, self.runner.wait(entry, self.node))
             except asyncio.CancelledError:
                 raise  # kill / checkpoint / shutdown: whoever cancelled reports it
             except Exception as exc:
@@ -347,7 +348,7 @@ class NodeExecutor(Reports, PowerHandling):
         self.ending[entry.job_id] = entry
         try:
             for event in events:
-                await self._emit(event, entry.attempt)
+                await self._emit(event, entry)
         finally:
             if self.ending.get(entry.job_id) is entry:
                 del self.ending[entry.job_id]

@@ -162,8 +162,10 @@ async def submit(request: web.Request) -> web.Response:
         metrics.SUBMISSIONS.labels("refused").inc()
         gw.log.info("job_refused", job_id=spec.id, errors=[f"{e.field}: {e.reason}" for e in errs])
         return error(400, "invalid job", errs)
-    try:
-        view, duplicate = await gw.submit(spec)
+    try:  # the job's trace starts here: every later decision about it hangs under this span
+        attrs = {"job": spec.id, "tenant": spec.tenant, "gpus": spec.gpus}
+        with gw.tracer.start_as_current_span("gateway.submit", attributes=attrs):
+            view, duplicate = await gw.submit(spec)
     except Exception as exc:  # the bus is down or slow: nothing is lost, the id makes a retry safe
         metrics.SUBMISSIONS.labels("unavailable").inc()
         return _unavailable(gw, "submit", spec.id, exc)

@@ -75,11 +75,12 @@ class _Stored(msgspec.Struct, array_like=True, gc=False):
     submitted_reason: str
     events: list[LifecycleEvent]
     dropped: int
+    submitted_trace: str = ""  # the job's traceparent (absent from snapshots before issue 13)
 
     @classmethod
     def of(cls, e: _Entry) -> _Stored:
         sub = e.submitted
-        return cls(e.view, sub.time, sub.node, sub.reason, e.events, e.dropped)
+        return cls(e.view, sub.time, sub.node, sub.reason, e.events, e.dropped, sub.trace)
 
     def entry(self) -> _Entry:
         view = self.view
@@ -89,6 +90,7 @@ class _Stored(msgspec.Struct, array_like=True, gc=False):
             node=self.submitted_node,
             reason=self.submitted_reason,
             spec=view.spec,
+            trace=self.submitted_trace,
         )
         return _Entry(view=view, submitted=sub, events=self.events, dropped=self.dropped)
 
@@ -139,6 +141,11 @@ class JobsModel:
     def get(self, job_id: str) -> JobView | None:
         entry = self._jobs.get(job_id)
         return entry.view if entry is not None else None
+
+    def trace_of(self, job_id: str) -> str:
+        """The job's traceparent (its ``Submitted.trace``), "" when unknown or untraced."""
+        entry = self._jobs.get(job_id)
+        return entry.submitted.trace if entry is not None else ""
 
     def events(self, job_id: str) -> list[LifecycleEvent]:
         """The Submitted event and the newest ones after it (``keep_events`` at most)."""

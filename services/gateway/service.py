@@ -28,6 +28,7 @@ from libs.bus.snapshot import (
     Snapshotter,
     ensure_snapshot_bucket,
 )
+from libs.obs.jobspans import traceparent_of
 from proto import subjects
 from proto.decisions import Decision
 from proto.events import LifecycleEvent, Submitted
@@ -252,7 +253,8 @@ class Gateway:
         self.submitting.add(spec.id)  # the bus consumer (producers.py) sees our jobs.submit too
         try:
             new = await self.bus.publish(subjects.SUBJECT_SUBMIT, spec, msg_id=spec.id)
-            event = Submitted(job_id=spec.id, time=spec.submit_time or self.clock.now(), spec=spec)
+            when = spec.submit_time or self.clock.now()  # the trace: the caller's span (libs.obs)
+            event = Submitted(job_id=spec.id, time=when, spec=spec, trace=traceparent_of())
             await self.bus.publish(
                 subjects.lifecycle(spec.id), event, msg_id=f"submitted-{spec.id}"
             )

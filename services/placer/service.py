@@ -385,7 +385,7 @@ class Placer(Announcer, NodeWatch, Cancels):
         PLACED.inc()
         self.placed_count += 1
         attrs = {"job": job, "node": alloc.node, "score": p.placement.score}
-        with self.tracer.start_as_current_span("placer.place", attributes=attrs) as span:
+        with self._job_span("placer.place", job, attrs) as span:  # in the job's trace
             await self._publish_placed(alloc)
             decision = Decision(
                 job_id=job,

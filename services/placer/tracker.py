@@ -37,6 +37,7 @@ from __future__ import annotations
 
 import msgspec
 
+from libs.obs.jobspans import clean_traceparent
 from proto.events import (
     Checkpointed,
     LifecycleEvent,
@@ -68,6 +69,7 @@ class TrackerSnapshot(msgspec.Struct, kw_only=True):
     progress: dict[str, float]
     invalid: dict[str, tuple[JobSpec, list[FieldError]]]
     enqueued_at: dict[str, float] = {}
+    traces: dict[str, str] = {}  # live jobs' traceparents (absent before issue 13: none)
 
 
 class _Version(msgspec.Struct):
@@ -89,6 +91,7 @@ class JobTracker:
         self.progress: dict[str, float] = {}
         self.enqueued_at: dict[str, float] = {}  # job -> its place in line (submit time)
         self.invalid: dict[str, tuple[JobSpec, list[FieldError]]] = {}  # until it ends
+        self.traces: dict[str, str] = {}  # live job -> its trace (Submitted.trace, cleaned)
         self.unaddressable = 0  # unsound Submitted events whose job id is no id at all
         self.events_seen = 0
         self.changed: set[str] = set()  # jobs an event touched since the scheduler looked
@@ -104,6 +107,8 @@ class JobTracker:
             if job in self.specs or job in self.invalid:
                 return
             errors = revalidate_submitted(ev)
+            if (trace := clean_traceparent(ev.trace)) and sound_id(job):
+                self.traces[job] = trace  # a refusal joins the job's trace too
             if not errors:
                 self.specs[job] = ev.spec
                 self.enqueued_at[job] = ev.spec.submit_time or ev.time
@@ -134,6 +139,7 @@ class JobTracker:
                 self.enqueued_at,
             ):
                 d.pop(job, None)
+            self.traces.pop(job, None)
             self.noted.pop(job, None)
             self.invalid.pop(job, None)
 
@@ -158,6 +164,10 @@ class JobTracker:
 
     def is_terminal(self, job_id: str) -> bool:
         return job_id in self.terminal
+
+    def trace_of(self, job_id: str) -> str:
+        """The job's traceparent ("" when none): the parent of the placer's decision spans."""
+        return self.traces.get(job_id, "")
 
     def next_attempt(self, job_id: str) -> int:
         """The attempt number the job's next placement gets (1 for a fresh job)."""
@@ -197,6 +207,7 @@ class JobTracker:
                 progress=self.progress,
                 invalid=self.invalid,
                 enqueued_at=self.enqueued_at,
+                traces=self.traces,
             )
         )
 
@@ -217,5 +228,6 @@ class JobTracker:
         # a snapshot from before enqueued_at was kept: the submit time the spec carries
         known = snap.enqueued_at
         self.enqueued_at = {j: known.get(j, s.submit_time or 0.0) for j, s in self.specs.items()}
+        self.traces = snap.traces
         self.noted = {}
         return self

@@ -30,6 +30,7 @@ from collections.abc import Callable
 
 import msgspec
 
+from libs.obs.jobspans import clean_traceparent
 from libs.policy.types import PendingJob
 from proto.events import (
     Checkpointed,
@@ -64,6 +65,7 @@ class PendingSnapshot(msgspec.Struct, kw_only=True):
     terminal: list[tuple[str, int]]  # (job, events seen when it ended), oldest end first
     invalid: list[str]
     queued: dict[str, int]
+    traces: dict[str, str] = {}  # live jobs' traceparents (absent before issue 13: none)
 
 
 class _Version(msgspec.Struct):
@@ -93,6 +95,7 @@ class PendingSet:
         self._terminal: dict[str, int] = {}  # job -> self.events at its end, oldest first
         self._invalid: set[str] = set()  # jobs whose first Submitted was refused
         self._queued: dict[str, int] = {}  # job -> attempt for which Queued is already out
+        self._traces: dict[str, str] = {}  # live job -> its trace (Submitted.trace, cleaned)
 
     def apply(self, ev: LifecycleEvent) -> bool:
         """Fold one event in; True when the pending set changed (a re-rank is due)."""
@@ -112,6 +115,8 @@ class PendingSet:
                     self._on_invalid(ev, errors)
                 return False
             self._specs[job] = ev.spec
+            if trace := clean_traceparent(ev.trace):
+                self._traces[job] = trace
             self._enqueued_at[job] = ev.spec.submit_time or ev.time
             if job not in self._placed_attempt:
                 self.pending[job] = PendingJob(ev.spec, self._enqueued_at[job], attempt=1)
@@ -154,6 +159,7 @@ class PendingSet:
             for d in (self._specs, self._enqueued_at, self._placed_attempt, self._progress):
                 d.pop(job, None)
             self._preempted_attempt.pop(job, None)
+            self._traces.pop(job, None)
             self._queued.pop(job, None)
             self._invalid.discard(job)
             return self.pending.pop(job, None) is not None
@@ -171,6 +177,10 @@ class PendingSet:
 
     def is_terminal(self, job_id: str) -> bool:
         return job_id in self._terminal
+
+    def trace_of(self, job_id: str) -> str:
+        """The job's traceparent ("" when it has none): the parent of the scorer's spans."""
+        return self._traces.get(job_id, "")
 
     def __len__(self) -> int:
         return len(self.pending)
@@ -202,6 +212,7 @@ class PendingSet:
                 terminal=list(self._terminal.items()),
                 invalid=sorted(self._invalid),
                 queued=self._queued,
+                traces=self._traces,
             )
         )
 
@@ -224,4 +235,5 @@ class PendingSet:
         self._terminal = dict(snap.terminal)
         self._invalid = set(snap.invalid)
         self._queued = snap.queued
+        self._traces = snap.traces
         return self

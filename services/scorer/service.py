@@ -20,6 +20,7 @@ import time
 from dataclasses import dataclass, field
 
 import msgspec
+from opentelemetry import trace
 from prometheus_client import Gauge
 
 from libs.bus.connection import Bus
@@ -29,6 +30,7 @@ from libs.bus.runtime import ServiceContext
 from libs.bus.snapshot import SnapshotFollower, SnapshotSettings
 from libs.clock import Clock
 from libs.obs.health import Heartbeat
+from libs.obs.jobspans import job_span
 from libs.policy.config import REGIMES, PolicyConfig
 from libs.policy.profiles import ProfileTable
 from proto import subjects
@@ -46,6 +48,7 @@ REGIME = Gauge("mosaic_scorer_regime", "1 for the current load regime, else 0.",
 LOAD = Gauge("mosaic_scorer_load", "Allocated GPU share of the cluster (0..1).")
 RANK_SECONDS = Gauge("mosaic_scorer_rank_seconds", "Wall seconds of the last ranking.")
 SNAPSHOT_KEY = "scorer.pending"  # the pending set's object in the snapshots bucket
+TRACER = trace.get_tracer("scorer")
 
 
 @dataclass(frozen=True)
@@ -204,7 +207,21 @@ class Scorer:
         async def one(rank: int, entry_score: float, job: str) -> None:
             attempt = self.pending.pending[job].attempt
             ev = Queued(job_id=job, time=queue.time, rank=rank + 1, score=entry_score)
-            await self.bus.publish(subjects.lifecycle(job), ev, msg_id=f"queued-{job}-{attempt}")
+            # the job's score decision, once per attempt (not per re-rank), in the job's trace
+            trace = self.pending.trace_of(job)
+            with job_span(
+                TRACER,
+                "scorer.score",
+                trace,
+                job=job,
+                attempt=attempt,
+                rank=rank + 1,
+                score=entry_score,
+                regime=queue.regime,
+            ):
+                await self.bus.publish(
+                    subjects.lifecycle(job), ev, msg_id=f"queued-{job}-{attempt}"
+                )
             self.pending.mark_queued(job)
 
         await asyncio.gather(*(one(i, e.score, e.spec.id) for i, e in new))
