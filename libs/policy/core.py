@@ -54,13 +54,13 @@ from proto.nodes import NodeSpec
 POWER_HOLD = "power"  # the cordon hold of a suspended or booting node
 
 
-def usage_of(alloc: Allocation, spec: JobSpec) -> np.ndarray:
+def usage_of(spec: JobSpec) -> np.ndarray:
     """What a running job holds in ``RESOURCES`` order (GPUs, GPU memory, host memory, CPUs),
-    for dominant-resource fairness: its GPU share times the GPU memory each GPU gives it (a
-    half-GPU job with 20 GB per GPU holds 0.5 GPUs and 10 GB). One definition for both drivers
-    (they used to count fractions differently)."""
-    gpus = spec.gpus
-    return np.array([gpus, gpus * spec.gpu_mem_gb, spec.host_mem_gb, spec.cpus], dtype=float)
+    for dominant-resource fairness. GPU memory is what the job holds on its GPUs: ``gpu_mem_gb``
+    on each (a half-GPU job asking 20 GB holds 0.5 GPUs and 20 GB). One definition for both
+    drivers: they counted fractions differently (the simulator 10 GB, the live placer 20)."""
+    mem = F.whole_gpus(spec) * spec.gpu_mem_gb
+    return np.array([spec.gpus, mem, spec.host_mem_gb, spec.cpus], dtype=float)
 
 
 class Scheduler:
@@ -136,7 +136,7 @@ class Scheduler:
         else:
             self.view.allocate(alloc)
             self.power.node_taken(i)
-        vec = usage_of(alloc, spec)
+        vec = usage_of(spec)
         self._held[job_id] = (alloc, vec, spec.tenant)
         cur = self.usage.get(spec.tenant)
         self.usage[spec.tenant] = vec.copy() if cur is None else cur + vec
