@@ -1,11 +1,16 @@
 """The pending set, folded from lifecycle events. Pure: no I/O, so a replay rebuilds it exactly.
 
+What the scorer needs it for: which attempts still want their admission score (a ``Queued``
+without a reason, the scorer's own, marks its attempt as announced, so a restart that replays
+the stream announces nothing twice), each job's trace, and the queue's length for the gauge.
+The order of the queue is not kept here: the placer's scheduler decides it (``service``).
+
 A job is pending after ``Submitted`` or ``Preempted`` until it is ``Placed`` or ends. A preempted
 job comes back with the next attempt number and the progress of its last checkpoint, and keeps
 its original enqueue time (being preempted is not the job's fault, so it does not lose its age).
 
 The bus is a trust boundary (rule 6): a ``Submitted`` whose spec fails
-``proto.validation.revalidate_spec`` never enters the pending set, since ranking it could make
+``proto.validation.revalidate_spec`` never enters the pending set, since scoring it could make
 every round fail. The scorer does not end the job itself: the placer, the one writer of
 refusals, publishes its ``Failed`` (see ``services.placer.tracker``), which this fold then
 sees like any other end. A checkpoint's progress that is not a fraction in [0, 1] is ignored.
@@ -124,7 +129,11 @@ class PendingSet:
             return False
         if isinstance(ev, Queued):
             p = self.pending.get(job)
-            if p is not None:
+            # only the scorer's own admission announcement counts: the placer's carry a reason
+            # (were they counted, an early wait reason would leave the attempt unscored), and
+            # one naming another attempt (published before a Placed and Preempted this fold
+            # has already seen) is not this attempt's
+            if p is not None and not ev.reason and ev.attempt in (0, p.attempt):
                 self._queued[job] = p.attempt
             return False
         if isinstance(ev, Placed):
@@ -166,13 +175,15 @@ class PendingSet:
         return False
 
     def needs_queued_event(self, job_id: str) -> bool:
-        """True when the job's current attempt has not had its ``Queued`` event yet."""
+        """True when the job's current attempt has not had its admission ``Queued`` yet."""
         p = self.pending.get(job_id)
         return p is not None and self._queued.get(job_id) != p.attempt
 
-    def mark_queued(self, job_id: str) -> None:
+    def mark_queued(self, job_id: str, attempt: int | None = None) -> None:
+        """The job's current attempt (or ``attempt``, if it still is the current one) has had
+        its admission ``Queued``."""
         p = self.pending.get(job_id)
-        if p is not None:
+        if p is not None and attempt in (None, p.attempt):
             self._queued[job_id] = p.attempt
 
     def is_terminal(self, job_id: str) -> bool:
