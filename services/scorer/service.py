@@ -126,7 +126,7 @@ class Scorer:
         self._dirty.set()
 
     def _on_invalid(self, ev: Submitted, errors: list[FieldError]) -> None:
-        """Kept out of the pending set; the placer publishes its Failed (services.scorer.pending)."""
+        """Kept out of the pending set; the placer publishes its Failed (``pending``)."""
         self.log.warning("invalid_job_from_bus", job_id=ev.job_id, errors=describe(errors))
 
     async def _on_node(self, key: str, value: NodeSpec | None) -> None:
@@ -182,10 +182,9 @@ class Scorer:
 
     async def score_and_announce(self) -> Admission:
         """One round: score the attempts not yet announced, publish their ``Queued``, set the
-        gauges. The whole pending set is only walked for the newcomers and their tenants."""
+        gauges. The whole pending set is walked only for its tenants, when there are newcomers."""
         pending = self.pending.pending
-        wanted = self.pending.needs_queued_event
-        newcomers = [p for job, p in pending.items() if wanted(job)]
+        newcomers = self.pending.unannounced()
         t0 = time.perf_counter()
         admission = admission_scores(
             newcomers,

@@ -21,7 +21,6 @@ from libs.obs.logging import get_logger
 from libs.obs.tracing import setup_tracing
 from libs.policy.inventory import NodeGroup, demo_cluster, expand
 from proto import subjects
-from proto.decisions import RankedQueue
 from proto.events import Cancelled, Completed, Placed, Queued, Started, Submitted, is_terminal
 from proto.jobs import CancelRequest, JobSpec
 from proto.ledger import Allocation
@@ -97,15 +96,10 @@ async def _events(bus: Bus) -> list:
     return await lifecycle_events(bus) if info.state.messages else []
 
 
-async def _queue_ids(bus: Bus) -> list[str]:
-    kv = await bus.kv(subjects.KV_QUEUE, RankedQueue)
-    e = await kv.get(subjects.KV_QUEUE_KEY)
-    return [x.spec.id for x in e.value.entries] if e else []
-
-
 async def _queued_counts(bus: Bus) -> dict[str, int]:
+    """The scorer's admission ``Queued`` events per job (the placer's carry a reason)."""
     per = by_job(await lifecycle_events(bus))
-    return {j: sum(isinstance(e, Queued) for e in evs) for j, evs in per.items()}
+    return {j: sum(isinstance(e, Queued) and not e.reason for e in evs) for j, evs in per.items()}
 
 
 async def test_a_restarted_scorer_handles_only_the_events_after_its_snapshot(nats_url, bus):
@@ -114,7 +108,7 @@ async def test_a_restarted_scorer_handles_only_the_events_after_its_snapshot(nat
         await submit(bus, JobSpec(id=f"s-{i}", priority=i))
     await bus.publish(subjects.lifecycle("s-0"), Placed(job_id="s-0", time=1.0, node="a100-0"))
     async with scorer(nats_url) as a:
-        await poll(lambda: _queue_ids(bus))  # ranked; its two Queued events are out
+        await poll(lambda: _queued_counts_are(bus, {"s-1": 1, "s-2": 1}))  # scored, announced
         last = await _last_seq(bus)  # 4 + 2 Queued
         await poll(lambda: asyncio.sleep(0, a.snapshots.handled == last))
         before = dict(a.pending.pending)

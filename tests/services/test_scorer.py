@@ -126,12 +126,13 @@ async def test_a_restart_announces_nothing_twice(nats_url):
     now = time.time()
     for i in range(30):
         await submit(bus, JobSpec(id=f"r-{i:02d}", priority=i % 10, tenant=f"t{i % 3}"), now=now)
-    for i in range(0, 30, 4):  # some were placed before the scorer ever ran
+    for i in range(0, 30, 4):  # placed before the scorer ever ran: still scored, once
         await bus.publish(
             subjects.lifecycle(f"r-{i:02d}"),
             Placed(job_id=f"r-{i:02d}", time=now, node="a100-0", gpu_indices=(0,)),
         )
-    expected = {f"r-{i:02d}" for i in range(30) if i % 4}
+    await bus.publish(subjects.lifecycle("r-01"), Cancelled(job_id="r-01", time=now))  # ended
+    expected = {f"r-{i:02d}" for i in range(30)} - {"r-01"}
     check = _counts_are(dict.fromkeys(expected, 1))
 
     svc = start_in_process("scorer", scorer_main, nats_url, rescore_s=0.3, debounce_s=0.05)
@@ -217,6 +218,26 @@ def test_pending_set_folds_events_in_any_replay():
     assert s.apply(Completed(job_id="a", time=15.0))
     assert len(s) == 0 and s.is_terminal("a")
     assert not s.apply(Preempted(job_id="a", time=16.0))  # nothing revives an ended job
+    assert s.unannounced() == []
+
+
+def test_an_attempt_placed_before_its_score_is_still_scored_once():
+    """The placer does not wait for the scorer: an attempt placed first is announced after,
+    once, also by a set restored from a snapshot taken in between."""
+    s = PendingSet()
+    spec = JobSpec(id="b", submit_time=1.0)
+    s.apply(Submitted(job_id="b", time=1.0, spec=spec))
+    s.apply(Placed(job_id="b", time=1.1, attempt=1))
+    assert len(s) == 0 and s.needs_queued_event("b")
+    restored = PendingSet().load(s.encode())
+    for model in (s, restored):
+        [due] = model.unannounced()
+        assert (due.spec, due.attempt, due.enqueued_at) == (spec, 1, 1.0)
+        model.apply(Queued(job_id="b", time=1.2, score=0.5, attempt=1))
+        assert model.unannounced() == [] and not model.needs_queued_event("b")
+        model.apply(Queued(job_id="b", time=1.2, score=0.5, attempt=1))  # a replay
+        assert not model.apply(Placed(job_id="b", time=1.1, attempt=1))  # a replay
+        assert model.unannounced() == []
 
 
 def test_scorer_process_announces_and_stops_cleanly_on_sigterm(nats_url):
