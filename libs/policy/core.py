@@ -67,8 +67,15 @@ class Scheduler:
     """One cluster's scheduling state and decisions (see the module docstring)."""
 
     def __init__(
-        self, nodes: Sequence[NodeSpec], *, cfg: PolicyConfig, profiles: ProfileTable
+        self,
+        nodes: Sequence[NodeSpec],
+        *,
+        cfg: PolicyConfig,
+        profiles: ProfileTable,
+        now: float = 0.0,
     ) -> None:
+        """``now``: when the scheduler starts; every node counts as idle since then (so a
+        placer that starts does not suspend every node at once)."""
         self.cfg = cfg
         self.profiles = profiles.covering(nodes)
         self.view = ClusterView.build(nodes)
@@ -81,7 +88,7 @@ class Scheduler:
         self._holds: dict[str, set[str]] = {}  # node -> why it is cordoned (operator, down...)
         self._cadence = BackfillCadence(cfg.backfill_interval_s)
         self._tick_at: float | None = None
-        self.power = PowerState(self.view, cfg, self.profiles)
+        self.power = PowerState(self.view, cfg, self.profiles, now)
         self._why: dict[str, str] = {}  # job -> reason of its last wait, for jobs a pass tried
         self._told: dict[str, str] = {}  # job -> the reason last handed out (reason_changes)
         self._dirty: set[str] = set()  # queued jobs whose reason may differ from _told
@@ -184,6 +191,32 @@ class Scheduler:
         """A booting node is up: it takes jobs again."""
         self.power.resumed(self.view.index[node_id], now)
         self.set_cordoned(node_id, POWER_HOLD, False)
+
+    def power_fact(self, node_id: str, state: str, now: float) -> None:
+        """What a node says of its power ("awake", "asleep", "waking"), where it differs from
+        what this scheduler decided: a node that refused to suspend (it was busy), a node
+        already asleep when this scheduler was built (a placer restart), a node woken by
+        someone else. The scheduler takes the node's word."""
+        i = self.view.index.get(node_id)
+        if i is None:
+            return
+        p = self.power
+        if state == "awake" and (p.suspended[i] or p.resuming[i]):
+            p.suspended[i] = False
+            self.node_resumed(node_id, now)
+        elif state == "asleep" and not (p.suspended[i] or p.resuming[i]):
+            p.suspended[i] = True
+            self.set_cordoned(node_id, POWER_HOLD, True)
+        elif state == "waking" and not p.resuming[i]:
+            p.suspended[i], p.resuming[i] = False, True
+            self.set_cordoned(node_id, POWER_HOLD, True)
+
+    def power_state(self, node_id: str) -> str:
+        """This scheduler's idea of a node's power: "awake", "asleep" or "waking"."""
+        i = self.view.index[node_id]
+        if self.power.resuming[i]:
+            return "waking"
+        return "asleep" if self.power.suspended[i] else "awake"
 
     # ----- decisions -----------------------------------------------------------------------
     def schedule_pass(self, now: float) -> list[Place]:

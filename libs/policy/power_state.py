@@ -53,11 +53,13 @@ def wake_orders(view: ClusterView, profiles: ProfileTable) -> tuple[np.ndarray, 
 class PowerState:
     """Power states and idle times of the nodes, and the blocked demand (see module doc)."""
 
-    def __init__(self, view: ClusterView, cfg: PolicyConfig, profiles: ProfileTable) -> None:
+    def __init__(
+        self, view: ClusterView, cfg: PolicyConfig, profiles: ProfileTable, now: float = 0.0
+    ) -> None:
         n = len(view.node_ids)
         self.view = view
         self.cfg = cfg
-        self.idle_since = np.zeros(n)  # since when each empty node holds nothing
+        self.idle_since = np.full(n, float(now))  # since when each empty node holds nothing
         self.suspended = np.zeros(n, dtype=bool)
         self.resuming = np.zeros(n, dtype=bool)
         # the jobs the last backfill pass could not start, in rank order: their queue entries

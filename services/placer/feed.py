@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Mapping, Set
+from dataclasses import dataclass
 
 from libs.policy.config import PolicyConfig
 from libs.policy.core import Scheduler
@@ -32,6 +33,16 @@ from services.placer.tracker import JobTracker
 # a temperature moves the thermal score term only when it moved this much: telemetry every 5 s
 # would otherwise invalidate every memo of the view on every cycle
 TEMP_STEP_C = 1.0
+
+
+@dataclass(frozen=True)
+class PowerFacts:
+    """What the executors said of their nodes' power: the nodes not awake now (node ->
+    "asleep" | "waking") and those that became awake (or refused to suspend) since the last
+    cycle."""
+
+    states: Mapping[str, str]
+    woke: tuple[str, ...] = ()
 
 
 class TouchingSet(set):
@@ -86,6 +97,7 @@ class SchedulerFeed:
         temps: Mapping[str, float],
         now: float,
         settled: bool,
+        power: PowerFacts | None = None,
     ) -> tuple[Scheduler | None, list[JobSpec]]:
         """Bring the scheduler up to date. Returns it (None while no node is known) and the
         pending jobs no node could ever hold (to refuse; only once the node set ``settled``)."""
@@ -107,6 +119,8 @@ class SchedulerFeed:
             self._never_checked = True
             never += [j.spec for j in list(sched.queue) if not sched.can_ever_place(j.spec)]
         self.holds_changed = self._sync_holds(sched, holds)
+        if power is not None:
+            self.holds_changed |= self._sync_power(sched, power, now)
         self._sync_temps(sched, temps)
         return sched, never
 
@@ -190,7 +204,7 @@ class SchedulerFeed:
             seq = old.queue.seq()
             rows = sorted(range(len(old.queue)), key=lambda r: seq[r])
             order = [old.queue[r].spec.id for r in rows]
-        sched = Scheduler(nodes, cfg=self.cfg, profiles=self.profiles)
+        sched = Scheduler(nodes, cfg=self.cfg, profiles=self.profiles, now=now)
         self.sched, self._nodes = sched, nodes
         self._by_id = {n.id: n for n in nodes}
         self.rebuilds += 1
@@ -220,6 +234,21 @@ class SchedulerFeed:
                 sched.set_cordoned(n, why, False)
                 moved = True
         return moved
+
+    @staticmethod
+    def _sync_power(sched: Scheduler, facts: PowerFacts, now: float) -> bool:
+        """Take the nodes' word on their power where the scheduler thinks otherwise (see
+        ``core.Scheduler.power_fact``). True when a node woke (a pass is due)."""
+        index = sched.view.index
+        woke = False
+        for node in facts.woke:
+            if node in index and sched.power_state(node) != "awake":
+                sched.power_fact(node, "awake", now)
+                woke = True
+        for node, state in facts.states.items():
+            if node in index and state != "awake" and sched.power_state(node) == "awake":
+                sched.power_fact(node, state, now)
+        return woke
 
     def _sync_temps(self, sched: Scheduler, temps: Mapping[str, float]) -> None:
         for node, t in temps.items():

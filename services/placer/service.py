@@ -18,44 +18,39 @@ import dataclasses
 import time
 
 from opentelemetry import trace
-from prometheus_client import Counter, Gauge, Histogram
+from prometheus_client import Gauge, Histogram
 
 from libs.bus.connection import Bus, Consumer
-from libs.bus.errors import KeyExists
 from libs.bus.lease import Lease, LeaseRecord
 from libs.bus.refusals import refused
 from libs.bus.replay import wait_caught_up
 from libs.bus.runtime import ServiceContext
 from libs.clock import Clock
 from libs.obs.health import Heartbeat
-from libs.obs.tracing import span_trace_id
 from libs.policy.config import PolicyConfig
-from libs.policy.core import Scheduler
-from libs.policy.decisions import Decisions, Place
 from libs.policy.profiles import ProfileTable
 from libs.policy.warmup import warm_up
 from proto import subjects
-from proto.decisions import CandidateScore, Decision
 from proto.events import LifecycleEvent, Preempted, Submitted, is_terminal
 from proto.jobs import CancelRequest
 from proto.ledger import Allocation
 from proto.nodes import ExecutorReport, NodeSpec, TelemetrySample
 from proto.validation import describe
 from proto.validation_records import revalidate_node_spec
-from services.placer.announce import SERVICE, Announcer
+from services.placer.announce import Announcer
 from services.placer.cancels import Cancels
+from services.placer.commit import Committer
 from services.placer.cordons import Cordons
 from services.placer.cycle import (
     INVALID,
     Refuse,
-    audit_candidates,
-    chosen_only,
     never_fits_refusal,
 )
 from services.placer.feed import SchedulerFeed, TouchingSet
 from services.placer.leadership import Leadership
 from services.placer.ledger_gc import purge_ledger_markers
 from services.placer.nodewatch import NodeWatch
+from services.placer.power import send_power_commands
 from services.placer.reconcile import Reconciler
 from services.placer.settings import PlacerSettings, settings_from_args
 from services.placer.snapshot import seed_reconciler, tracker_snapshots
@@ -65,7 +60,6 @@ LEASE_NAME = "placer"
 
 ACTIVE = Gauge("mosaic_placer_active", "1 while this replica holds the placer lease.")
 LEDGER_SIZE = Gauge("mosaic_placer_ledger_allocations", "Allocations in the ledger.")
-PLACED = Counter("mosaic_placer_placements_total", "Allocations committed.")
 CYCLE_SECONDS = Histogram(
     "mosaic_placer_cycle_seconds",
     "Wall seconds of one placement cycle (decision and commits).",
@@ -73,7 +67,7 @@ CYCLE_SECONDS = Histogram(
 )
 
 
-class Placer(Announcer, NodeWatch, Cancels):
+class Placer(Committer, Announcer, NodeWatch, Cancels):
     def __init__(
         self,
         bus: Bus,
@@ -302,6 +296,7 @@ class Placer(Announcer, NodeWatch, Cancels):
                 temps=self.temps,
                 now=now,
                 settled=settled,
+                power=self.power_facts(),
             )
             for spec in never:
                 if self.active:
@@ -317,47 +312,14 @@ class Placer(Announcer, NodeWatch, Cancels):
             decisions = sched.tick(now, pass_due=due)
             self._next_tick_s = decisions.next_tick_s
             placed = await self._commit_all(sched, decisions, before, now)
+            if decisions.suspend or decisions.wake:
+                await send_power_commands(
+                    self.bus, decisions.suspend, decisions.wake, now, "power saving"
+                )
             await self._tell_reasons(sched)
             LEDGER_SIZE.set(len(self.ledger))
             CYCLE_SECONDS.observe(time.perf_counter() - t0)
             return placed
-
-    async def _commit_all(self, sched: Scheduler, decisions: Decisions, before, now: float) -> int:
-        """Commit the tick's placements in order; give back any that cannot be committed."""
-        placed = 0
-        explained = 0
-        for p in decisions.places:
-            if not self.active:  # lost the lease mid-cycle: the new holder decides
-                sched.unplace(p.allocation, now)
-                continue
-            if before is not None and explained < self.settings.explain_per_cycle:
-                cands = audit_candidates(p, before, sched.profiles, self.policy)
-                explained += 1
-            else:
-                cands = chosen_only(p.placement)
-            if before is not None:
-                before.allocate(p.allocation)
-            if await self._commit(p, cands):
-                sched.start_job(p.allocation.job_id, p.allocation, p.job.spec, now)
-                placed += 1
-            else:  # the ledger holds another allocation: the next sync takes the ledger's
-                sched.unplace(p.allocation, now)
-                self.feed.touch(p.allocation.job_id)
-        return placed
-
-    def node_holds(self, down: set[str]) -> dict[str, set[str]]:
-        """Why nodes are held out of placement now: down (a silent executor), cordoned (by an
-        operator, ``services.placer.cordons``, or by a node label)."""
-        return {"down": down, "cordoned": set(self.cordons.ids(self.nodes.values()))}
-
-    async def _tell_reasons(self, sched: Scheduler) -> None:
-        """Publish the waits whose reason changed (a bounded number per cycle)."""
-        news = sched.reason_changes(self.settings.reasons_per_cycle)
-        for job in [j for j in self.waiting if j not in sched.queue]:
-            del self.waiting[job]
-        if news:
-            self.waiting.update(news)
-            await self._explain_waiting(news, sched)
 
     async def _free_ended(self) -> None:
         """Delete the allocations of jobs that ended or whose attempt was preempted."""
@@ -367,46 +329,6 @@ class Placer(Announcer, NodeWatch, Cancels):
                 del self.ledger[job]
                 self.feed.touch(job)
                 self.log.info("freed", job=job, node=alloc.node, attempt=alloc.attempt)
-
-    async def _commit(self, p: Place, candidates: tuple[CandidateScore, ...]) -> bool:
-        """Create the ledger entry of ``p`` and announce it; False when the ledger already
-        holds this job (placed by a predecessor: its entry is taken instead)."""
-        job, alloc = p.allocation.job_id, p.allocation
-        try:
-            await self.ledger_kv.create(job, alloc)
-        except KeyExists:  # placed already (by a predecessor): take the ledger's word for it
-            e = await self.ledger_kv.get(job)
-            if e is not None:
-                self.ledger[job] = e.value
-            return False
-        self.ledger[job] = alloc
-        self._unannounced.add(job)  # until every message is out (a NATS error retries it)
-        self.tracker.note_placed(job, alloc.attempt)
-        PLACED.inc()
-        self.placed_count += 1
-        attrs = {"job": job, "node": alloc.node, "score": p.placement.score}
-        with self._job_span("placer.place", job, attrs) as span:  # in the job's trace
-            await self._publish_placed(alloc)
-            decision = Decision(
-                job_id=job,
-                time=alloc.time,
-                action="place",
-                service=SERVICE,
-                node=alloc.node,
-                reason=f"score {p.placement.score:.3f}",
-                candidates=candidates,
-                trace_id=span_trace_id(span),
-            )
-            await asyncio.gather(
-                self._publish_run(alloc, None, p.job.progress),
-                self.bus.publish(
-                    subjects.decisions(SERVICE),
-                    decision,
-                    msg_id=f"decision-place-{job}-{alloc.attempt}",
-                ),
-            )
-        self._unannounced.discard(job)
-        return True
 
     async def _announce_unannounced(self) -> None:
         """Resend Placed and run for commits whose messages failed (same ids: no duplicates)."""

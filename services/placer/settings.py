@@ -24,9 +24,9 @@ class PlacerSettings:
     # audit records: placements per cycle explained with their rivals (the rest carry the
     # chosen node's terms), and changed wait reasons published per cycle (the rest next cycle)
     explain_per_cycle: int = 16
-    # suspend idle nodes and wake them for blocked jobs (the policy's power stage): only where
-    # the executors act on power commands
-    power_saving: bool = False
+    # suspend idle nodes and wake them for blocked jobs (the policy's power stage, as in the
+    # simulator); off: every node stays awake (e.g. executors without a power hook)
+    power_saving: bool = True
     reasons_per_cycle: int = 500
     reconcile: ReconcileSettings = field(default_factory=ReconcileSettings)
     wedged_after_s: float = 120.0  # /healthz 503 when the cycle loop made no turn this long
@@ -52,6 +52,7 @@ def settings_from_args(args: argparse.Namespace) -> PlacerSettings:
         debounce_s=getattr(args, "debounce_s", d.debounce_s),
         settle_s=getattr(args, "settle_s", d.settle_s),
         holder=getattr(args, "holder", "") or "",
+        power_saving=not getattr(args, "no_power_saving", False),
         reconcile=ReconcileSettings(
             misses=getattr(args, "lost_after_reports", r.misses),
             down_intervals=getattr(args, "down_after_intervals", r.down_intervals),

@@ -92,7 +92,7 @@ def test_placer_wait_spans_are_rate_limited_over_many_cycles() -> None:
     placer.waiting = {f"j{i}": "Resources" for i in range(20)}
     for _ in range(120):  # 120 cycles, 0.5 s apart: 60 s of 20 jobs waiting
         now[0] += 0.5
-        placer._trace_waits()
+        placer._trace_waits(placer.waiting)  # the worst case: every wait is news each cycle
     waits = [s for s in exporter.get_finished_spans() if s.name == "placer.wait"]
     # the cap: a burst of 3 then 3 a second; per job: once, then 30 s later
     assert len(waits) <= 3 + 60 * 3
@@ -105,7 +105,7 @@ def test_placer_wait_spans_are_rate_limited_over_many_cycles() -> None:
     assert max(per_job.values()) <= 2 and len(per_job) == 20  # every job got one
     placer.waiting = {"j0": "Priority"}  # a new reason is news; the others stopped waiting
     now[0] += 0.5
-    placer._trace_waits()
+    placer._trace_waits(placer.waiting)
     assert len(placer.wait_spans) == 1
     last = exporter.get_finished_spans()[-1]
     assert (last.name, last.attributes["reason"]) == ("placer.wait", "Priority")
