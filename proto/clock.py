@@ -18,6 +18,9 @@ class Step(msgspec.Struct, frozen=True, kw_only=True):
     seq: int
     now: float
     round: int = 0
+    # the decide phase: once everyone settled what happened at ``now`` (ends, arrivals, boots),
+    # the scheduler decides once, and everyone settles what it decided (runs, power commands)
+    decide: bool = False
 
 
 class StepAck(msgspec.Struct, frozen=True, kw_only=True):
@@ -29,3 +32,6 @@ class StepAck(msgspec.Struct, frozen=True, kw_only=True):
     seq: int
     round: int = 0
     handled: int = 0
+    # the next Mosaic time this participant has something due at (a job's end, a boot, the
+    # scheduler's next backfill or power check), or None: the controller steps there next
+    next_s: float | None = None

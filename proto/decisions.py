@@ -11,6 +11,22 @@ class CandidateScore(msgspec.Struct, frozen=True, kw_only=True):
     terms: dict[str, float] = {}
 
 
+class WaitNumbers(msgspec.Struct, frozen=True, kw_only=True):
+    """A pending job's wait with numbers, as of the decision's time (``mosaic explain``, like
+    ``sprio`` and ``squeue --start``): its place in line, its priority score and terms, the node
+    closest to holding it and what that node lacks, and its reservation's expected start."""
+
+    rank: int  # 1 = next in line
+    queued: int  # jobs pending in all
+    score: float
+    terms: dict[str, float] = {}
+    regime: str = ""
+    best_node: str | None = None
+    lacks: str = ""
+    reservation_node: str | None = None
+    expected_start_s: float | None = None
+
+
 class Decision(msgspec.Struct, frozen=True, kw_only=True):
     """One decision of a policy service, with what it weighed. Goes to the ``decisions`` stream."""
 
@@ -23,6 +39,7 @@ class Decision(msgspec.Struct, frozen=True, kw_only=True):
     candidates: tuple[CandidateScore, ...] = ()
     filtered: dict[str, str] = {}  # node -> why it could not take the job
     trace_id: str | None = None
+    wait: WaitNumbers | None = None  # a ``wait``: where the job stands, with numbers
 
 
 class DeadLetter(msgspec.Struct, frozen=True, kw_only=True):

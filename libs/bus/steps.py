@@ -81,11 +81,13 @@ class StepParticipant:
         name: str,
         *,
         handled: Callable[[], int] | None = None,
+        next_due: Callable[[], float | None] | None = None,
     ) -> None:
         self.bus = bus
         self.clock = clock
         self.name = name
         self._handled = handled
+        self._next_due = next_due
         self._count = 0
         self._latest: Step | None = None
         self._acked: tuple[int, int] = (0, -1)  # (seq, round) last acked
@@ -138,7 +140,14 @@ class StepParticipant:
         await self._publish_ack(step)
 
     async def _publish_ack(self, step: Step) -> None:
-        ack = StepAck(participant=self.name, seq=step.seq, round=step.round, handled=self.handled)
+        nxt = self._next_due() if self._next_due is not None else None
+        ack = StepAck(
+            participant=self.name,
+            seq=step.seq,
+            round=step.round,
+            handled=self.handled,
+            next_s=nxt,
+        )
         await self.bus.publish(subjects.clock_ack(self.name), ack, durable=False)
 
     async def serve(self, settle: Callable[[Step], Awaitable[None]]) -> None:
@@ -184,17 +193,42 @@ class StepController:
             self._acks[ack.participant] = ack
             self._got.set()
 
-    async def step(self, now: float, *, max_rounds: int = 50) -> Step:
-        """Publish step ``seq + 1`` at ``now`` and wait for quiescence (see the module)."""
+    async def step(
+        self,
+        now: float,
+        *,
+        max_rounds: int = 50,
+        decide: bool = False,
+        before_decide: Callable[[], Awaitable[None]] | None = None,
+    ) -> Step:
+        """Publish step ``seq + 1`` at ``now`` and wait for quiescence (see the module). With
+        ``decide``: then ``before_decide()`` (a test submits what arrives at ``now``), then the
+        decide phase (the same step, ``decide=True`` rounds) until quiet again."""
         self.seq += 1
         deadline = time.monotonic() + self.timeout_s
-        before = await self._round(Step(seq=self.seq, now=now), deadline)
-        for r in range(1, max_rounds + 1):
-            after = await self._round(Step(seq=self.seq, now=now, round=r), deadline)
+        last = await self._quiet(Step(seq=self.seq, now=now), deadline, max_rounds)
+        if not decide:
+            return last
+        if before_decide is not None:
+            await before_decide()
+        first = Step(seq=self.seq, now=now, round=last.round + 1, decide=True)
+        return await self._quiet(first, deadline, max_rounds)
+
+    async def _quiet(self, first: Step, deadline: float, max_rounds: int) -> Step:
+        """Rounds of ``first`` (round, round + 1, ...) until one changes no ``handled``."""
+        before = await self._round(first, deadline)
+        for r in range(first.round + 1, first.round + max_rounds + 1):
+            step = Step(seq=first.seq, now=first.now, round=r, decide=first.decide)
+            after = await self._round(step, deadline)
             if after == before:
-                return Step(seq=self.seq, now=now, round=r)
+                return step
             before = after
-        raise StepTimeout(Step(seq=self.seq, now=now), ["(never quiet)"])
+        raise StepTimeout(first, ["(never quiet)"])
+
+    def next_s(self) -> float | None:
+        """The earliest time a participant said it has something due at (last acks)."""
+        due = [a.next_s for a in self._acks.values() if a.next_s is not None]
+        return min(due) if due else None
 
     async def _round(self, step: Step, deadline: float) -> dict[str, int]:
         """Publish ``step`` until every participant acked it; their ``handled`` counts."""

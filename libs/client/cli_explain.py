@@ -41,6 +41,9 @@ def explain(job_id: str, gateway: GatewayOpt = DEFAULT_GATEWAY) -> None:
             highlight=False,
         )
     last = decisions[-1]
+    waits = [d["wait"] for d in decisions if d.get("action") == "wait" and d.get("wait")]
+    if job.get("state") == "pending" and waits:
+        _print_wait(waits[-1])
     candidates = last.get("candidates") or []
     if candidates:
         terms = sorted({k for c in candidates for k in (c.get("terms") or {})})
@@ -62,3 +65,20 @@ def explain(job_id: str, gateway: GatewayOpt = DEFAULT_GATEWAY) -> None:
         for node, why in sorted(filtered.items()):
             table.add_row(node, why)
         out.print(table)
+
+
+def _print_wait(w: dict) -> None:
+    """A pending job's numbers, as of its last wait decision (``proto.decisions.WaitNumbers``)."""
+    out.print(
+        f"rank {w.get('rank')} of {w.get('queued')} pending  score {w.get('score', 0):.3f}"
+        f"  regime {w.get('regime') or '-'}",
+        highlight=False,
+    )
+    terms = w.get("terms") or {}
+    if terms:
+        out.print("  " + "  ".join(f"{k} {v:.3f}" for k, v in terms.items()), highlight=False)
+    if w.get("best_node"):
+        out.print(f"closest node {w['best_node']}: lacks {w.get('lacks') or '-'}", highlight=False)
+    if w.get("expected_start_s") is not None:
+        start = time.strftime("%H:%M:%S", time.localtime(w["expected_start_s"]))
+        out.print(f"reserved on {w.get('reservation_node')} from {start}", highlight=False)

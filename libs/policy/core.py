@@ -30,11 +30,9 @@ from libs.policy import backfill as B
 from libs.policy import filters as F
 from libs.policy import scheduler
 from libs.policy.cadence import BackfillCadence
-from libs.policy.cluster import ClusterView
+from libs.policy.cluster import EPS, ClusterView
 from libs.policy.config import PolicyConfig
 from libs.policy.decisions import (
-    NODE_WAKING,
-    PRIORITY,
     Decisions,
     Place,
     WaitExplanation,
@@ -44,9 +42,11 @@ from libs.policy.power_state import PowerState, PowerStep
 from libs.policy.priority import regime
 from libs.policy.profiles import ProfileTable
 from libs.policy.queue import PendingQueue
+from libs.policy.reasons import WaitReasons
 from libs.policy.scores import is_green
 from libs.policy.types import CycleResult, PendingJob, RunningJob
 from libs.policy.wait_info import explain_wait
+from libs.policy.wakeups import Wakeups
 from proto.jobs import JobSpec
 from proto.ledger import Allocation
 from proto.nodes import NodeSpec
@@ -89,10 +89,9 @@ class Scheduler:
         self._cadence = BackfillCadence(cfg.backfill_interval_s)
         self._tick_at: float | None = None
         self.power = PowerState(self.view, cfg, self.profiles, now)
-        self._why: dict[str, str] = {}  # job -> reason of its last wait, for jobs a pass tried
-        self._told: dict[str, str] = {}  # job -> the reason last handed out (reason_changes)
-        self._dirty: set[str] = set()  # queued jobs whose reason may differ from _told
-        self._was_waking = False
+        self.why = WaitReasons(self.queue, self.view, lambda: self.power.resuming)
+        self._asks: dict[tuple[float, float], int] = {}  # (GPUs, GPU memory) -> jobs queued
+        self.wakeups = Wakeups()  # the instants a driver owes the scheduler (see tick)
         self.last: CycleResult | None = None
         self.regime = regime(0.0, cfg)
 
@@ -108,7 +107,9 @@ class Scheduler:
     def queue_job(self, job: PendingJob) -> None:
         """A job waits to start (a submission, a retry, a preempted job back in line)."""
         self.queue.add(job)
-        self._dirty.add(job.spec.id)
+        key = (job.spec.gpus, job.spec.gpu_mem_gb)
+        self._asks[key] = self._asks.get(key, 0) + 1
+        self.why.queued(job.spec.id)
         # scores.is_green per queued job (fixed per spec), a column that moves with its row
         self._green_col()[self.queue.position(job.spec.id), 0] = is_green(job.spec, self.cfg)
 
@@ -116,8 +117,7 @@ class Scheduler:
         """The job left: cancelled or failed while pending, or ended while running."""
         if job_id in self.queue:
             self.power.left_queue(self.queue.seq()[self.queue.position(job_id)])
-            self.queue.remove(job_id)
-            self._forget_reason(job_id)
+            self._dequeue(job_id)
         elif job_id in self._held:
             self.end_job(job_id, now)
 
@@ -127,8 +127,8 @@ class Scheduler:
         runtime on that GPU model (what a live placer can know, not the simulator's truth)."""
         if job_id in self.queue:
             self.power.left_queue(self.queue.seq()[self.queue.position(job_id)])
-            self.queue.remove(job_id)
-        self._forget_reason(job_id)
+            self._dequeue(job_id)
+        self.why.forget(job_id)
         key = (alloc.job_id, alloc.node, alloc.gpu_indices)
         i = self.view.index[alloc.node]
         if key in self._applied:
@@ -153,6 +153,16 @@ class Scheduler:
             self.power.node_emptied(i, now)
         self.usage[tenant] = np.maximum(self.usage[tenant] - vec, 0.0)
         self.running.remove(job_id)
+
+    def _dequeue(self, job_id: str) -> None:
+        spec = self.queue.remove(job_id).spec
+        key = (spec.gpus, spec.gpu_mem_gb)
+        n = self._asks[key] - 1
+        if n:
+            self._asks[key] = n
+        else:
+            del self._asks[key]
+        self.why.forget(job_id)
 
     def unplace(self, alloc: Allocation, now: float) -> None:
         """A placement of the last pass that the driver could not commit (the ledger holds
@@ -243,7 +253,7 @@ class Scheduler:
         self._tick_at = self._cadence.next_s if waiting and not full else None
         if self.cfg.power_saving and full:
             self.power.note_blocked(res, self.queue, self._green_col()[:, 0])
-        self._note_reasons(res, full)
+        self.why.note(res, full)
         out: list[Place] = []
         for pj, placement in res.assignments:
             alloc = to_allocation(pj.spec, placement, now, pj.attempt)
@@ -266,84 +276,74 @@ class Scheduler:
             self.set_cordoned(ids[i], POWER_HOLD, True)
         return step
 
-    def tick(self, now: float, *, pass_due: bool = True) -> Decisions:
-        """A pass (when ``pass_due``: something happened that may let a job start, or the
-        backfill is due) and then the power stage, in the simulator's order."""
-        places = self.schedule_pass(now) if pass_due and len(self.queue) else []
+    def could_place_now(self) -> bool:
+        """Could any queued request fit somewhere now: the simulator engine's test before a
+        pass, on this view (a cheap necessary condition, never wrong in the "no" direction).
+
+        Free GPUs are counted on every node, asleep ones included, as the engine counts them;
+        a request wider than the narrowest node counts once that many whole GPUs are free in
+        all; others need a node with that much GPU memory per GPU and that many whole GPUs
+        free (or that share of one GPU, for a fraction)."""
+        if not self._asks:
+            return False
+        v = self.view
+        if float(v.gpu_free.sum()) <= EPS:
+            return False
+        narrowest = int(v.gpu_total.min())
+        total_free = int(v.whole_free.sum())
+        share = v.gpu_free.max(axis=1)
+        for gpus, mem in sorted(self._asks):
+            if gpus > narrowest:
+                if total_free >= gpus:
+                    return True
+                continue
+            tier = v.gpu_mem_gb >= mem - EPS
+            if not tier.any():
+                continue
+            if gpus < 1.0:
+                if float(share[tier].max()) >= gpus - EPS:
+                    return True
+            elif int(v.whole_free[tier].max()) >= gpus:
+                return True
+        return False
+
+    def tick(self, now: float, *, woke: bool = True) -> Decisions:
+        """One instant, as the simulator's engine runs one: the pass when something happened
+        that may let a job start (``woke``: an arrival, an end, a node awake, a hold released)
+        or a backfill instant is due, and something could fit; then the power stage. The
+        instants the driver owes the scheduler next are in ``wakeups`` (``next_tick_s``)."""
+        woke = self.wakeups.due(now) or woke
+        places: list[Place] = []
+        passed = False
+        if woke and self.could_place_now():
+            places = self.schedule_pass(now)
+            passed = True
+            self.wakeups.after_pass(now, self._tick_at)
         step = self.power_step(now)
+        self.wakeups.after_power(now, step.next_s)
         ids = self.view.node_ids
-        due = [t for t in (self._tick_at, step.next_s) if t is not None]
         return Decisions(
             places=places,
             suspend=tuple(ids[i] for i in step.suspend),
             wake=tuple(ids[i] for i in step.resume),
-            next_tick_s=min(due) if due else None,
-            passed=bool(places) or (pass_due and len(self.queue) > 0),
+            next_tick_s=self.wakeups.next_s(),
+            passed=passed,
             regime=self.regime,
         )
 
-    # ----- reasons -------------------------------------------------------------------------
-    def _note_reasons(self, res: CycleResult, full: bool) -> None:
-        """Keep each tried job's reason. A pass between backfills stops at the first blocked
-        job, so the jobs below it keep the reason their last backfill pass gave them (else
-        their REASON would flap between passes while nothing changed); a backfill pass walks
-        as far as it can, so a job it did not reach waits on Priority."""
-        placed = {pj.spec.id for pj, _ in res.assignments}
-        old = self._why
-        if full:
-            new = {j: r for j, r in res.waiting.items() if j not in placed}
-            self._dirty.update(j for j in old if new.get(j) != old[j])
-            self._dirty.update(j for j in new if old.get(j) != new[j])
-            self._why = new
-        else:
-            for j in placed:
-                old.pop(j, None)
-            for j, r in res.waiting.items():
-                if j not in placed and old.get(j) != r:
-                    old[j] = r
-                    self._dirty.add(j)
-        waking = bool(self.power.resuming.any())
-        if waking != self._was_waking:  # NodeWaking may now apply, or no longer
-            self._was_waking = waking
-            self._dirty.update(self._why)
-
-    def _forget_reason(self, job_id: str) -> None:
-        self._why.pop(job_id, None)
-        self._told.pop(job_id, None)
-        self._dirty.discard(job_id)
-
-    def reason_changes(self, limit: int) -> dict[str, str]:
-        """Up to ``limit`` queued jobs whose reason changed since it was last handed out,
-        with the new reason (a newly queued job counts). For a driver that publishes reasons:
-        only changes, so a queue of 100,000 costs nothing while it stands still."""
-        out: dict[str, str] = {}
-        while self._dirty and len(out) < limit:
-            job = self._dirty.pop()
-            if job not in self.queue:
-                continue
-            why = self.reason_of(job)
-            if self._told.get(job) != why:
-                self._told[job] = why
-                out[job] = why
-        return out
-
+    # ----- reasons (libs.policy.reasons) ---------------------------------------------------
     def reason_of(self, job_id: str) -> str:
         """Why a queued job waits (``decisions.WAIT_REASONS`` or a filter's refusal code)."""
-        why = self._why.get(job_id, PRIORITY)
-        if why != PRIORITY and self.power.resuming.any():
-            spec = self.queue.get(job_id)
-            if spec is not None and self._waking_could_hold(spec.spec):
-                return NODE_WAKING
-        return why
+        return self.why.of(job_id)
 
     def reasons(self) -> dict[str, str]:
         """Every queued job's reason (jobs never tried wait on Priority)."""
-        return {j.spec.id: self.reason_of(j.spec.id) for j in self.queue}
+        return self.why.all()
 
-    def _waking_could_hold(self, spec: JobSpec) -> bool:
-        booting = np.flatnonzero(self.power.resuming).tolist()
-        nodes = [self.view.nodes[i] for i in booting]
-        return F.never_fits(spec, nodes) is None
+    def reason_changes(self, limit: int) -> dict[str, str]:
+        """Up to ``limit`` queued jobs whose reason changed since last asked (see
+        ``reasons.WaitReasons.changes``)."""
+        return self.why.changes(limit)
 
     def explain(self, job_id: str, now: float) -> WaitExplanation | None:
         """A queued job's wait with numbers (rank, score terms, best node, reservation)."""

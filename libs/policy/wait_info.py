@@ -52,14 +52,19 @@ def closest_node(sched: Scheduler, job: PendingJob) -> tuple[str | None, str]:
         return node, "cordoned (or down, or asleep)"
     if frac:
         have = float(np.max(view.gpu_free[best]))
-        if have + EPS >= spec.gpus:
-            return node, "GPU memory, host memory or CPUs, or a reservation holds it"
-        return node, f"a GPU with {spec.gpus:g} free (best has {have:g})"
-    have_w = int(view.whole_free[best])
-    need = F.whole_gpus(spec)
-    if have_w >= need:
-        return node, "host memory or CPUs, or a reservation holds it"
-    return node, f"{need - have_w} more free GPUs ({have_w} of {need} free)"
+        if have + EPS < spec.gpus:
+            return node, f"a GPU with {spec.gpus:g} free (best has {have:g})"
+    else:
+        have_w = int(view.whole_free[best])
+        need = F.whole_gpus(spec)
+        if have_w < need:
+            return node, f"{need - have_w} more free GPUs ({have_w} of {need} free)"
+    host, cpus = float(view.host_mem_free_gb[best]), float(view.cpus_free[best])
+    if host + EPS < spec.host_mem_gb:
+        return node, f"host memory: {spec.host_mem_gb:g} GB asked, {host:g} GB free"
+    if cpus + EPS < spec.cpus:
+        return node, f"CPUs: {spec.cpus:g} asked, {cpus:g} free"
+    return node, "nothing now: the policy holds the job back (see its reason)"
 
 
 def explain_wait(sched: Scheduler, job: PendingJob, now: float) -> WaitExplanation:

@@ -184,6 +184,11 @@ class NodePowerControl:
         st = self.state
         return not (st.state == "waking" and st.ready_at is not None and st.ready_at <= now)
 
+    def ready_at(self) -> float | None:
+        """When a boot under way ends (Mosaic time), or None when the node is not waking."""
+        st = self.state
+        return st.ready_at if st.state == "waking" else None
+
     async def close(self) -> None:
         await self._cancel_wake()
 

@@ -39,11 +39,29 @@ async def settle(executors: Sequence[NodeExecutor], now: float) -> None:
         await asyncio.sleep(POLL_S)
 
 
+def next_due(executors: Sequence[NodeExecutor]) -> float | None:
+    """The earliest Mosaic time something is due on these nodes: a simulated attempt's end
+    or a boot's end (the controller steps there)."""
+    due: list[float] = []
+    for ex in executors:
+        deadline = getattr(ex.runner, "deadline", None)
+        if deadline is not None:
+            due += [deadline(j.entry, ex.node) for j in ex.running.values()]
+        ready = ex.power.ready_at()
+        if ready is not None:
+            due.append(ready)
+    return min(due) if due else None
+
+
 async def participate(executors: Sequence[NodeExecutor], name: str) -> None:
     """Settle and ack every step until cancelled; one participant per executor process."""
     first = executors[0]
     participant = StepParticipant(
-        first.bus, first.clock, name, handled=lambda: sum(e.handled for e in executors)
+        first.bus,
+        first.clock,
+        name,
+        handled=lambda: sum(e.handled for e in executors),
+        next_due=lambda: next_due(executors),
     )
     await participant.start()
 

@@ -25,15 +25,34 @@ from libs.policy.core import Scheduler
 from libs.policy.profiles import ProfileTable
 from proto import subjects
 from proto.commands import RunCommand
-from proto.decisions import Decision
+from proto.decisions import Decision, WaitNumbers
 from proto.events import Cancelled, Failed, Placed, Preempted, Queued
 from proto.ledger import Allocation
 from proto.nodes import NodeSpec
 from services.placer.cycle import Refuse
+from services.placer.settings import PlacerSettings
 from services.placer.tracker import JobTracker
 
 SERVICE = "placer"
 REFUSED = Counter("mosaic_placer_refusals_total", "Jobs failed because no node can hold them.")
+
+
+def wait_numbers(sched: Scheduler, job: str, now: float) -> WaitNumbers | None:
+    """``core.Scheduler.explain`` as the audit record carries it."""
+    w = sched.explain(job, now)
+    if w is None:
+        return None
+    return WaitNumbers(
+        rank=w.rank,
+        queued=w.queued,
+        score=w.score,
+        terms=w.terms,
+        regime=w.regime,
+        best_node=w.best_node,
+        lacks=w.lacks,
+        reservation_node=w.reservation_node,
+        expected_start_s=w.expected_start_s,
+    )
 
 
 class Announcer:
@@ -47,6 +66,7 @@ class Announcer:
     ended_here: set[str]
     cancelling: set[str]
     waiting: dict[str, str]
+    settings: PlacerSettings
 
     @cached_property
     def wait_spans(self) -> WaitSpanLimiter:
@@ -79,6 +99,8 @@ class Announcer:
         scores = sched.queue.cached_scores()
         pos = sched.queue.position
 
+        explained = set(list(news)[: self.settings.explain_waits_per_cycle])
+
         async def one(job: str, reason: str) -> None:
             queued = sched.queue.get(job)
             attempt = queued.attempt if queued is not None else 1
@@ -93,6 +115,7 @@ class Announcer:
                 service=SERVICE,
                 reason=reason,
                 trace_id=trace_id,
+                wait=wait_numbers(sched, job, now) if job in explained else None,
             )
             await asyncio.gather(
                 self.bus.publish(subjects.lifecycle(job), ev, msg_id=f"queued-{tag}"),

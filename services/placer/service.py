@@ -54,6 +54,7 @@ from services.placer.power import send_power_commands
 from services.placer.reconcile import Reconciler
 from services.placer.settings import PlacerSettings, settings_from_args
 from services.placer.snapshot import seed_reconciler, tracker_snapshots
+from services.placer.stepping import run_stepped
 from services.placer.tracker import JobTracker
 
 LEASE_NAME = "placer"
@@ -99,7 +100,7 @@ class Placer(Committer, Announcer, NodeWatch, Cancels):
         self.ended_here: set[str] = TouchingSet(self.feed.touch)
         self.cancelling: set[str] = set()  # running jobs we sent a kill for
         self.waiting: dict[str, str] = {}  # job -> why it waits (Slurm-style reason), as told
-        self._next_tick_s: float | None = None  # when the scheduler wants a pass without events
+        self.next_tick_s: float | None = None  # the next instant the scheduler is owed
         self._pass_due = True  # something happened since the last pass
         self._nodes_changed = time.monotonic()
         self._last_purge = time.monotonic()  # the first purge comes one purge_every_s in
@@ -236,23 +237,10 @@ class Placer(Committer, Announcer, NodeWatch, Cancels):
         health.register("placer_lease", self.leadership.check)
         health.register("placer_cycle", self.heartbeat.check)
         try:
-            while not stop.is_set():
-                self.heartbeat.beat()
-                with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(self._kick.wait(), timeout=self.settings.tick_s)
-                if stop.is_set():
-                    break
-                await asyncio.sleep(self.settings.debounce_s)
-                self._kick.clear()
-                if not self.active:
-                    continue
-                try:
-                    await self.cycle()
-                except asyncio.CancelledError:
-                    raise
-                except Exception as exc:  # NATS hiccup: the next trigger or tick retries
-                    self.log.exception("cycle_failed", error=repr(exc))
-                    await asyncio.sleep(0.5)
+            if getattr(self.clock, "stepped", False):
+                await run_stepped(self, stop)  # a cycle per step, when the controller says
+            else:
+                await self._run_cycles(stop)
         except BaseException as exc:
             self.heartbeat.dead(repr(exc))
             raise
@@ -266,6 +254,30 @@ class Placer(Committer, Announcer, NodeWatch, Cancels):
             await self._step_down()
             with contextlib.suppress(Exception):
                 await self.lease.release()
+
+    async def _run_cycles(self, stop: asyncio.Event) -> None:
+        """Cycle on every trigger (debounced) and every ``tick_s``, while active."""
+        while not stop.is_set():
+            self.heartbeat.beat()
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._kick.wait(), timeout=self.settings.tick_s)
+            if stop.is_set():
+                break
+            await asyncio.sleep(self.settings.debounce_s)
+            self._kick.clear()
+            if self.active:
+                await self.guarded_cycle()
+
+    async def guarded_cycle(self) -> int:
+        """A cycle whose failure (a NATS hiccup) is logged: the next trigger or tick retries."""
+        try:
+            return await self.cycle()
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:
+            self.log.exception("cycle_failed", error=repr(exc))
+            await asyncio.sleep(0.5)
+            return 0
 
     async def cycle(self) -> int:
         """One placement cycle; returns how many jobs were placed."""
@@ -305,12 +317,11 @@ class Placer(Committer, Announcer, NodeWatch, Cancels):
             if sched is None:
                 return 0
             due = self._pass_due or self.feed.holds_changed
-            due = due or (self._next_tick_s is not None and now >= self._next_tick_s)
             self._pass_due = False
             budget = self.settings.explain_per_cycle
             before = sched.view.copy() if due and budget and len(sched.queue) else None
-            decisions = sched.tick(now, pass_due=due)
-            self._next_tick_s = decisions.next_tick_s
+            decisions = sched.tick(now, woke=due)
+            self.next_tick_s = decisions.next_tick_s
             placed = await self._commit_all(sched, decisions, before, now)
             if decisions.suspend or decisions.wake:
                 await send_power_commands(

@@ -28,6 +28,7 @@ class PlacerSettings:
     # simulator); off: every node stays awake (e.g. executors without a power hook)
     power_saving: bool = True
     reasons_per_cycle: int = 500
+    explain_waits_per_cycle: int = 50  # of those, published with numbers (rank, lacks...)
     reconcile: ReconcileSettings = field(default_factory=ReconcileSettings)
     wedged_after_s: float = 120.0  # /healthz 503 when the cycle loop made no turn this long
     # the ledger's delete markers (one per ended job) are purged this often, once older than
