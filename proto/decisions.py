@@ -1,10 +1,8 @@
-"""Audit records: why a job was placed, refused, preempted or migrated, and the ranked queue."""
+"""Audit records: why a job was placed, refused, preempted or migrated; dead letters."""
 
 from __future__ import annotations
 
 import msgspec
-
-from proto.jobs import JobSpec
 
 
 class CandidateScore(msgspec.Struct, frozen=True, kw_only=True):
@@ -42,22 +40,6 @@ class Decision(msgspec.Struct, frozen=True, kw_only=True):
     filtered: dict[str, str] = {}  # node -> why it could not take the job
     trace_id: str | None = None
     wait: WaitNumbers | None = None  # a ``wait``: where the job stands, with numbers
-
-
-class RankedEntry(msgspec.Struct, frozen=True, kw_only=True):
-    spec: JobSpec
-    score: float
-    terms: dict[str, float] = {}
-    enqueued_at: float = 0.0
-
-
-class RankedQueue(msgspec.Struct, frozen=True, kw_only=True):
-    """The scorer's output: pending jobs best-first. Latest value in KV ``queue``/``ranked``."""
-
-    time: float
-    load: float
-    regime: str
-    entries: tuple[RankedEntry, ...] = ()
 
 
 class DeadLetter(msgspec.Struct, frozen=True, kw_only=True):

@@ -25,8 +25,13 @@ class Submitted(_Event, tag="submitted"):
 
 
 class Queued(_Event, tag="queued"):
+    """A pending job's news. Two publishers: the scorer once per attempt with the job's score
+    at admission and no ``reason``; the placer with its reason to wait (and its current score)
+    whenever that reason changes. ``rank`` is no longer set (the placer orders the queue)."""
+
     rank: int | None = None
     score: float | None = None
+    attempt: int = 0  # the attempt announced (0: not named, as in older events and the placer's)
 
 
 class Placed(_Event, tag="placed"):

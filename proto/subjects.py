@@ -70,7 +70,6 @@ TELEMETRY_PREFIX = "telemetry"
 TELEMETRY_ALL = "telemetry.*"
 EXECUTOR_REPORT_PREFIX = "executor"  # executor.<node>: ExecutorReport, what the node runs
 EXECUTOR_REPORTS_ALL = "executor.*"
-QUEUE_UPDATED = "queue.updated"  # poke: the ranked queue in KV changed
 LEDGER_UPDATED = "ledger.updated"  # poke: the ledger changed
 # stepped clock (libs/clock.py, libs/bus/steps.py; tests only): the controller's Step, and each
 # participant's StepAck on clock.ack.<participant>
@@ -81,8 +80,6 @@ CLOCK_ACKS_ALL = "clock.ack.>"
 # --- KV buckets --------------------------------------------------------------------------------
 KV_NODES = "nodes"  # node id -> NodeSpec (owner: that node's telemetry service)
 KV_LEDGER = "ledger"  # job id -> Allocation (owner: placer)
-KV_QUEUE = "queue"  # "ranked" -> RankedQueue (owner: scorer)
-KV_QUEUE_KEY = "ranked"
 KV_LEASES = "leases"  # "placer" -> holder id (active/standby)
 KV_PROFILES = "profiles"  # "<model>.<class>" -> learnt profile entry (owner: profiler)
 KV_TENANTS = "tenants"  # tenant name -> TenantRecord, a hash of its API token (owner: gateway)
@@ -110,7 +107,7 @@ STREAM_LIMITS: dict[str, StreamLimits] = {
     STREAM_INTENTS: STREAM_INTENTS_LIMITS,
     STREAM_DLQ: STREAM_DLQ_LIMITS,
 }
-KV_BUCKETS: tuple[str, ...] = (KV_NODES, KV_LEDGER, KV_QUEUE, KV_LEASES, KV_PROFILES, KV_TENANTS)
+KV_BUCKETS: tuple[str, ...] = (KV_NODES, KV_LEDGER, KV_LEASES, KV_PROFILES, KV_TENANTS)
 KV_BUCKETS += (KV_CORDONS,)  # issue 13 (a line of its own: concurrent additions merge)
 
 
@@ -156,7 +153,6 @@ KV_DEFAULT_MAX_BYTES = 64 * MIB  # any bucket not listed below
 KV_MAX_BYTES: dict[str, int] = {
     KV_NODES: 64 * MIB,  # one NodeSpec per node
     KV_LEDGER: 256 * MIB,  # one Allocation per running job
-    KV_QUEUE: 64 * MIB,  # one key: the ranked queue (a value is at most max_payload)
     KV_LEASES: 8 * MIB,  # a handful of lease records
     KV_PROFILES: 64 * MIB,  # one entry per (GPU model, workload class)
     KV_CORDONS: 8 * MIB,  # one small record per cordoned node

@@ -193,9 +193,8 @@ def permissions(user: str, *, nodes: Sequence[str] = ()) -> Permissions:
         pub += _obj_store(OBJ_SNAPSHOTS)  # its read models' snapshots
         sub += [subjects.TELEMETRY_ALL, subjects.EXECUTOR_REPORTS_ALL]  # power states
     elif user == "scorer":
-        pub += [lifecycle, subjects.QUEUE_UPDATED]  # Queued
+        pub += [lifecycle]  # Queued: the admission score (no queue of its own any more)
         pub += _consume(subjects.STREAM_LIFECYCLE)
-        pub += _kv_write(subjects.KV_QUEUE)
         pub += _kv_read(subjects.KV_NODES) + _kv_read(subjects.KV_LEDGER)
         pub += _obj_store(OBJ_SNAPSHOTS)  # its pending set's snapshots
         sub += [subjects.TELEMETRY_ALL, subjects.LEDGER_UPDATED]
@@ -210,11 +209,10 @@ def permissions(user: str, *, nodes: Sequence[str] = ()) -> Permissions:
         pub += _consume(subjects.STREAM_LIFECYCLE) + _consume(subjects.STREAM_JOBS)
         pub += _consume(subjects.STREAM_INTENTS)
         pub += _kv_write(subjects.KV_LEDGER) + _kv_write(subjects.KV_LEASES)
-        pub += _kv_read(subjects.KV_QUEUE) + _kv_read(subjects.KV_NODES)
-        pub += _kv_read(subjects.KV_PROFILES)
+        pub += _kv_read(subjects.KV_NODES) + _kv_read(subjects.KV_PROFILES)
         pub += _kv_read(subjects.KV_CORDONS)  # no new placement on a cordoned node
         pub += _obj_store(OBJ_SNAPSHOTS)  # its tracker's snapshots
-        sub += [subjects.TELEMETRY_ALL, subjects.QUEUE_UPDATED, subjects.EXECUTOR_REPORTS_ALL]
+        sub += [subjects.TELEMETRY_ALL, subjects.EXECUTOR_REPORTS_ALL]
     elif user == "executor":
         pub += [lifecycle]  # Started, Completed, Failed, Checkpointed, ...
         for n in nodes:  # "*": any node (Kubernetes DaemonSets: node names unknown ahead)
@@ -233,8 +231,7 @@ def permissions(user: str, *, nodes: Sequence[str] = ()) -> Permissions:
     elif user in ("defrag", "thermal"):
         pub += [f"{subjects.INTENTS_PREFIX}.{user}", f"{subjects.INTENTS_PREFIX}.{user}.>"]
         pub += [subjects.decisions(user)]
-        pub += _kv_read(subjects.KV_LEDGER) + _kv_read(subjects.KV_QUEUE)
-        pub += _kv_read(subjects.KV_NODES)
+        pub += _kv_read(subjects.KV_LEDGER) + _kv_read(subjects.KV_NODES)
         sub += [subjects.TELEMETRY_ALL]
     return Permissions(publish=_unique(pub), subscribe=_unique(sub))
 

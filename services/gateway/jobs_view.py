@@ -281,9 +281,11 @@ class JobsModel:
         return self
 
 
-def _event_key(event: LifecycleEvent) -> tuple[str, float, int]:
-    """What makes two deliveries of one job's event the same event (a redelivery, a replay)."""
-    return (type(event).__name__, event.time, getattr(event, "attempt", 0))
+def _event_key(event: LifecycleEvent) -> tuple[str, float, int, str]:
+    """What makes two deliveries of one job's event the same event (a redelivery, a replay).
+    The reason too: the scorer's ``Queued`` and the placer's may carry the same time (a stepped
+    clock), and the one is no repeat of the other."""
+    return (type(event).__name__, event.time, getattr(event, "attempt", 0), event.reason)
 
 
 def _compact(event: LifecycleEvent, job_id: str) -> LifecycleEvent:
@@ -298,9 +300,7 @@ def _compact(event: LifecycleEvent, job_id: str) -> LifecycleEvent:
 def _fold(job: JobView, event: LifecycleEvent) -> None:
     """The state machine: pending -> placed -> running -> one terminal state (see the module)."""
     if isinstance(event, Queued):
-        job.state = "pending"
-        job.reason = event.reason
-        job.score = event.score
+        _fold_queued(job, event)
     elif isinstance(event, Placed):
         job.state = "placed"
         job.node = event.node
@@ -323,6 +323,20 @@ def _fold(job: JobView, event: LifecycleEvent) -> None:
         job.state = _TERMINAL_STATE[type(event)]  # type: ignore[assignment]
         job.end_time = event.time
         job.node = event.node or job.node
+        job.reason = event.reason
+
+
+def _fold_queued(job: JobView, event: Queued) -> None:
+    """Two services publish ``Queued``: the scorer once per attempt, with the admission score
+    and no reason, and the placer with its reason to wait and the current score whenever the
+    reason changes. Each says only what it knows: no reason keeps the reason the placer gave,
+    no score keeps the score. Neither moves the job's state: ``Submitted`` and ``Preempted``
+    make it pending, and a ``Queued`` that reaches a placed or running job was decided before
+    the placement (the scorer announces while the placer places, unordered), so it is news of
+    an earlier moment and changes nothing but the score (its reason is stale)."""
+    if event.score is not None:
+        job.score = event.score
+    if event.reason and job.state == "pending":
         job.reason = event.reason
 
 

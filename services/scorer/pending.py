@@ -1,11 +1,19 @@
 """The pending set, folded from lifecycle events. Pure: no I/O, so a replay rebuilds it exactly.
 
+What the scorer needs it for: which attempts still want their admission score
+(``unannounced``), each job's trace, and the queue's length for the gauge. A ``Queued`` without
+a reason is the scorer's own and marks its attempt as announced, so a restart that replays the
+stream announces nothing twice; the placer's ``Queued`` (with a reason to wait) do not count.
+An attempt the placer placed before the scorer got to it still wants its score: the placer no
+longer waits for the scorer, and every attempt's trace has one ``scorer.score`` span. The order
+of the queue is not kept here: the placer's scheduler decides it (``service``).
+
 A job is pending after ``Submitted`` or ``Preempted`` until it is ``Placed`` or ends. A preempted
 job comes back with the next attempt number and the progress of its last checkpoint, and keeps
 its original enqueue time (being preempted is not the job's fault, so it does not lose its age).
 
 The bus is a trust boundary (rule 6): a ``Submitted`` whose spec fails
-``proto.validation.revalidate_spec`` never enters the pending set, since ranking it could make
+``proto.validation.revalidate_spec`` never enters the pending set, since scoring it could make
 every round fail. The scorer does not end the job itself: the placer, the one writer of
 refusals, publishes its ``Failed`` (see ``services.placer.tracker``), which this fold then
 sees like any other end. A checkpoint's progress that is not a fraction in [0, 1] is ignored.
@@ -95,10 +103,17 @@ class PendingSet:
         self._terminal: dict[str, int] = {}  # job -> self.events at its end, oldest first
         self._invalid: set[str] = set()  # jobs whose first Submitted was refused
         self._queued: dict[str, int] = {}  # job -> attempt for which Queued is already out
+        # live jobs whose latest attempt awaits its admission Queued (derived, not saved)
+        self._unannounced: dict[str, None] = {}
         self._traces: dict[str, str] = {}  # live job -> its trace (Submitted.trace, cleaned)
 
     def apply(self, ev: LifecycleEvent) -> bool:
-        """Fold one event in; True when the pending set changed (a re-rank is due)."""
+        """Fold one event in; True when a round is due (the pending set changed, or an attempt
+        now awaits its admission score)."""
+        changed = self._fold(ev)
+        return self._refresh(ev.job_id) or changed
+
+    def _fold(self, ev: LifecycleEvent) -> bool:
         self.events += 1
         self._expire()
         job = ev.job_id
@@ -123,9 +138,13 @@ class PendingSet:
                 return True
             return False
         if isinstance(ev, Queued):
-            p = self.pending.get(job)
-            if p is not None:
-                self._queued[job] = p.attempt
+            latest = self._latest_attempt(job)
+            # only the scorer's own admission announcement counts: the placer's carry a reason
+            # (were they counted, an early wait reason would leave the attempt unscored), and
+            # one naming another attempt (published before a Placed and Preempted this fold
+            # has already seen) is not this attempt's
+            if latest and not ev.reason and ev.attempt in (0, latest):
+                self._queued[job] = latest
             return False
         if isinstance(ev, Placed):
             self._placed_attempt[job] = max(ev.attempt, self._placed_attempt.get(job, 0))
@@ -166,14 +185,52 @@ class PendingSet:
         return False
 
     def needs_queued_event(self, job_id: str) -> bool:
-        """True when the job's current attempt has not had its ``Queued`` event yet."""
-        p = self.pending.get(job_id)
-        return p is not None and self._queued.get(job_id) != p.attempt
+        """True when the job's latest attempt has not had its admission ``Queued`` yet."""
+        return job_id in self._unannounced
 
-    def mark_queued(self, job_id: str) -> None:
+    def unannounced(self) -> list[PendingJob]:
+        """The attempts awaiting their admission ``Queued``, in the order they became due: the
+        pending ones, and those the placer placed before the scorer got to them (it no longer
+        waits for the scorer), so that every attempt is scored once and every job's trace has
+        its ``scorer.score`` span."""
+        out = []
+        for job in self._unannounced:
+            p = self.pending.get(job)
+            if p is None:
+                p = PendingJob(
+                    self._specs[job],
+                    self._enqueued_at.get(job, 0.0),
+                    attempt=self._placed_attempt[job],
+                    progress=self._progress.get(job, 0.0),
+                )
+            out.append(p)
+        return out
+
+    def mark_queued(self, job_id: str, attempt: int | None = None) -> None:
+        """The job's latest attempt (or ``attempt``, if it still is the latest) has had its
+        admission ``Queued``."""
+        latest = self._latest_attempt(job_id)
+        if latest and attempt in (None, latest):
+            self._queued[job_id] = latest
+        self._refresh(job_id)
+
+    def _latest_attempt(self, job_id: str) -> int:
+        """The live job's pending attempt, else the attempt it was last placed with; 0 for a job
+        that is not live (unknown, refused, ended)."""
         p = self.pending.get(job_id)
         if p is not None:
-            self._queued[job_id] = p.attempt
+            return p.attempt
+        return self._placed_attempt.get(job_id, 0) if job_id in self._specs else 0
+
+    def _refresh(self, job_id: str) -> bool:
+        """Keep ``_unannounced`` in step with the fold; True when the job joined it."""
+        latest = self._latest_attempt(job_id)
+        if latest and self._queued.get(job_id) != latest:
+            joined = job_id not in self._unannounced
+            self._unannounced[job_id] = None
+            return joined
+        self._unannounced.pop(job_id, None)
+        return False
 
     def is_terminal(self, job_id: str) -> bool:
         return job_id in self._terminal
@@ -236,4 +293,7 @@ class PendingSet:
         self._invalid = set(snap.invalid)
         self._queued = snap.queued
         self._traces = snap.traces
+        self._unannounced = {}
+        for job in self._specs:
+            self._refresh(job)
         return self
