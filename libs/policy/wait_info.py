@@ -23,12 +23,13 @@ if TYPE_CHECKING:
     from libs.policy.core import Scheduler
 
 
-def queue_rank(sched: Scheduler, row: int) -> int:
-    """1 + how many queued jobs rank before row ``row`` (higher score first, then earlier
-    enqueued, then earlier queued: the pass's order)."""
+def queue_rank(sched: Scheduler, row: int, score: float) -> int:
+    """1 + how many queued jobs rank before row ``row`` with ``score`` (higher score first,
+    then earlier enqueued, then earlier queued: the pass's order). Jobs not scored yet (no pass
+    reached them since they queued) rank after every scored one."""
     q = sched.queue
-    s, e, seq = q.cached_scores(), q.enq(), q.seq()
-    s0, e0, q0 = s[row], e[row], seq[row]
+    s, e, seq = np.nan_to_num(q.cached_scores(), nan=-np.inf), q.enq(), q.seq()
+    s0, e0, q0 = score, e[row], seq[row]
     before = (s > s0) | ((s == s0) & ((e < e0) | ((e == e0) & (seq < q0))))
     return 1 + int(np.count_nonzero(before))
 
@@ -72,7 +73,7 @@ def explain_wait(sched: Scheduler, job: PendingJob, now: float) -> WaitExplanati
     q = sched.queue
     row = q.position(job.spec.id)
     one = QueueArrays.from_jobs([job])
-    _, terms, reg = score_arrays(
+    fresh, terms, reg = score_arrays(
         one,
         now=now,
         load=sched.view.load(),
@@ -89,12 +90,17 @@ def explain_wait(sched: Scheduler, job: PendingJob, now: float) -> WaitExplanati
         for r in (last.reservation, *last.extra_reservations):
             if r is not None and r.job_id == job.spec.id:
                 resv_node, start = r.node_id, float(r.start)
+    # its score as the pass orders by (kept for the rank epoch), or as of now if no pass has
+    # scored it yet
+    score = float(q.cached_scores()[row])
+    if not np.isfinite(score):
+        score = float(fresh[0])
     return WaitExplanation(
         job_id=job.spec.id,
         reason=sched.reason_of(job.spec.id),
-        rank=queue_rank(sched, row),
+        rank=queue_rank(sched, row, score),
         queued=len(q),
-        score=round(float(q.cached_scores()[row]), 6),
+        score=round(score, 6),
         terms={k: round(float(v[0]), 6) for k, v in terms.items()},
         regime=reg,
         best_node=node,

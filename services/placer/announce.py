@@ -9,6 +9,7 @@ placer's bus, clock, tracer, nodes, profiles and tracker.
 from __future__ import annotations
 
 import asyncio
+import math
 from contextlib import AbstractContextManager
 from functools import cached_property
 from typing import Any
@@ -104,7 +105,8 @@ class Announcer:
         async def one(job: str, reason: str) -> None:
             queued = sched.queue.get(job)
             attempt = queued.attempt if queued is not None else 1
-            score = round(float(scores[pos(job)]), 6)
+            raw = float(scores[pos(job)])
+            score = round(raw, 6) if math.isfinite(raw) else None  # not scored by a pass yet
             ev = Queued(job_id=job, time=now, reason=reason, score=score)
             tag = f"{job}-{attempt}-{reason}-{int(now)}"
             trace_id = trace_id_of(self.tracker.trace_of(job))

@@ -148,3 +148,15 @@ def test_any_event_sequence_never_over_allocates_and_keeps_each_job_in_one_state
         queued = {j.spec.id for j in s.queue}
         running = {a.job_id for a in s.running_allocations()}
         assert not queued & running and running == started
+
+
+def test_a_job_no_pass_has_scored_is_explained_with_finite_numbers():
+    import math
+
+    s = _sched(power_saving=False)
+    for i in range(9):  # fill the four A100 nodes; the ninth waits
+        s.queue_job(PendingJob(JobSpec(id=f"f{i}", gpus=8, gpu_mem_gb=70), 0.0))
+    _start_all(s, 0.0)
+    s.queue_job(PendingJob(JobSpec(id="late", gpus=8, gpu_mem_gb=70), 5.0))  # no pass since
+    w = s.explain("late", 5.0)
+    assert w is not None and math.isfinite(w.score) and w.rank == w.queued
