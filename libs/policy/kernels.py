@@ -120,7 +120,7 @@ def unique_small(keys, span):
 
 @compiled
 def group_rows(rows, shape_of, shape_dead, cache, bits, span, group_of_row):
-    """The bulk walk's groups of ``rows`` (``scheduler._DeadRows.assign``): each row's key
+    """The bulk walk's groups of ``rows`` (``stages.screen.DeadRows.assign``): each row's key
     (``row_keys``), grouped as ``unique_small`` groups them, each row's group index filed in
     ``group_of_row[row]``. Returns the distinct keys (ascending), their shapes and codes."""
     keys = row_keys(rows, shape_of, shape_dead, cache, bits)
@@ -309,7 +309,7 @@ def _hold_row(
 ):
     """One job's row of ``hold_waits`` into ``out`` (per model): ``c`` its workload class,
     ``present`` the models that could hold its shape. ``guard``: the settings, in the order
-    of ``scheduler._guard_args`` (slow guard runtime, green minimum tolerance, green maximum
+    of ``stages.guard.guard_args`` (slow guard runtime, green minimum tolerance, green maximum
     runtime, green worth, slow guard minimum speed, energy guard factor, green energy slack,
     green wait). The one definition ``hold_waits`` and ``hold_waits_table`` use."""
     guard_runtime = guard[0]
@@ -386,7 +386,7 @@ def hold_waits(
     energy,
     guard,
 ):
-    """``scheduler._hold_waits`` per row (``_hold_row``), the same float operations in the
+    """``stages.guard.hold_waits`` per row (``_hold_row``), the same float operations in the
     same order (every one elementwise; the only reductions are a first arg-max and a min,
     which are exact)."""
     n, n_models = present.shape

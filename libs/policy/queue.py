@@ -138,6 +138,10 @@ class PendingQueue(Sequence[PendingJob]):
     def __getitem__(self, i):  # type: ignore[override]
         return self._jobs[i]
 
+    def jobs(self) -> list[PendingJob]:
+        """The queued jobs by row, the queue's own list (read-only by convention)."""
+        return self._jobs
+
     def __iter__(self) -> Iterator[PendingJob]:
         return iter(self._jobs)
 

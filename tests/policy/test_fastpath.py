@@ -13,7 +13,6 @@ from hypothesis import strategies as st
 
 from libs.policy import filters as F
 from libs.policy import kernels as K
-from libs.policy import scheduler
 from libs.policy.cluster import ClusterView
 from libs.policy.config import PolicyConfig
 from libs.policy.perf import bench_replay
@@ -23,6 +22,8 @@ from libs.policy.profiles import ProfileTable
 from libs.policy.queue import PendingQueue
 from libs.policy.scheduler import schedule
 from libs.policy.scores import SizeMix
+from libs.policy.stages import rank, screen
+from libs.policy.stages import walk as W
 from libs.policy.types import PendingJob, Placement, RunningJob
 from proto.jobs import JobSpec
 from tests.policy.strategies import busy_view, jobs, node_spec
@@ -224,11 +225,11 @@ def test_book_inside_rank_epochs_matches_the_full_order(case, steps):
     view, running, waves, _ = case
     # a tiny book (4 rows, no backfill depth) so passes run past it and it runs low
     cfg = dataclasses.replace(CFG, rerank_interval_s=60.0, backfill_depth=0)
-    old_prefix, scheduler._ORDER_PREFIX = scheduler._ORDER_PREFIX, 4
+    old_prefix, rank.ORDER_PREFIX = rank.ORDER_PREFIX, 4
     try:
         _book_case(view, running, waves, steps, cfg)
     finally:
-        scheduler._ORDER_PREFIX = old_prefix
+        rank.ORDER_PREFIX = old_prefix
 
 
 @settings(max_examples=60, deadline=None)
@@ -246,9 +247,9 @@ def test_bulk_skip_of_failed_shapes_walks_like_the_row_by_row_walk(case, steps, 
     table or, past ``_DENSE_KEYS`` (many GPU models), with np.unique (``dense`` 0 forces it)."""
     view, running, waves, _ = case
     cfg = dataclasses.replace(CFG, rerank_interval_s=60.0)
-    old_prefix, scheduler._ORDER_PREFIX = scheduler._ORDER_PREFIX, 4
-    old_chunk, scheduler._BULK_CHUNK = scheduler._BULK_CHUNK, chunk
-    old_dense, scheduler._DENSE_KEYS = scheduler._DENSE_KEYS, dense
+    old_prefix, rank.ORDER_PREFIX = rank.ORDER_PREFIX, 4
+    old_chunk, W.BULK_CHUNK = W.BULK_CHUNK, chunk
+    old_dense, screen.DENSE_KEYS = screen.DENSE_KEYS, dense
     try:
         qs = [PendingQueue() for _ in range(4)]
         views = [view.copy() for _ in qs]
@@ -261,11 +262,11 @@ def test_bulk_skip_of_failed_shapes_walks_like_the_row_by_row_walk(case, steps, 
                     q.add(PendingJob(s, now))
             kw = {"now": now, "tenant_usage": {"a": 1.0}, "profiles": P, "cfg": cfg}
             bulk = schedule(qs[0], views[0], runs[0], reasons=False, **kw)
-            scheduler._BULK_SKIP = False
+            W.BULK_SKIP = False
             try:
                 rows = schedule(qs[1], views[1], runs[1], reasons=False, **kw)
             finally:
-                scheduler._BULK_SKIP = True
+                W.BULK_SKIP = True
             full = schedule(qs[2], views[2], runs[2], reasons=True, **kw)
             few = schedule(qs[3], views[3], runs[3], reasons=False, walked_limit=2, **kw)
             assert _key(few) == _key(bulk)
@@ -281,9 +282,9 @@ def test_bulk_skip_of_failed_shapes_walks_like_the_row_by_row_walk(case, steps, 
                     q.remove(j.spec.id)
                     rl.append(RunningJob(j.spec, p.node_index, p.gpu_indices, p.gpu_share, now))
     finally:
-        scheduler._ORDER_PREFIX = old_prefix
-        scheduler._BULK_CHUNK = old_chunk
-        scheduler._DENSE_KEYS = old_dense
+        rank.ORDER_PREFIX = old_prefix
+        W.BULK_CHUNK = old_chunk
+        screen.DENSE_KEYS = old_dense
 
 
 def _book_case(view, running, waves, steps, cfg):
@@ -428,9 +429,9 @@ def test_bulk_walk_hands_out_the_live_rows_in_rank_order(keys, chunk, data):
         def live(self, rows):
             return np.array([r for r in rows.tolist() if r not in dead], dtype=np.int64)
 
-    old, scheduler._BULK_CHUNK = scheduler._BULK_CHUNK, chunk
+    old, W.BULK_CHUNK = W.BULK_CHUNK, chunk
     try:
-        walk = scheduler._Walk(full, None, None, (scores, enq, tie))
+        walk = W.Walk(full, None, None, (scores, enq, tie))
         for _ in range(switch + 1):
             next(walk)
         got: list[int] = []
@@ -442,7 +443,7 @@ def test_bulk_walk_hands_out_the_live_rows_in_rank_order(keys, chunk, data):
                 walk.refilter()
         walked = walk.walked_in_bulk(limit).tolist()
     finally:
-        scheduler._BULK_CHUNK = old
+        W.BULK_CHUNK = old
     want = []
     for r in full[switch + 1 :]:
         if len(want) >= stop_at:

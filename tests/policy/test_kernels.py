@@ -15,13 +15,13 @@ from hypothesis import strategies as st
 
 from libs.policy import filters as F
 from libs.policy import kernels as K
-from libs.policy import scheduler
 from libs.policy.cluster import ClusterView
 from libs.policy.config import PolicyConfig
 from libs.policy.placement import PlaceContext
 from libs.policy.priority import order_of
 from libs.policy.profiles import ProfileTable
 from libs.policy.queue import PendingQueue, QueueArrays
+from libs.policy.stages import guard, shapes
 from libs.policy.types import PendingJob
 from proto.jobs import HIGH_PRIORITY, JobSpec
 from tests.policy.strategies import busy_view, jobs, node_spec, nodes
@@ -191,7 +191,7 @@ def test_fit_now_shapes_and_groups_fit_match_fit_now(vr, specs, data):
     )
     want = fits.any(axis=1)[inv]
     held = codes != 0
-    m = fits[inv[held]] & ~scheduler._held_nodes(codes[held], view) & allowed
+    m = fits[inv[held]] & ~guard.held_nodes(codes[held], view) & allowed
     want[held] = m.any(axis=1)
     got = K.groups_fit(fits, inv.astype(np.int64), codes.astype(np.int64), view.model_idx, allowed)
     assert got.tolist() == want.tolist()
@@ -201,7 +201,7 @@ _libm_exp = np.vectorize(math.exp, otypes=[float])
 
 
 def hold_waits_numpy(q, present, ctx, cfg):
-    """The numpy expression ``scheduler._hold_waits`` was before it was compiled: the oracle."""
+    """The numpy expression ``guard.hold_waits`` was before it was compiled: the oracle."""
     sp = ctx.tables.speed[:, q.cls].T
     e = ctx.tables.energy_per_work[:, q.cls].T
     anyp = present.any(axis=1)
@@ -250,12 +250,12 @@ def test_hold_waits_bit_for_bit_as_numpy(node_list, specs, data):
     if data.draw(st.booleans()):  # NaN where numpy's NaN rules decide (clip, maximum, fmax)
         q.prog[0] = np.nan
         q.es[-1] = np.nan
-    shape_of, _, shape_specs = scheduler._shapes_of(pending)
-    present = scheduler._present_models(shape_specs, view)[shape_of]
+    shape_of, _, shape_specs = shapes.shapes_of(pending)
+    present = shapes.present_models(shape_specs, view)[shape_of]
     cfg = CFG  # the default config, or one where every job is green and the guard is 1x
     if data.draw(st.booleans()):
         cfg = dataclasses.replace(CFG, green_min_tolerance=0.0, energy_guard_factor=1.0)
-    got = scheduler._hold_waits(q, present, ctx, cfg)
+    got = guard.hold_waits(q, present, ctx, cfg)
     want = hold_waits_numpy(q, present, ctx, cfg)
     np.testing.assert_array_equal(got, want)
     assert got.tobytes() == want.tobytes()  # bit for bit, signs of zero included
@@ -269,7 +269,7 @@ def test_hold_waits_bit_for_bit_as_numpy(node_list, specs, data):
         data.draw(st.lists(st.integers(0, len(pending) - 1), min_size=1, unique=True)),
         dtype=np.int64,
     )
-    from_table = scheduler._hold_waits_of_rows(kept, rows, present[rows], ctx, cfg)
+    from_table = guard.hold_waits_of_rows(kept, rows, present[rows], ctx, cfg)
     assert from_table.tobytes() == got[rows].tobytes()
 
 
