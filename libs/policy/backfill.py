@@ -15,8 +15,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from libs.policy import fast as K
 from libs.policy import filters as F
-from libs.policy import kernels as K
 from libs.policy.cluster import EPS, ClusterView
 from libs.policy.config import PolicyConfig
 from libs.policy.types import Reservation, RunningJob
@@ -288,7 +288,7 @@ def reserve(
     # first release: visit nodes by that lower bound and stop once it is no better than the
     # best exact start found. Ties go to the lowest node index whatever the visiting order:
     # the visiting order moves with ``now`` (an overdue job counts as ending now), the answer
-    # must not, or a reservation memoised in an earlier pass (stages.reserve.reserve_head) would
+    # must not, or a reservation memoised in an earlier pass (fast.reservations.reserve_head) would
     # differ from a fresh one
     n_nodes = len(view.node_ids)
     now_node, lbs, nodes = K.reserve_candidates(

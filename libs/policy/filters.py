@@ -15,7 +15,7 @@ from collections.abc import Callable, Sequence
 
 import numpy as np
 
-from libs.policy import kernels as K
+from libs.policy import fast as K
 from libs.policy.cluster import EPS, ClusterView
 from libs.policy.config import PolicyConfig
 from proto.gpus import matches
@@ -176,7 +176,7 @@ def _fit_now_memo(view: ClusterView, cfg: PolicyConfig) -> dict:
 def shape_requests(specs: Sequence[JobSpec]) -> np.ndarray:
     """float[shape, 6] of request shapes (one spec each): fractional (1.0) or not, whole GPUs
     (``whole_gpus``), host memory, CPUs, GPUs asked, GPU memory: the numbers the dynamic
-    filters (``kernels.fit_one``, ``fit_whole``) and the scheduler's largest-free-block check
+    filters (``fast.fit_one``, ``fit_whole``) and the scheduler's largest-free-block check
     compare, built once per shape."""
     return np.array(
         [
@@ -207,7 +207,7 @@ def fit_now_shapes(
     that fit no node now, shape index -> ``refusal_reason(spec)[0]``). ``shapes``: indices
     into ``specs`` (one spec per shape), into ``static`` (their ``static_mask`` rows), into
     ``requests`` (``shape_requests(specs)``) and into ``keys`` (their ``shape_key``s, or
-    None); the caller keeps them all. One compiled call (``kernels.screen_shapes``: the
+    None); the caller keeps them all. One compiled call (``fast.screen_shapes``: the
     comparisons ``fit_now`` makes and ``refusal_reason``'s dynamic reasons, so the answers
     are the same). Read-only; the rows of the shapes that fit somewhere are filed in
     ``fit_now``'s memo for the view as it is (the pass places rows of those shapes next)."""
@@ -237,7 +237,7 @@ def fit_now_shapes(
     return out, refused
 
 
-# the reasons ``kernels.screen_shapes`` codes (0: fits; 4: never, ``refusal_reason`` tells why)
+# the reasons ``fast.screen_shapes`` codes (0: fits; 4: never, ``refusal_reason`` tells why)
 _REFUSALS = ("", "Resources", "Thermal", "Cordoned")
 
 

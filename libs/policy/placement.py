@@ -10,7 +10,7 @@ job takes the best-fit GPU (the one with the least free share that still fits), 
 
 The nodes a request fits now come from ``filters.fit_now`` (one compiled pass over the nodes,
 memoised per request shape until the view changes); the score terms of ``libs.policy.scores``
-are computed for all feasible nodes in one compiled loop (``kernels.score_nodes``), and totals
+are computed for all feasible nodes in one compiled loop (``fast.score_nodes``), and totals
 within ``SCORE_TIE`` of the best go to the first node.
 """
 
@@ -20,8 +20,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from libs.policy import fast as K
 from libs.policy import filters as F
-from libs.policy import kernels as K
 from libs.policy.cluster import EPS, ClusterView
 from libs.policy.config import PolicyConfig
 from libs.policy.filters import never_fits  # re-exported: part of this module's API

@@ -30,8 +30,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from libs.policy import fast as K
 from libs.policy import filters as F
-from libs.policy import kernels as K
 from libs.policy.cluster import EPS, ClusterView
 from libs.policy.config import PolicyConfig
 from proto.jobs import JobSpec

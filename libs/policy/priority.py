@@ -24,7 +24,7 @@ from typing import Any
 
 import numpy as np
 
-from libs.policy import kernels as K
+from libs.policy import fast as K
 from libs.policy.cluster import RESOURCES
 from libs.policy.config import PolicyConfig, RegimeWeights
 from libs.policy.profiles import ProfileTable
@@ -64,7 +64,7 @@ def usage_vector(usage: np.ndarray | float) -> np.ndarray:
 
 def dominant_share(usage: np.ndarray | float, capacity: np.ndarray) -> float:
     """DRF: the largest share of any resource this usage holds (resources with 0 capacity skip).
-    The loop the priority score uses (``kernels.dominant_shares``)."""
+    The loop the priority score uses (``fast.dominant_shares``)."""
     return dominant_shares({"": usage}, capacity)[""]
 
 
@@ -105,7 +105,7 @@ def tenant_dominant_shares(
 ) -> np.ndarray:
     """float per index of ``q.tenants``: the dominant share (``dominant_share``) of each tenant
     with a job in ``q`` (0 for a tenant without usage, and for the others), in one compiled
-    loop (``kernels.dominant_shares``)."""
+    loop (``fast.dominant_shares``)."""
     return _shares_by_index(set(q.tenant.tolist()), q.tenants, tenant_usage, capacity)
 
 
@@ -260,7 +260,7 @@ def score_arrays(
     tenant indices of ``q``'s rows, when the caller keeps them (``PendingQueue.
     tenant_indices``), instead of a scan of the rows.
 
-    The arithmetic is one compiled loop over the rows (``kernels.priority_terms``, checked
+    The arithmetic is one compiled loop over the rows (``fast.priority_terms``, checked
     against the numpy expressions of the module docstring): a pass scores the one or two jobs
     queued since the last, and a dozen numpy calls on one row cost ten times the loop."""
     cap, mods = _capacity_and_models(capacity, models)
@@ -289,7 +289,7 @@ def score_arrays(
 
 
 def _score_settings(now: float, cfg: PolicyConfig, w: RegimeWeights) -> np.ndarray:
-    """The settings the score kernels read (``kernels._score_terms``), in their order."""
+    """The settings the score kernels read (``fast.rank._score_terms``), in their order."""
     return np.array(
         [
             now,
@@ -318,7 +318,7 @@ def score_queue_rows(
     n_tenants: int,
 ) -> np.ndarray:
     """``score_arrays(queue.rows(rows), ..., n_tenants=n_tenants)``'s scores, read from the
-    queue's table in place (``kernels.score_table_rows``, the same per-job arithmetic): a pass
+    queue's table in place (``fast.score_table_rows``, the same per-job arithmetic): a pass
     scores the one or two jobs queued since the last, and building their columns cost as
     much as scoring them. ``n_tenants``: the fair share's tenant count of the whole queue."""
     cap, mods = _capacity_and_models(capacity, None)
@@ -344,7 +344,7 @@ def urgency(
     deadline: np.ndarray, now: float, remaining_s: np.ndarray, cfg: PolicyConfig
 ) -> np.ndarray:
     """0 without a deadline (NaN), rising to 1 as slack shrinks to 0; ``urgency_missed`` after
-    (``kernels.urgency_of`` per job, the term ``score_arrays`` uses)."""
+    (``fast.urgency_of`` per job, the term ``score_arrays`` uses)."""
     return K.urgency_many(
         np.asarray(deadline, dtype=float),
         float(now),

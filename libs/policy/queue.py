@@ -24,7 +24,7 @@ from proto.jobs import WORKLOAD_CLASSES
 CLASS_INDEX = {c: i for i, c in enumerate(WORKLOAD_CLASSES)}
 _NO_ROWS = np.zeros(0, dtype=np.int64)
 _NO_ROWS.setflags(write=False)
-# the queue's table, one float column each (``PendingQueue.table``); kernels.score_table_rows
+# the queue's table, one float column each (``PendingQueue.table``); fast.score_table_rows
 # reads it in this order
 COLUMNS = ("prio", "es", "enq", "est", "prog", "deadline", "gpus", "cls", "tenant")
 

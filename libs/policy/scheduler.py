@@ -34,14 +34,14 @@ from collections.abc import Mapping, Sequence
 import numpy as np
 
 from libs.policy import backfill as B
-from libs.policy import kernels as K
+from libs.policy import fast as K
 from libs.policy.cluster import EPS, ClusterView
 from libs.policy.config import PolicyConfig
+from libs.policy.fast import epochs as R
 from libs.policy.priority import regime
 from libs.policy.profiles import ProfileTable
 from libs.policy.queue import PendingQueue, QueueArrays
-from libs.policy.stages import rank as R
-from libs.policy.stages.pick import Pass
+from libs.policy.step import Pass
 from libs.policy.types import CycleResult, PendingJob, RankResult, RunningJob
 
 
@@ -68,10 +68,11 @@ def schedule(
     pass stops at the first job that cannot start (between backfill times, see
     ``PolicyConfig.backfill_interval_s`` and ``libs.policy.cadence``).
 
-    The stages, in order: rank (``stages.rank``: the order, scores kept between epochs), then
-    per row in that order (``stages.pick.Pass.try_row``) filter, guard, score and pick
-    (``placement.place``), reserve/backfill for the blocked jobs (``stages.reserve``); from
-    the bulk switch on the walk drops dead rows at once (``stages.walk``, ``stages.screen``).
+    The stages, in order: rank (``priority``; scores kept between epochs, ``fast.epochs``),
+    then per row in that order (``step.Pass.try_row``) filter, guard, score and pick
+    (``placement.place``), reserve/backfill for the blocked jobs (``backfill``,
+    ``fast.reservations``); from the bulk switch on the walk drops dead rows at once
+    (``fast.walk``, ``fast.screen``).
     """
     backfill = backfill and cfg.backfill
     load = view.load()

@@ -1,7 +1,7 @@
 """Placement score terms (Kubernetes "Score" + "NormalizeScore"): each a named function giving,
 for the feasible nodes, a value in [0, 1] (1 = best). ``placement.place`` weighs them with the
 ``PolicyConfig`` weights. These functions are the definitions; ``place`` computes the same
-terms for all feasible nodes in one compiled loop (``kernels.score_nodes``), which
+terms for all feasible nodes in one compiled loop (``fast.score_nodes``), which
 ``tests/policy/test_kernels.py`` checks against them.
 
 The packing term is FGD-like (Weng et al., "Beware of Fragmentation", ATC'23): the fragmentation
@@ -18,7 +18,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from libs.policy import kernels as K
+from libs.policy import fast as K
 from libs.policy.cluster import EPS, ClusterView
 from libs.policy.config import PolicyConfig
 from libs.policy.profiles import ProfileTable

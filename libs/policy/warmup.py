@@ -2,7 +2,7 @@
 
 Why: numba loads a compiled loop (from its on-disk cache, or compiles it where the cache lacks
 it) on its first call with each set of argument types. A process pays that once, ~0.5 s over
-the kernels of ``libs.policy.kernels``, and without a warm-up it pays it inside its first
+the kernels of ``libs.policy.fast``, and without a warm-up it pays it inside its first
 passes: in the live placer, the first decision after a restart; in the simulator, inside the
 replay it times. ``warm_up`` runs the real pass (``scheduler.schedule``, ``power.plan``) on a
 toy cluster and queue built to take every compiled path: the kept queue's bulk walk with
@@ -18,7 +18,7 @@ from __future__ import annotations
 import numpy as np
 
 from libs.policy import backfill as B
-from libs.policy import kernels as K
+from libs.policy import fast as K
 from libs.policy import power, scheduler
 from libs.policy.cluster import ClusterView
 from libs.policy.config import PolicyConfig

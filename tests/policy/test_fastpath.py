@@ -11,10 +11,12 @@ import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from libs.policy import fast as K
 from libs.policy import filters as F
-from libs.policy import kernels as K
 from libs.policy.cluster import ClusterView
 from libs.policy.config import PolicyConfig
+from libs.policy.fast import epochs, screen
+from libs.policy.fast import walk as W
 from libs.policy.perf import bench_replay
 from libs.policy.placement import to_allocation
 from libs.policy.priority import order_of
@@ -22,8 +24,6 @@ from libs.policy.profiles import ProfileTable
 from libs.policy.queue import PendingQueue
 from libs.policy.scheduler import schedule
 from libs.policy.scores import SizeMix
-from libs.policy.stages import rank, screen
-from libs.policy.stages import walk as W
 from libs.policy.types import PendingJob, Placement, RunningJob
 from proto.jobs import JobSpec
 from tests.policy.strategies import busy_view, jobs, node_spec
@@ -225,11 +225,11 @@ def test_book_inside_rank_epochs_matches_the_full_order(case, steps):
     view, running, waves, _ = case
     # a tiny book (4 rows, no backfill depth) so passes run past it and it runs low
     cfg = dataclasses.replace(CFG, rerank_interval_s=60.0, backfill_depth=0)
-    old_prefix, rank.ORDER_PREFIX = rank.ORDER_PREFIX, 4
+    old_prefix, epochs.ORDER_PREFIX = epochs.ORDER_PREFIX, 4
     try:
         _book_case(view, running, waves, steps, cfg)
     finally:
-        rank.ORDER_PREFIX = old_prefix
+        epochs.ORDER_PREFIX = old_prefix
 
 
 @settings(max_examples=60, deadline=None)
@@ -247,7 +247,7 @@ def test_bulk_skip_of_failed_shapes_walks_like_the_row_by_row_walk(case, steps, 
     table or, past ``_DENSE_KEYS`` (many GPU models), with np.unique (``dense`` 0 forces it)."""
     view, running, waves, _ = case
     cfg = dataclasses.replace(CFG, rerank_interval_s=60.0)
-    old_prefix, rank.ORDER_PREFIX = rank.ORDER_PREFIX, 4
+    old_prefix, epochs.ORDER_PREFIX = epochs.ORDER_PREFIX, 4
     old_chunk, W.BULK_CHUNK = W.BULK_CHUNK, chunk
     old_dense, screen.DENSE_KEYS = screen.DENSE_KEYS, dense
     try:
@@ -282,7 +282,7 @@ def test_bulk_skip_of_failed_shapes_walks_like_the_row_by_row_walk(case, steps, 
                     q.remove(j.spec.id)
                     rl.append(RunningJob(j.spec, p.node_index, p.gpu_indices, p.gpu_share, now))
     finally:
-        rank.ORDER_PREFIX = old_prefix
+        epochs.ORDER_PREFIX = old_prefix
         W.BULK_CHUNK = old_chunk
         screen.DENSE_KEYS = old_dense
 
@@ -371,7 +371,7 @@ def test_grouping_helpers_equal_np_unique(keys, span):
 @settings(max_examples=200, deadline=None)
 @given(st.integers(1, 40), st.integers(1, 3), st.data())
 def test_group_rows_is_row_keys_grouped(n, bits, data):
-    """``kernels.group_rows`` (the bulk walk's grouping in one call) gives the distinct keys
+    """``fast.group_rows`` (the bulk walk's grouping in one call) gives the distinct keys
     of ``row_keys`` as np.unique does, their shapes and codes, and files each row's group."""
     n_shapes = data.draw(st.integers(1, 6))
     shape_of = np.array(data.draw(st.lists(st.integers(0, n_shapes - 1), min_size=n, max_size=n)))

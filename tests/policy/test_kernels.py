@@ -1,4 +1,4 @@
-"""Each compiled loop of ``libs.policy.kernels`` gives exactly what the numpy expression it
+"""Each compiled loop of ``libs.policy.fast`` gives exactly what the numpy expression it
 replaced gives (written here as the oracle), on random inputs with the edge cases the pass
 meets: ties in rank keys, NaN scores and progress, dead shapes, held models, full nodes."""
 
@@ -13,15 +13,17 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from libs.policy import fast as K
 from libs.policy import filters as F
-from libs.policy import kernels as K
 from libs.policy.cluster import ClusterView
 from libs.policy.config import PolicyConfig
+from libs.policy.fast import codes as C
+from libs.policy.fast import score as KS
+from libs.policy.fast import shapes
 from libs.policy.placement import PlaceContext
 from libs.policy.priority import order_of
 from libs.policy.profiles import ProfileTable
 from libs.policy.queue import PendingQueue, QueueArrays
-from libs.policy.stages import guard, shapes
 from libs.policy.types import PendingJob
 from proto.jobs import HIGH_PRIORITY, JobSpec
 from tests.policy.strategies import busy_view, jobs, node_spec, nodes
@@ -191,7 +193,7 @@ def test_fit_now_shapes_and_groups_fit_match_fit_now(vr, specs, data):
     )
     want = fits.any(axis=1)[inv]
     held = codes != 0
-    m = fits[inv[held]] & ~guard.held_nodes(codes[held], view) & allowed
+    m = fits[inv[held]] & ~C.held_nodes(codes[held], view) & allowed
     want[held] = m.any(axis=1)
     got = K.groups_fit(fits, inv.astype(np.int64), codes.astype(np.int64), view.model_idx, allowed)
     assert got.tolist() == want.tolist()
@@ -201,7 +203,7 @@ _libm_exp = np.vectorize(math.exp, otypes=[float])
 
 
 def hold_waits_numpy(q, present, ctx, cfg):
-    """The numpy expression ``guard.hold_waits`` was before it was compiled: the oracle."""
+    """The numpy expression ``fast.codes.hold_waits`` was before it was compiled: the oracle."""
     sp = ctx.tables.speed[:, q.cls].T
     e = ctx.tables.energy_per_work[:, q.cls].T
     anyp = present.any(axis=1)
@@ -255,7 +257,7 @@ def test_hold_waits_bit_for_bit_as_numpy(node_list, specs, data):
     cfg = CFG  # the default config, or one where every job is green and the guard is 1x
     if data.draw(st.booleans()):
         cfg = dataclasses.replace(CFG, green_min_tolerance=0.0, energy_guard_factor=1.0)
-    got = guard.hold_waits(q, present, ctx, cfg)
+    got = C.hold_waits(q, present, ctx, cfg)
     want = hold_waits_numpy(q, present, ctx, cfg)
     np.testing.assert_array_equal(got, want)
     assert got.tobytes() == want.tobytes()  # bit for bit, signs of zero included
@@ -269,7 +271,7 @@ def test_hold_waits_bit_for_bit_as_numpy(node_list, specs, data):
         data.draw(st.lists(st.integers(0, len(pending) - 1), min_size=1, unique=True)),
         dtype=np.int64,
     )
-    from_table = guard.hold_waits_of_rows(kept, rows, present[rows], ctx, cfg)
+    from_table = C.hold_waits_of_rows(kept, rows, present[rows], ctx, cfg)
     assert from_table.tobytes() == got[rows].tobytes()
 
 
@@ -287,7 +289,7 @@ def test_kernels_compile_where_no_cache_location_is_writable() -> None:
     env = dict(os.environ, NUMBA_CACHE_LOCATOR_CLASSES="_IPythonCacheLocator")
     env.pop("NUMBA_CACHE_DIR", None)
     code = (
-        "import numpy as np; from libs.policy import kernels as K; "
+        "import numpy as np; from libs.policy import fast as K; "
         "print(K.live_rows(np.arange(3), np.array([0, 1, 0]), np.array([False, True])))"
     )
     out = subprocess.run(
@@ -352,7 +354,7 @@ def slots_numpy(spec, view, nodes):
     st.booleans(),
 )
 def test_placement_scores_match_the_score_functions(vr, specs, mix_pairs, hot):
-    """``kernels.score_nodes`` against the numpy score functions of ``libs.policy.scores``:
+    """``fast.score_nodes`` against the numpy score functions of ``libs.policy.scores``:
     speed, energy, thermal and memory-fit terms and the GPU slots bit for bit, the packing
     term to rounding (its sums run in a fixed order, numpy's are pairwise/BLAS), and the
     chosen node wherever the best total is not a near-tie."""
@@ -396,7 +398,7 @@ def test_placement_scores_match_the_score_functions(vr, specs, mix_pairs, hot):
         for r, v in enumerate(nodes.tolist()):  # fragmentation of each row, to rounding
             for row in (after[r], view.gpu_free[v]):
                 one = S.fragmentation(row[None, :], mix)[0]
-                assert K._fragmentation(row, mix.sizes, mix.probs, 1e-9) == pytest.approx(one)
+                assert KS._fragmentation(row, mix.sizes, mix.probs, 1e-9) == pytest.approx(one)
         want_total = sum(w * want[t] for w, t in zip(weights, TERMS, strict=True)) / weights.sum()
         np.testing.assert_allclose(total, want_total, rtol=0, atol=1e-6)
         # the chosen node: the first within SCORE_TIE of the best, whichever sums are used
@@ -463,7 +465,7 @@ def test_power_due_matches_numpy(data):
 
 
 def score_arrays_numpy(q, *, now, load, tenant_usage, cap, cfg, best):
-    """The priority score as numpy wrote it before ``kernels.priority_terms`` (the oracle):
+    """The priority score as numpy wrote it before ``fast.priority_terms`` (the oracle):
     fair share from the tenants' dominant shares, urgency, aging, weighted by the regime."""
     from libs.policy.priority import regime_weights, tenant_count
 

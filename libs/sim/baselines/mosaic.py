@@ -22,8 +22,8 @@ from collections.abc import Collection
 import numpy as np
 
 from libs.policy import backfill as B
+from libs.policy import fast as K
 from libs.policy import filters as F
-from libs.policy import kernels as K
 from libs.policy import power, scheduler
 from libs.policy.cadence import BackfillCadence
 from libs.policy.cluster import ClusterView
@@ -262,7 +262,7 @@ class Mosaic(BasePolicy):
 
     def _due(self, now: float) -> tuple[np.ndarray, bool, bool, float]:
         """(nodes due to sleep, any asleep, any due, when the next awake idle node becomes
-        due or inf): one compiled pass over the nodes (``kernels.power_due``)."""
+        due or inf): one compiled pass over the nodes (``fast.power_due``)."""
         return K.power_due(
             now,
             self._idle_since,

@@ -6,13 +6,13 @@ from collections.abc import Mapping, Sequence
 
 import numpy as np
 
-from libs.policy import kernels as K
+from libs.policy import fast as K
 from libs.policy.cluster import ClusterView
 from libs.policy.config import PolicyConfig
+from libs.policy.fast.walk import Walk, full_walk
 from libs.policy.priority import order_of, regime, score_arrays, score_queue_rows
 from libs.policy.profiles import ProfileTable
 from libs.policy.queue import PendingQueue, QueueArrays
-from libs.policy.stages.walk import Walk, full_walk
 from libs.policy.types import PendingJob, RankResult
 
 ORDER_PREFIX = 256  # rows of the order a pass sorts up front (tests lower it)
@@ -94,7 +94,7 @@ def rank_pass(
 
 def order_prefix(scores: np.ndarray, enq: np.ndarray, top: int | None, seq: np.ndarray):
     """``order_of(scores, enq, top, seq)``: with ``top``, in one compiled call
-    (``kernels.top_rows``, the same rows and order, ties included) unless a key is NaN."""
+    (``fast.top_rows``, the same rows and order, ties included) unless a key is NaN."""
     if top is not None and top < len(scores):
         best, _, ok = K.top_rows(np.arange(len(scores)), scores, enq, seq, top)
         if ok:

@@ -1,7 +1,7 @@
 """Pick: the walk's step for one queued row, in rank order. Filter (the failed-shape memo, the
 largest-free-block check), the slow/energy guard's held models, then ``placement.place``
 (filter, score and pick over the nodes); a refusal on reserved nodes may still backfill onto
-one (``stages.reserve``); a start is allocated on the view at once. ``Pass`` holds what the
+one (``fast.reservations``); a start is allocated on the view at once. ``Pass`` holds what the
 pass learnt so far (head job, reservations, refused shapes), so every later row reads it."""
 
 from __future__ import annotations
@@ -11,25 +11,25 @@ from collections.abc import Sequence
 import numpy as np
 
 from libs.policy import backfill as B
+from libs.policy import fast as K
 from libs.policy import filters as F
-from libs.policy import kernels as K
 from libs.policy.cluster import EPS, ClusterView
 from libs.policy.config import PolicyConfig
-from libs.policy.placement import PlaceContext, place, to_allocation
-from libs.policy.profiles import ProfileTable
-from libs.policy.queue import PendingQueue, QueueArrays
-from libs.policy.scores import SizeMix
-from libs.policy.stages import walk as W
-from libs.policy.stages.guard import SlowCodes, fast_nodes
-from libs.policy.stages.reserve import (
+from libs.policy.fast import walk as W
+from libs.policy.fast.codes import SlowCodes, fast_nodes
+from libs.policy.fast.reservations import (
     protected,
     reserve_extra,
     reserve_head,
     running_set,
     try_reserved_node,
 )
-from libs.policy.stages.screen import DeadRows
-from libs.policy.stages.shapes import shapes_of
+from libs.policy.fast.screen import DeadRows
+from libs.policy.fast.shapes import shapes_of
+from libs.policy.placement import PlaceContext, place, to_allocation
+from libs.policy.profiles import ProfileTable
+from libs.policy.queue import PendingQueue, QueueArrays
+from libs.policy.scores import SizeMix
 from libs.policy.types import PendingJob, Placement, Refusal, Reservation, RunningJob
 
 

@@ -8,7 +8,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from libs.policy import kernels as K
+from libs.policy import fast as K
 from libs.policy.priority import order_of
 
 BULK_SKIP = True  # tests turn it off to compare the bulk walk with the row-by-row one
@@ -119,7 +119,7 @@ class Walk:
     def _top(self, rows: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
         """(the rows of ``rows`` scoring at least the k-th best score, in rank order; the
         others, in the order given): ``order_of(..., top=k)`` of the rows, in one compiled
-        call (``kernels.top_rows``) or, when a key is NaN, through numpy."""
+        call (``fast.top_rows``) or, when a key is NaN, through numpy."""
         s, e, q = self._keys
         best, rest, ok = K.top_rows(rows, s, e, q, k)
         if ok:

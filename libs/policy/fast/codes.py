@@ -5,12 +5,12 @@ from __future__ import annotations
 
 import numpy as np
 
-from libs.policy import kernels as K
+from libs.policy import fast as K
 from libs.policy.cluster import ClusterView
 from libs.policy.config import PolicyConfig
+from libs.policy.fast.shapes import per_shape, present_models
 from libs.policy.placement import PlaceContext
 from libs.policy.queue import PendingQueue, QueueArrays, take
-from libs.policy.stages.shapes import per_shape, present_models
 from proto.jobs import HIGH_PRIORITY
 
 
@@ -103,10 +103,10 @@ def hold_waits(
     ``present``: bool[row, model], that model could hold the row's shape.
 
     Every hold ends after a wait fixed by the job and the model, so this is computed once per
-    queued job and a pass only compares it with the job's wait (``kernels.row_codes``: bit m
+    queued job and a pass only compares it with the job's wait (``fast.row_codes``: bit m
     of the slow-model code is ``threshold > waited``; tests/policy/test_slow_codes.py checks
     the codes against the rule written per job). One compiled
-    loop per row and model (``kernels.hold_waits``): a pass asks it for the one or two jobs
+    loop per row and model (``fast.hold_waits``): a pass asks it for the one or two jobs
     queued since the last, where numpy's fixed cost per call was most of the time."""
     return K.hold_waits(
         q.cls,
@@ -127,7 +127,7 @@ def hold_waits_of_rows(
     pending: PendingQueue, rows: np.ndarray, present: np.ndarray, ctx: PlaceContext, cfg
 ) -> np.ndarray:
     """``hold_waits(pending.rows(rows), ...)``, read from the queue's table in place
-    (``kernels.hold_waits_table``, the same per-job rule): a pass asks it for the one or two
+    (``fast.hold_waits_table``, the same per-job rule): a pass asks it for the one or two
     jobs queued since the last, and building their columns cost more than the rule."""
     return K.hold_waits_table(
         pending.table(),
@@ -142,7 +142,7 @@ def hold_waits_of_rows(
 
 def guard_args(cfg: PolicyConfig) -> np.ndarray:
     """The slow/energy guard's and the green rules' settings, in the order the kernels read
-    them (``kernels._hold_row``)."""
+    them (``fast._hold_row``)."""
     return np.array(
         [
             cfg.slow_guard_runtime_s,

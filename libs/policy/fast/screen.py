@@ -5,11 +5,11 @@ from __future__ import annotations
 
 import numpy as np
 
+from libs.policy import fast as K
 from libs.policy import filters as F
-from libs.policy import kernels as K
 from libs.policy.cluster import EPS
-from libs.policy.stages.guard import SlowCodes
-from libs.policy.stages.shapes import per_shape, static_masks
+from libs.policy.fast.codes import SlowCodes
+from libs.policy.fast.shapes import per_shape, static_masks
 
 DENSE_KEYS = 1 << 16  # key spaces up to this size are grouped with a table, not a sort
 
