@@ -1,13 +1,6 @@
-"""Placement score terms (Kubernetes "Score" + "NormalizeScore"): each a named function giving,
-for the feasible nodes, a value in [0, 1] (1 = best). ``placement.place`` weighs them with the
-``PolicyConfig`` weights. These functions are the definitions; ``place`` computes the same
-terms for all feasible nodes in one compiled loop (``fast.score_nodes``), which
-``tests/policy/test_kernels.py`` checks against them.
-
-The packing term is FGD-like (Weng et al., "Beware of Fragmentation", ATC'23): the fragmentation
-of a node is the free GPU capacity that a request drawn from the pending size mix could NOT use;
-a placement is good when it grows the expected fragmentation least. That one measure gives
-best-fit for fractional jobs (two halves share a GPU) and keeps whole nodes free for gangs.
+"""Score, as the pass runs it: the size mix of the queue (``SizeMix``), the per-model speed and
+energy tables (``ModelTables``), the green-job rules (``green_tolerance``, ``is_green``) and
+memos; the score terms themselves are the definitions of ``libs.policy.stages.score``.
 """
 
 from __future__ import annotations
@@ -19,7 +12,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from libs.policy import fast as K
-from libs.policy.cluster import EPS, ClusterView
+from libs.policy.cluster import ClusterView
 from libs.policy.config import PolicyConfig
 from libs.policy.profiles import ProfileTable
 from proto.jobs import HIGH_PRIORITY, WORKLOAD_CLASSES, JobSpec
@@ -116,37 +109,6 @@ class ModelTables:
         return cls(sp, pw / sp)
 
 
-def fragmentation(free: np.ndarray, mix: SizeMix) -> np.ndarray:
-    """Expected free GPU share per row that a request drawn from ``mix`` could not use.
-
-    ``free``: float[R, G] free share of each GPU slot. A whole request of k GPUs can use a node's
-    fully free GPUs only if there are at least k of them; a fractional request of s can use any
-    GPU with at least s free.
-    """
-    total = free.sum(axis=1)
-    full = (free >= 1.0 - EPS).sum(axis=1)
-    partial = total - full
-    whole = mix.sizes >= 1.0 - EPS
-    out = np.zeros(free.shape[0])
-    if whole.any():
-        k = np.round(mix.sizes[whole])
-        unusable = np.where(full[:, None] >= k[None, :], partial[:, None], total[:, None])
-        out += unusable @ mix.probs[whole]
-    if (~whole).any():
-        s = mix.sizes[~whole]
-        small = free[:, :, None] < (s[None, None, :] - EPS)
-        out += (np.where(small, free[:, :, None], 0.0).sum(axis=1)) @ mix.probs[~whole]
-    return out
-
-
-def normalize_higher_better(x: np.ndarray) -> np.ndarray:
-    """Min-max to [0, 1]; all equal -> 1."""
-    lo, hi = float(x.min()), float(x.max())
-    if hi - lo < 1e-12:
-        return np.ones_like(x)
-    return (x - lo) / (hi - lo)
-
-
 def green_tolerance(spec: JobSpec) -> float:
     """How far this job trades speed for energy, in [0, 1]: its ``energy_sensitivity`` (high =
     accepts slower, greener GPUs), or 0 for an urgent job: high priority (``HIGH_PRIORITY``) or
@@ -166,43 +128,9 @@ def is_green(spec: JobSpec, cfg: PolicyConfig) -> bool:
     )
 
 
-def s_speed(view: ClusterView, nodes: np.ndarray, cls_i: int, tables: ModelTables) -> np.ndarray:
-    """Relative speed of this workload class on each node's GPU model (fastest = 1)."""
-    sp = tables.speed[view.model_idx[nodes], cls_i]
-    return sp / sp.max()
-
-
-def s_energy(view: ClusterView, nodes: np.ndarray, cls_i: int, tables: ModelTables) -> np.ndarray:
-    """Energy per unit of work (greenest = 1, others min/own)."""
-    e = tables.energy_per_work[view.model_idx[nodes], cls_i]
-    return e.min() / e
-
-
-def s_pack(before: np.ndarray, after: np.ndarray, mix: SizeMix) -> tuple[np.ndarray, np.ndarray]:
-    """(score, fragmentation growth): least growth of expected fragmentation scores 1."""
-    both = fragmentation(np.concatenate([after, before]), mix)
-    growth = both[: len(after)] - both[len(after) :]
-    return normalize_higher_better(-growth), growth
-
-
 def temps_unknown(view: ClusterView) -> bool:
     """No node reports a temperature (the simulator): every node counts cool."""
     hit = view.dyn_cache.get("temps_unknown")  # temperature changes move state_gen
     if hit is None or hit[0] != view.state_gen:
         hit = view.dyn_cache["temps_unknown"] = (view.state_gen, bool(np.isnan(view.temp_c).all()))
     return hit[1]
-
-
-def s_thermal(view: ClusterView, nodes: np.ndarray, cfg: PolicyConfig) -> np.ndarray:
-    """Thermal headroom from ambient to the limit, 1 = cool; unknown temperature counts cool."""
-    if temps_unknown(view):
-        return np.ones(len(nodes))
-    t = view.temp_c[nodes]
-    span = max(cfg.thermal_max_c - cfg.thermal_ambient_c, 1e-6)
-    h = np.clip((cfg.thermal_max_c - t) / span, 0.0, 1.0)
-    return np.where(np.isnan(t), 1.0, h)
-
-
-def s_memory_fit(view: ClusterView, nodes: np.ndarray, gpu_mem_gb: float) -> np.ndarray:
-    """Share of the GPU's memory the job uses: keeps large-memory GPUs for jobs that need them."""
-    return np.clip(gpu_mem_gb / np.maximum(view.gpu_mem_gb[nodes], EPS), 0.0, 1.0)

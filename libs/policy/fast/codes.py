@@ -11,6 +11,7 @@ from libs.policy.config import PolicyConfig
 from libs.policy.fast.shapes import per_shape, present_models
 from libs.policy.placement import PlaceContext
 from libs.policy.queue import PendingQueue, QueueArrays, take
+from libs.policy.stages.guard import guard_args
 from proto.jobs import HIGH_PRIORITY
 
 
@@ -90,24 +91,11 @@ def hold_waits(
     q: QueueArrays, present: np.ndarray, ctx: PlaceContext, cfg: PolicyConfig
 ) -> np.ndarray:
     """float[row, model]: the job is held off that model while it has waited less than this
-    (-inf: never held). The rule: the slow-GPU guard, the energy guard and the green-job rules
-    (see ``PolicyConfig``), for jobs of at least ``slow_guard_runtime_s``. With g the job's
-    green tolerance (``scores.green_tolerance``) and loss the extra runtime on a model vs the
-    fastest model that can hold it, a model is "worth it" when 1 - energy/energy of the
-    fastest >= (1 - green_worth x g) x (1 - speed/fastest speed) (energy per unit of work of
-    its class). Held: a slow model (< slow_guard_min_speed x fastest) or a
-    slower-and-hungrier one that is not worth it, until the job waited energy_guard_factor x
-    loss; another slow model until it waited the loss, except for a green job
-    (``scores.is_green``), which takes it at once; and, for a green job that waited less than
-    green_wait_s, any model over green_energy_slack x the greenest model's energy.
-    ``present``: bool[row, model], that model could hold the row's shape.
-
-    Every hold ends after a wait fixed by the job and the model, so this is computed once per
-    queued job and a pass only compares it with the job's wait (``fast.row_codes``: bit m
-    of the slow-model code is ``threshold > waited``; tests/policy/test_slow_codes.py checks
-    the codes against the rule written per job). One compiled
-    loop per row and model (``fast.hold_waits``): a pass asks it for the one or two jobs
-    queued since the last, where numpy's fixed cost per call was most of the time."""
+    (-inf: never held): the rule of ``stages.guard.hold_waits``, in one compiled loop per row
+    and model (``fast.hold_waits``, bit for bit the same). Computed once per queued job; a pass
+    then only compares it with the job's wait (``fast.row_codes``: bit m of the slow-model
+    code is ``threshold > waited``; tests/policy/test_slow_codes.py checks the codes against
+    the rule written per job)."""
     return K.hold_waits(
         q.cls,
         q.est,
@@ -137,22 +125,4 @@ def hold_waits_of_rows(
         ctx.tables.speed,
         ctx.tables.energy_per_work,
         guard_args(cfg),
-    )
-
-
-def guard_args(cfg: PolicyConfig) -> np.ndarray:
-    """The slow/energy guard's and the green rules' settings, in the order the kernels read
-    them (``fast._hold_row``)."""
-    return np.array(
-        [
-            cfg.slow_guard_runtime_s,
-            cfg.green_min_tolerance,
-            cfg.green_max_runtime_s,
-            cfg.green_worth,
-            cfg.slow_guard_min_speed,
-            cfg.energy_guard_factor,
-            cfg.green_energy_slack,
-            cfg.green_wait_s,
-        ],
-        dtype=float,
     )

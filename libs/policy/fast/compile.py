@@ -10,7 +10,7 @@ Exactness: the row steps make only integer arithmetic and the same float operati
 numpy expressions they replace (comparisons, elementwise arithmetic, exact min/max), so their
 answers are identical bit for bit. The placement scores also sum, in a fixed order, where
 numpy summed pairwise or through BLAS; those totals may differ in the last bits, which is why
-a placement treats totals within ``placement.SCORE_TIE`` as a tie. ``tests/policy/
+a placement treats totals within ``stages.pick.SCORE_TIE`` as a tie. ``tests/policy/
 test_kernels.py`` checks each kernel against the numpy expression (or score function) it
 replaces.
 

@@ -1,5 +1,5 @@
 """The filter stage's compiled loops: which nodes can hold a request now (the rules of
-``filters.f_*``), many shapes at once, and why a shape fits nowhere."""
+``stages.filter.f_*``), many shapes at once, and why a shape fits nowhere."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from libs.policy.fast.compile import compiled
 def fit_one(static, req, available, whole_free, host_free, cpus_free, gpu_free, gpu_mem_free, eps):
     """bool[N]: the request ``req`` (one row of ``filters.shape_requests``: fractional flag,
     whole GPUs, host memory, CPUs, GPU share, GPU memory) fits on each node now: the
-    comparisons of the dynamic filters (``filters.f_cordon``, ``f_thermal`` through
+    comparisons of the dynamic filters (``stages.filter.f_cordon``, ``f_thermal`` through
     ``available``, ``f_free_gpus``, ``f_host_memory``, ``f_cpus``) on the nodes whose shape
     can hold it (``static``). The loop is written out here and in ``fit_whole`` (a call per
     node to a shared helper cost ten times the loop)."""

@@ -6,6 +6,20 @@ from __future__ import annotations
 import numpy as np
 
 from libs.policy.fast.compile import compiled
+from libs.policy.stages.guard import GUARD_SETTINGS
+
+_G = {name: i for i, name in enumerate(GUARD_SETTINGS)}
+_RUNTIME, _MIN_TOL, _MAX_RUNTIME = (
+    _G["slow_guard_runtime_s"],
+    _G["green_min_tolerance"],
+    _G["green_max_runtime_s"],
+)
+_WORTH, _MIN_SPEED, _FACTOR = (
+    _G["green_worth"],
+    _G["slow_guard_min_speed"],
+    _G["energy_guard_factor"],
+)
+_SLACK, _WAIT = _G["green_energy_slack"], _G["green_wait_s"]
 
 
 @compiled
@@ -73,18 +87,17 @@ def _hold_row(
     guard,
 ):
     """One job's row of ``hold_waits`` into ``out`` (per model): ``c`` its workload class,
-    ``present`` the models that could hold its shape. ``guard``: the settings, in the order
-    of ``fast.codes.guard_args`` (slow guard runtime, green minimum tolerance, green maximum
-    runtime, green worth, slow guard minimum speed, energy guard factor, green energy slack,
-    green wait). The one definition ``hold_waits`` and ``hold_waits_table`` use."""
-    guard_runtime = guard[0]
-    green_min_tol = guard[1]
-    green_max_runtime = guard[2]
-    green_worth = guard[3]
-    slow_min_speed = guard[4]
-    guard_factor = guard[5]
-    green_slack = guard[6]
-    green_wait = guard[7]
+    ``present`` the models that could hold its shape. ``guard``: the settings
+    (``stages.guard.guard_args``, in ``GUARD_SETTINGS`` order). The one loop ``hold_waits``
+    and ``hold_waits_table`` use: the rule of ``stages.guard.hold_waits``."""
+    guard_runtime = guard[_RUNTIME]
+    green_min_tol = guard[_MIN_TOL]
+    green_max_runtime = guard[_MAX_RUNTIME]
+    green_worth = guard[_WORTH]
+    slow_min_speed = guard[_MIN_SPEED]
+    guard_factor = guard[_FACTOR]
+    green_slack = guard[_SLACK]
+    green_wait = guard[_WAIT]
     n_models = len(present)
     anyp = False
     fast = 0

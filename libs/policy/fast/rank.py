@@ -7,6 +7,13 @@ from __future__ import annotations
 import numpy as np
 
 from libs.policy.fast.compile import compiled
+from libs.policy.stages.rank import SCORE_SETTINGS
+
+_S = {name: i for i, name in enumerate(SCORE_SETTINGS)}
+_NOW, _AGING = _S["now"], _S["aging_per_h"]
+_SCALE, _MISSED = _S["urgency_scale_s"], _S["urgency_missed"]
+_W_FAIR, _W_ENERGY = _S["w_fair_share"], _S["w_energy"]
+_W_DEADLINE, _W_PRIORITY = _S["w_deadline"], _S["w_priority"]
 
 
 @compiled
@@ -69,10 +76,12 @@ def _score_terms(
     their order, of the numpy expressions the module docstring of ``priority`` writes down.
     ``dom``: its tenant's dominant share; ``best``: the fastest speed for its workload class;
     ``settings``: now, aging per hour, urgency scale, urgency once missed, and the regime's
-    weights on fair share, energy, deadline and priority (``priority._score_settings``).
+    weights on fair share, energy, deadline and priority (``stages.rank.score_settings``).
     The one definition both ``priority_terms`` and ``score_table_rows`` use."""
-    now, aging_per_h, scale, missed = settings[0], settings[1], settings[2], settings[3]
-    w_fair, w_energy, w_deadline, w_priority = settings[4], settings[5], settings[6], settings[7]
+    now, aging_per_h = settings[_NOW], settings[_AGING]
+    scale, missed = settings[_SCALE], settings[_MISSED]
+    w_fair, w_energy = settings[_W_FAIR], settings[_W_ENERGY]
+    w_deadline, w_priority = settings[_W_DEADLINE], settings[_W_PRIORITY]
     base = (prio + 1.0) / 10.0
     fair = 1.0 / (1.0 + dom * n_tenants)
     energy = 1.0 - _clip01(es)

@@ -1,5 +1,5 @@
 """The score stage's compiled loop: every feasible node's weighted score terms (the terms of
-``scores.s_*``), summed in a fixed order (ties: ``placement.SCORE_TIE``), and the queue's
+``stages.score.s_*``), summed in a fixed order (ties: ``stages.pick.SCORE_TIE``), and the queue's
 size mix."""
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from libs.policy.fast.compile import compiled
 
 @compiled
 def _fragmentation(free, sizes, probs, eps):
-    """``scores.fragmentation`` of one node's free shares (float[G]): the free share a request
+    """``stages.score.fragmentation`` of one node's free shares (float[G]): the free share a request
     drawn from the size mix could not use. Sums run in a fixed order (GPU slots in order; whole
     sizes, then fractional ones, each in mix order), so the result is the same on every
     machine; numpy's pairwise and BLAS sums may differ from it in the last bits."""
