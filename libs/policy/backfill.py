@@ -294,7 +294,7 @@ def reserve(
     now_node, lbs, nodes = K.reserve_candidates(
         F.static_mask(spec, view),
         F.available(view, cfg),
-        _no_exclusion(n_nodes) if exclude is None else exclude,
+        _no_exclusion(view) if exclude is None else exclude,
         F.fit_now(spec, view, cfg),
         rel.first_end_array(n_nodes),
         float(now),
@@ -303,7 +303,7 @@ def reserve(
     if now_node >= 0:
         best = (now, int(now_node))
     else:
-        memo = view.dyn_cache.setdefault("earliest_start", {}).setdefault(F.shape_key(spec), {})
+        memo = view.memo.earliest_start.setdefault(F.shape_key(spec), {})
         for lb, n in zip(lbs.tolist(), nodes.tolist(), strict=True):
             if best is not None and (lb, n) > best:
                 break
@@ -315,16 +315,13 @@ def reserve(
     return Reservation(job_id, best[1], view.node_ids[best[1]], best[0])
 
 
-def _no_exclusion(n: int) -> np.ndarray:
-    """bool[n] all False, shared (read-only)."""
-    hit = _NO_EXCLUSION.get(n)
+def _no_exclusion(view: ClusterView) -> np.ndarray:
+    """bool[N] all False, kept on the view (read-only)."""
+    hit = view.shape_memo.no_exclusion
     if hit is None:
-        hit = _NO_EXCLUSION[n] = np.zeros(n, dtype=bool)
+        hit = view.shape_memo.no_exclusion = np.zeros(len(view.node_ids), dtype=bool)
         hit.setflags(write=False)
     return hit
-
-
-_NO_EXCLUSION: dict[int, np.ndarray] = {}
 
 
 def delays(

@@ -6,7 +6,6 @@ definitions of ``libs.policy.stages.filter``; the hot loops are ``fast.fit``.
 
 from __future__ import annotations
 
-import operator
 from collections.abc import Callable, Sequence
 
 import numpy as np
@@ -39,13 +38,13 @@ def static_mask(spec: JobSpec, view: ClusterView) -> np.ndarray:
     """Nodes whose shape could ever hold ``spec`` (memoised per request shape on the view;
     treat the result as read-only)."""
     key = shape_key(spec)
-    m = view.static_cache.get(key)
+    m = view.shape_memo.static_mask.get(key)
     if m is None:
         m = np.ones(len(view.node_ids), dtype=bool)
         for _, f in STATIC:
             m &= f(spec, view)
         m.setflags(write=False)
-        view.static_cache[key] = m
+        view.shape_memo.static_mask[key] = m
     return m
 
 
@@ -53,11 +52,11 @@ def available(view: ClusterView, cfg: PolicyConfig) -> np.ndarray:
     """Nodes neither cordoned nor too hot (memoised until the view's next cordon/temperature
     change, ``view.state_gen``; read-only)."""
     key = (view.state_gen, cfg.thermal_max_c)
-    hit = view.dyn_cache.get("available")
+    hit = view.memo.available
     if hit is None or hit[0] != key:
         m = ~view.cordoned & ~(view.temp_c >= cfg.thermal_max_c)
         m.setflags(write=False)
-        hit = view.dyn_cache["available"] = (key, m)
+        hit = view.memo.available = (key, m)
     return hit[1]
 
 
@@ -88,17 +87,17 @@ def fit_now(spec: JobSpec, view: ClusterView, cfg: PolicyConfig) -> np.ndarray:
 
 def _request_row(spec: JobSpec, key: tuple, view: ClusterView) -> np.ndarray:
     """``shape_requests([spec])[0]``, memoised per request shape on the view."""
-    hit = view.static_cache.get(("request", key))
+    hit = view.shape_memo.request_row.get(key)
     if hit is None:
-        hit = view.static_cache[("request", key)] = shape_requests([spec])[0]
+        hit = view.shape_memo.request_row[key] = shape_requests([spec])[0]
     return hit
 
 
 def _fit_now_memo(view: ClusterView, cfg: PolicyConfig) -> dict:
     """``fit_now``'s memo (shape key -> mask) for the view as it is now."""
-    hit = view.dyn_cache.get("fit_now")
+    hit = view.memo.fit_now
     if hit is None or hit[0] != view.gen or hit[1] != cfg.thermal_max_c:
-        hit = view.dyn_cache["fit_now"] = (view.gen, cfg.thermal_max_c, {})
+        hit = view.memo.fit_now = (view.gen, cfg.thermal_max_c, {})
     return hit[2]
 
 
@@ -227,10 +226,10 @@ def explain_nodes(spec: JobSpec, view: ClusterView, cfg: PolicyConfig) -> dict[s
 def can_ever_fit(spec: JobSpec, view: ClusterView) -> bool:
     """Some node's shape could hold ``spec`` (the view form of ``never_fits(...) is None``,
     memoised per request shape on the view: O(1) after the first call)."""
-    key = ("ever", shape_key(spec))
-    hit = view.static_cache.get(key)
+    key = shape_key(spec)
+    hit = view.shape_memo.ever_fits.get(key)
     if hit is None:
-        hit = view.static_cache[key] = bool(static_mask(spec, view).any())
+        hit = view.shape_memo.ever_fits[key] = bool(static_mask(spec, view).any())
     return hit
 
 
@@ -248,28 +247,31 @@ def refusal_reason(spec: JobSpec, view: ClusterView, cfg: PolicyConfig) -> tuple
     return _REFUSALS[K.refusal_code(m, available(view, cfg), view.cordoned)], False
 
 
-_NEVER_MEMO: dict[int, tuple[tuple[NodeSpec, ...], list[NodeSpec], dict]] = {}
-
-
 def never_fits(spec: JobSpec, nodes: Sequence[NodeSpec]) -> str | None:
     """Why no node of ``nodes`` could hold ``spec`` even empty, or None when one could.
+    A caller asking for many jobs on one node list keeps a ``NeverFits`` of it instead."""
+    return NeverFits(nodes)(spec)
 
-    Memoised per node list: ``NodeSpec`` is frozen, so the same node objects in the same order
-    give the same answer; the memo checks that identity (a few microseconds) and then answers
-    over the distinct node shapes only, once per request shape. A changed list misses."""
-    key = shape_key(spec)
-    hit = _NEVER_MEMO.get(id(nodes))
-    if hit is None or len(hit[0]) != len(nodes) or not all(map(operator.is_, hit[0], nodes)):
+
+class NeverFits:
+    """``never_fits`` over one node list, memoised per request shape: it answers over the
+    distinct node shapes only, once per request shape (``NodeSpec`` is frozen, so the list's
+    answers never change). The caller owns it for as long as the list stands."""
+
+    __slots__ = ("_answers", "_shapes")
+
+    def __init__(self, nodes: Sequence[NodeSpec]) -> None:
         shapes: dict[tuple, NodeSpec] = {}
         for n in nodes:
             shapes.setdefault((n.gpu_model, n.gpu_count, n.gpu_mem_gb, n.host_mem_gb, n.cpus), n)
-        if len(_NEVER_MEMO) > 64:
-            _NEVER_MEMO.clear()
-        hit = _NEVER_MEMO[id(nodes)] = (tuple(nodes), list(shapes.values()), {})
-    answers = hit[2]
-    if key not in answers:
-        answers[key] = _never_fits(spec, hit[1])
-    return answers[key]
+        self._shapes = list(shapes.values())
+        self._answers: dict[tuple, str | None] = {}
+
+    def __call__(self, spec: JobSpec) -> str | None:
+        key = shape_key(spec)
+        if key not in self._answers:
+            self._answers[key] = _never_fits(spec, self._shapes)
+        return self._answers[key]
 
 
 def _never_fits(spec: JobSpec, nodes: Sequence[NodeSpec]) -> str | None:

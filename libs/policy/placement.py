@@ -30,6 +30,7 @@ from libs.policy.scores import (
     CLASS_INDEX,
     ModelTables,
     SizeMix,
+    default_mix,
     green_tolerance,
     temps_unknown,
 )
@@ -63,7 +64,7 @@ class PlaceContext:
         cfg: PolicyConfig,
         mix: SizeMix | None = None,
     ) -> PlaceContext:
-        return cls(ModelTables.build(view, profiles), mix or SizeMix.of(cfg.size_mix))
+        return cls(ModelTables.build(view, profiles), mix or default_mix(view, cfg))
 
 
 def place(

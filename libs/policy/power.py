@@ -72,7 +72,7 @@ class Demand:
         asked (node specs never change in a view): a caller that keeps its ``Demand`` has
         ``plan`` asked again as power states change, with the same groups."""
         memo = self._static
-        if memo and memo[0] is view.static_cache:
+        if memo and memo[0] is view.shape_memo:
             return memo[1]
         n = len(view.node_ids)
         static = (
@@ -80,7 +80,7 @@ class Demand:
             if self.groups
             else np.zeros((0, n), dtype=bool)
         )
-        memo[:] = [view.static_cache, static]
+        memo[:] = [view.shape_memo, static]
         return static
 
     @classmethod

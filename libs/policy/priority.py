@@ -127,13 +127,7 @@ def best_speed_per_class(profiles: ProfileTable, models: Sequence[str]) -> np.nd
     """float[len(WORKLOAD_CLASSES)]: the fastest speed among ``models`` (1.0 if none given)."""
     if not models:
         return np.ones(len(WORKLOAD_CLASSES))
-    key = ("best_speed", tuple(models))
-    hit = profiles._memo.get(key)  # the table never changes: memoise on it
-    if hit is None:
-        hit = profiles.speed_matrix(tuple(models), WORKLOAD_CLASSES).max(axis=0)
-        hit.setflags(write=False)
-        profiles._memo[key] = hit
-    return hit
+    return profiles.best_speed(tuple(models))  # memoised on the table (it never changes)
 
 
 def rank(

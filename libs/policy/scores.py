@@ -20,9 +20,6 @@ from proto.jobs import HIGH_PRIORITY, WORKLOAD_CLASSES, JobSpec
 CLASS_INDEX = {c: i for i, c in enumerate(WORKLOAD_CLASSES)}
 
 
-_MIX_MEMO: dict[tuple, SizeMix] = {}  # SizeMix.of per distinct pairs (config mixes are few)
-
-
 @dataclass(frozen=True, slots=True)
 class SizeMix:
     """Request sizes (GPUs; < 1 = share of one GPU) and their probabilities (sum 1)."""
@@ -32,19 +29,8 @@ class SizeMix:
 
     @classmethod
     def of(cls, pairs: Sequence[tuple[float, float]]) -> SizeMix:
-        try:  # a tuple of pairs (PolicyConfig.size_mix) is its own key: no copy per pass
-            hit = _MIX_MEMO.get(pairs)  # type: ignore[call-overload]
-        except TypeError:  # lists
-            hit = None
-        if hit is None:
-            key = tuple(tuple(p) for p in pairs)
-            hit = _MIX_MEMO.get(key)
-            if hit is None:
-                hit = _MIX_MEMO[key] = cls._of(pairs)
-        return hit
-
-    @classmethod
-    def _of(cls, pairs: Sequence[tuple[float, float]]) -> SizeMix:
+        """The mix of (size, weight) pairs, weights normalised (``default_mix`` keeps the
+        config's one per view)."""
         s = np.array([p[0] for p in pairs], dtype=float)
         w = np.array([p[1] for p in pairs], dtype=float)
         if len(s) == 0 or w.sum() <= 0 or (s <= 0).any() or (w < 0).any():
@@ -91,11 +77,11 @@ class ModelTables:
     @classmethod
     def build(cls, view: ClusterView, profiles: ProfileTable) -> ModelTables:
         """Memoised on the view for the same ``profiles`` object (both are fixed per pass)."""
-        hit = view.static_cache.get("model_tables")
+        hit = view.shape_memo.model_tables
         if hit is not None and hit[0] is profiles:
             return hit[1]
         tables = cls._build(view, profiles)
-        view.static_cache["model_tables"] = (profiles, tables)
+        view.shape_memo.model_tables = (profiles, tables)
         return tables
 
     @classmethod
@@ -107,6 +93,15 @@ class ModelTables:
         sp = prof.speed_matrix(view.models, WORKLOAD_CLASSES)
         pw = prof.power_matrix(view.models, WORKLOAD_CLASSES)
         return cls(sp, pw / sp)
+
+
+def default_mix(view: ClusterView, cfg: PolicyConfig) -> SizeMix:
+    """``SizeMix.of(cfg.size_mix)``, the mix a pass falls back on, kept on the view while the
+    config's mix is the same object (the queue's mix memo keys on this one's identity)."""
+    hit = view.shape_memo.default_mix
+    if hit is None or hit[0] is not cfg.size_mix:
+        hit = view.shape_memo.default_mix = (cfg.size_mix, SizeMix.of(cfg.size_mix))
+    return hit[1]
 
 
 def green_tolerance(spec: JobSpec) -> float:
@@ -130,7 +125,7 @@ def is_green(spec: JobSpec, cfg: PolicyConfig) -> bool:
 
 def temps_unknown(view: ClusterView) -> bool:
     """No node reports a temperature (the simulator): every node counts cool."""
-    hit = view.dyn_cache.get("temps_unknown")  # temperature changes move state_gen
+    hit = view.memo.temps_unknown  # temperature changes move state_gen
     if hit is None or hit[0] != view.state_gen:
-        hit = view.dyn_cache["temps_unknown"] = (view.state_gen, bool(np.isnan(view.temp_c).all()))
+        hit = view.memo.temps_unknown = (view.state_gen, bool(np.isnan(view.temp_c).all()))
     return hit[1]

@@ -29,7 +29,7 @@ from libs.policy.fast.shapes import shapes_of
 from libs.policy.placement import PlaceContext, place, to_allocation
 from libs.policy.profiles import ProfileTable
 from libs.policy.queue import PendingQueue, QueueArrays
-from libs.policy.scores import SizeMix
+from libs.policy.scores import SizeMix, default_mix
 from libs.policy.types import PendingJob, Placement, Refusal, Reservation, RunningJob
 
 
@@ -37,16 +37,16 @@ def failed_memo(view: ClusterView, cfg: PolicyConfig) -> dict[tuple, str]:
     """Request shape -> why it fits no node, kept on the view ACROSS passes while nothing was
     freed (``view.freed_gen``): taking resources can only make a misfit worse, so the answer
     stays exact. "Reserved" refusals depend on the reservation and are never stored."""
-    hit = view.dyn_cache.get("failed")
+    hit = view.memo.failed
     if hit is None or hit[0] != view.freed_gen or hit[1] is not cfg:
         hit = (view.freed_gen, cfg, {})
-        view.dyn_cache["failed"] = hit
+        view.memo.failed = hit
     return hit[2]
 
 
 def place_context(pending, q, is_queue: bool, view, profiles, cfg) -> PlaceContext:
     """The pass's ``PlaceContext``, with the size mix of what is queued."""
-    fallback = SizeMix.of(cfg.size_mix)
+    fallback = default_mix(view, cfg)
     mix = pending.size_mix(fallback) if is_queue else SizeMix.from_requests(q.gpus, fallback)
     return PlaceContext.build(view, profiles, cfg, mix)
 
@@ -259,7 +259,7 @@ class Pass:
         """Scalar pre-check: larger than any free block, though some node could hold it."""
         g = spec.gpus
         if g > self.max_share + EPS if g < 1.0 - EPS else round(g) > self.max_whole:
-            ever = self.view.static_cache.get(("ever", key))
+            ever = self.view.shape_memo.ever_fits.get(key)
             if ever is None:
                 ever = F.can_ever_fit(spec, self.view)
             return bool(ever)

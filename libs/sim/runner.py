@@ -67,7 +67,9 @@ def _feasible(trace_jobs, nodes, policies: list[str]) -> tuple[list[int], Counte
     sim = SimCluster(nodes)
     check_mosaic = "mosaic" in policies
     if check_mosaic:
-        from libs.policy.filters import never_fits
+        from libs.policy.filters import NeverFits
+
+        never_fits = NeverFits(nodes)
     keep: list[int] = []
     why: Counter = Counter()
     for i, tj in enumerate(trace_jobs):
@@ -75,7 +77,7 @@ def _feasible(trace_jobs, nodes, policies: list[str]) -> tuple[list[int], Counte
             why["no node can ever hold it"] += 1
             continue
         if check_mosaic:
-            reason = never_fits(tj.spec, nodes)
+            reason = never_fits(tj.spec)
             if reason is not None:
                 why["mosaic: " + reason.split(":", 1)[0]] += 1
                 continue

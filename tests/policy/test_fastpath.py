@@ -179,7 +179,10 @@ def test_view_change_counters():
     v.set_cordoned("n0", False)
     v.set_temp("n0", 50.0)
     assert v.freed_gen == f0 + 3
-    assert v.copy().dyn_cache == {}
+    v.load()  # fills the view's memo
+    c = v.copy()
+    assert v.memo.load is not None and c.memo.load is None  # a copy starts with a fresh memo
+    assert c.shape_memo is v.shape_memo  # and shares the one of the nodes' specs
 
 
 def test_a_warm_view_reports_the_reservation_a_cold_copy_reports():

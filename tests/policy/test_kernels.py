@@ -165,7 +165,7 @@ def test_fit_now_shapes_and_groups_fit_match_fit_now(vr, specs, data):
         dtype=np.int64,
     )
     fresh = view.copy()  # fit_now_shapes files its rows in the view's fit_now memo
-    view.dyn_cache.pop("fit_now", None)  # (building the busy view may have filled it)
+    view.memo.fit_now = None  # (building the busy view may have filled it)
     fits, refused = F.fit_now_shapes(shapes, shape_specs, view, CFG, static, req)
     for i, s in enumerate(shapes.tolist()):
         sp = shape_specs[s]

@@ -24,10 +24,9 @@ def held_nodes(codes: np.ndarray, view: ClusterView) -> np.ndarray:
 def fast_nodes(code: int, view: ClusterView) -> np.ndarray:
     """bool[N]: the nodes whose GPU model a slow-model code does not hold (``held_nodes``'s
     complement), memoised on the view (static: codes and models are fixed). Read-only."""
-    key = ("fast_nodes", code)
-    hit = view.static_cache.get(key)
+    hit = view.shape_memo.fast_nodes.get(code)
     if hit is None:
-        hit = view.static_cache[key] = ~held_nodes(np.array([code]), view)[0]
+        hit = view.shape_memo.fast_nodes[code] = ~held_nodes(np.array([code]), view)[0]
         hit.setflags(write=False)
     return hit
 
@@ -51,7 +50,7 @@ class SlowCodes:
         self.no_dead = np.zeros(len(shape_specs), dtype=bool)
         if isinstance(pending, PendingQueue):
             # valid while the profile tables, the config and the nodes' specs are the same
-            inputs = (ctx.tables, cfg, view.static_cache)
+            inputs = (ctx.tables, cfg, view.shape_memo)
             self.waits = pending.column("hold_waits", n_models, inputs)
             # per row, the code it got last and the waits it holds between: (code, since,
             # until). A code only changes when a wait crosses one of its thresholds, so a

@@ -33,12 +33,12 @@ def reserve_head(
     ``now`` can only move starts that were before it)."""
     n_run = len(running) + len(started)
     key = (head.spec.id, shape_key(head.spec), view.gen, n_run, cfg)
-    hit = view.dyn_cache.get("reservation")
+    hit = view.memo.reservation
     if hit is not None and hit[0] == key and (hit[1] is None or hit[1].start >= now):
         return hit[1], rel, rel_owned
     rel, rel_owned = running_set(rel, rel_owned, running, started)
     res = B.reserve(head.spec.id, head.spec, view, rel, now=now, cfg=cfg)
-    view.dyn_cache["reservation"] = (key, res)
+    view.memo.reservation = (key, res)
     return res, rel, rel_owned
 
 
@@ -64,7 +64,7 @@ def reserve_extra(
     """``backfill.reserve`` for a blocked job below the head, on a node no earlier
     reservation holds; memoised on the view like the head's (same job, shape, view state,
     running count and taken nodes)."""
-    memo = view.dyn_cache.setdefault("reservation_extra", {})
+    memo = view.memo.reservation_extra
     key = (shape_key(job.spec), view.gen, n_run, tuple(taken), cfg)
     hit = memo.get(job.spec.id)
     if hit is not None and hit[0] == key and (hit[1] is None or hit[1].start >= now):

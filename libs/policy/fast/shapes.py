@@ -38,14 +38,14 @@ def per_shape(view: ClusterView, name: str, shape_specs: list, build) -> np.ndar
     A queue only appends to its shape list (``PendingQueue.shapes``), so the same list object
     with the same length holds the same shapes; anything else is keyed by the shapes."""
     key = (name, id(shape_specs), len(shape_specs))
-    hit = view.static_cache.get(key)
+    hit = view.shape_memo.per_shape_list.get(key)
     if hit is not None and hit[0] is shape_specs:
         return hit[1]
     full_key = (name, tuple(map(shape_key, shape_specs)))
-    arr = view.static_cache.get(full_key)
+    arr = view.shape_memo.per_shape.get(full_key)
     if arr is None:
-        arr = view.static_cache[full_key] = build(shape_specs)
-    view.static_cache[key] = (shape_specs, arr)
+        arr = view.shape_memo.per_shape[full_key] = build(shape_specs)
+    view.shape_memo.per_shape_list[key] = (shape_specs, arr)
     return arr
 
 
@@ -54,11 +54,11 @@ def present_models(shape_specs: list, view: ClusterView) -> np.ndarray:
     n_models = len(view.models)
     present = np.zeros((len(shape_specs), n_models), dtype=bool)
     for s, spec in enumerate(shape_specs):
-        key = ("models", shape_key(spec))
-        hit = view.static_cache.get(key)
+        key = shape_key(spec)
+        hit = view.shape_memo.models_of_shape.get(key)
         if hit is None:
             hit = np.zeros(n_models, dtype=bool)
             hit[np.unique(view.model_idx[F.static_mask(spec, view)])] = True
-            view.static_cache[key] = hit
+            view.shape_memo.models_of_shape[key] = hit
         present[s] = hit
     return present
