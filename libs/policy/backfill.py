@@ -170,43 +170,12 @@ def _fits(spec: JobSpec, free, mem, host: float, cpus: float) -> bool:
     return sum(1 for f in free if f >= 1.0 - EPS) >= F.whole_gpus(spec)
 
 
-def _fits_now(spec: JobSpec, view: ClusterView, n: int) -> bool:
-    return _fits(
-        spec,
-        view.gpu_free[n],
-        view.gpu_mem_free_gb[n],
-        float(view.host_mem_free_gb[n]),
-        float(view.cpus_free[n]),
-    )
-
-
-def earliest_start(
-    spec: JobSpec, view: ClusterView, node: int, releases: Sequence[Release], now: float
-) -> float:
-    """When ``spec`` could start on ``node`` as running jobs end (inf if never)."""
-    g = int(view.gpu_total[node])
-    free = view.gpu_free[node, :g].tolist()
-    mem = view.gpu_mem_free_gb[node, :g].tolist()
-    host = float(view.host_mem_free_gb[node])
-    cpus = float(view.cpus_free[node])
-    if _fits(spec, free, mem, host, cpus):
-        return now
-    for r in releases:  # sorted by end
-        for j in r.gpu_indices:
-            free[j] += r.share
-            mem[j] += r.gpu_mem_gb
-        host += r.host_mem_gb
-        cpus += r.cpus
-        if _fits(spec, free, mem, host, cpus):
-            return r.end
-    return float("inf")
-
-
 def _earliest_start_jobs(
     spec: JobSpec, view: ClusterView, node: int, jobs: Sequence[RunningJob], now: float
 ) -> float:
-    """``earliest_start`` over running jobs sorted by expected end (no ``Release`` records:
-    this is the reservation's inner loop). An overrun job counts as ending ``now``."""
+    """When ``spec`` could start on ``node`` as the running jobs there end, in order of
+    expected end (inf if never): the reservation's inner loop. An overrun job counts as
+    ending ``now``."""
     g = int(view.gpu_total[node])
     free = view.gpu_free[node, :g].tolist()
     mem = view.gpu_mem_free_gb[node, :g].tolist()

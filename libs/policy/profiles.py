@@ -2,12 +2,12 @@
 
 Speed is throughput relative to the reference GPU (``REFERENCE_MODEL`` = 1.0) so that a job's
 ``est_runtime_s`` (given on the reference GPU) becomes ``est_runtime_s / speed`` on any model.
-Measured entries come from the shipped ``data/profiles.json`` (written by ``derive_profiles.py``
-from published benchmarks, each entry naming its source). Any other model gets an *estimate*
-from datasheet ratios against the reference (``proto.gpus.CATALOG``), or, for a model the
-catalog does not know, from the node's own power/memory figures, or a conservative default;
-``is_estimated`` says which. Nothing here raises for an unknown model: a new GPU in the cluster
-must never stop scheduling.
+Measured entries come from the shipped ``data/profiles.json`` (written by
+``libs/policy_io/derive_profiles.py`` from published benchmarks, each entry naming its source).
+Any other model gets an *estimate* from datasheet ratios against the reference
+(``proto.gpus.CATALOG``), or, for a model the catalog does not know, from the node's own
+power/memory figures, or a conservative default; ``is_estimated`` says which. Nothing here
+raises for an unknown model: a new GPU in the cluster must never stop scheduling.
 
 Tables are immutable; ``observe`` returns a new table (exponential smoothing of measured speed),
 so the profiler can publish versions without anyone seeing a half-updated table.

@@ -24,6 +24,7 @@ import numpy as np
 
 from libs.policy import inventory
 from libs.policy.profiles import ProfileTable
+from libs.policy_io.cluster_file import load_cluster_file
 from libs.sim import bounds as B
 from libs.sim import metrics as M
 from libs.sim.baselines import make_policy, parse_policies
@@ -58,7 +59,7 @@ def resolve_cluster(name: str, gpus: int | None, trace: Any = None) -> list[Node
     if path.suffix == ".json" or path.exists():
         if not path.is_file():
             raise FileNotFoundError(f"cluster file not found: {path}")
-        return inventory.load_cluster_file(path.read_bytes())
+        return load_cluster_file(path.read_bytes())
     raise ValueError(f"unknown cluster {name!r}; known: {', '.join(CLUSTERS)}")
 
 

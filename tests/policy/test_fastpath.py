@@ -17,7 +17,6 @@ from libs.policy.cluster import ClusterView
 from libs.policy.config import PolicyConfig
 from libs.policy.fast import epochs, screen
 from libs.policy.fast import walk as W
-from libs.policy.perf import bench_replay
 from libs.policy.placement import to_allocation
 from libs.policy.priority import order_of
 from libs.policy.profiles import ProfileTable
@@ -25,6 +24,7 @@ from libs.policy.queue import PendingQueue
 from libs.policy.scheduler import schedule
 from libs.policy.scores import SizeMix
 from libs.policy.types import PendingJob, Placement, RunningJob
+from libs.sim.perf import bench_replay
 from proto.jobs import JobSpec
 from tests.policy.strategies import busy_view, jobs, node_spec
 
