@@ -33,14 +33,16 @@ DATA_FILE = Path(__file__).with_name("data") / "profiles.json"
 
 # Weights of compute vs memory bandwidth when estimating speed from datasheets, per class:
 # convolutions are compute bound; recommendation and RNNs lean on memory bandwidth.
-_COMPUTE_SHARE: dict[str, float] = {
-    "cnn": 0.6,
-    "transformer": 0.6,
-    "rnn": 0.4,
-    "recommendation": 0.3,
-    "inference": 0.5,
-    "other": 0.5,
-}
+_COMPUTE_SHARE: Mapping[str, float] = MappingProxyType(
+    {
+        "cnn": 0.6,
+        "transformer": 0.6,
+        "rnn": 0.4,
+        "recommendation": 0.3,
+        "inference": 0.5,
+        "other": 0.5,
+    }
+)
 # Busy power as a share of TDP when nothing better is known (Zeus NSDI'23 medians, see data).
 _DEFAULT_BUSY_FRACTION = 0.75
 _UNKNOWN_SPEED = 0.5  # a GPU we know nothing about: assume half a V100 (conservative)

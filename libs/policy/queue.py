@@ -13,6 +13,7 @@ from __future__ import annotations
 import bisect
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
+from types import MappingProxyType
 
 import numpy as np
 
@@ -21,7 +22,7 @@ from libs.policy.scores import SizeMix
 from libs.policy.types import PendingJob
 from proto.jobs import WORKLOAD_CLASSES
 
-CLASS_INDEX = {c: i for i, c in enumerate(WORKLOAD_CLASSES)}
+CLASS_INDEX = MappingProxyType({c: i for i, c in enumerate(WORKLOAD_CLASSES)})
 _NO_ROWS = np.zeros(0, dtype=np.int64)
 _NO_ROWS.setflags(write=False)
 # the queue's table, one float column each (``PendingQueue.table``); fast.score_table_rows

@@ -8,6 +8,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
+from types import MappingProxyType
 
 import numpy as np
 
@@ -17,7 +18,7 @@ from libs.policy.config import PolicyConfig
 from libs.policy.profiles import ProfileTable
 from proto.jobs import HIGH_PRIORITY, WORKLOAD_CLASSES, JobSpec
 
-CLASS_INDEX = {c: i for i, c in enumerate(WORKLOAD_CLASSES)}
+CLASS_INDEX = MappingProxyType({c: i for i, c in enumerate(WORKLOAD_CLASSES)})
 
 
 @dataclass(frozen=True, slots=True)

@@ -31,13 +31,11 @@ from proto.jobs import JobSpec
 
 
 def warm_up(cfg: PolicyConfig | None = None, profiles: ProfileTable | None = None) -> None:
-    """Run the pass's compiled paths once on a toy cluster (see the module note); once per
-    process and config: a second run would load nothing (~12 ms of passes for nothing, on
-    every simulator attach). The config is the key because its numbers' types (an int where
-    a float is usual) could ask for other compiled variants; the profile table's are fixed."""
+    """Run the pass's compiled paths once on a toy cluster (see the module note). A second
+    call loads nothing more (~12 ms of passes); callers call it once, when they start. The
+    config is passed because its numbers' types (an int where a float is usual) could ask for
+    other compiled variants; the profile table's are fixed."""
     cfg = cfg or PolicyConfig.default()
-    if cfg in _WARMED:
-        return
     profiles = profiles or ProfileTable.default()
     nodes = demo_cluster()
     view = ClusterView.build(nodes)
@@ -111,7 +109,3 @@ def warm_up(cfg: PolicyConfig | None = None, profiles: ProfileTable | None = Non
     K.power_due(
         now, idle, suspended, np.zeros(n, dtype=bool), power.empty_nodes(view), cfg.suspend_after_s
     )
-    _WARMED.add(cfg)
-
-
-_WARMED: set[PolicyConfig] = set()  # configs warmed up in this process
