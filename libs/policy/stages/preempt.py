@@ -1,8 +1,9 @@
 """Preempt: the stage between reserve/backfill and power, left ready for the next issue.
 
-A pass does not preempt yet: ``plan`` decides nothing. The next issue fills it in (elastic,
-checkpointable jobs only, DESIGN.md's defragmenter); the pass already calls it in its place
-(``scheduler.schedule`` does not, until it returns decisions), so its inputs are named here.
+Nothing is preempted yet: ``plan`` decides nothing and the pass does not call it. The next
+issue fills it in (elastic, checkpointable jobs only: DESIGN.md's defragmenter sends preempt
+intents the placer checks) and calls it from ``scheduler.schedule`` after the walk, with the
+blocked jobs the pass found and the running set.
 """
 
 from __future__ import annotations
