@@ -2,7 +2,7 @@
 
 Shared here because both services take the same flag and ``mosaic up`` passes the same value to
 both. Accepted: a NodeSpec JSON object, a JSON list of them, or ``@path`` to a file holding either
-or a cluster file (``libs.policy.inventory`` format, with ``groups``/``nodes``).
+or a cluster file (``libs.policy_io.cluster_file`` format, with ``groups``/``nodes``).
 """
 
 from __future__ import annotations
@@ -34,7 +34,7 @@ def parse_node_specs(value: str) -> list[NodeSpec]:
         raise ValueError(f"{where}: not valid JSON: {exc}") from None
     try:
         if isinstance(raw, dict) and ("groups" in raw or "nodes" in raw):
-            from libs.policy.inventory import load_cluster_file
+            from libs.policy_io.cluster_file import load_cluster_file
 
             nodes = load_cluster_file(msgspec.json.encode(raw))
         elif isinstance(raw, list):

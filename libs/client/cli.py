@@ -123,12 +123,13 @@ def up(
 
 def _cluster(nodes: int | None, cluster: Path | None) -> list:
     from libs.policy import inventory
+    from libs.policy_io.cluster_file import load_cluster_file
 
     if nodes is not None and cluster is not None:
         raise UsageProblem("give --nodes or --cluster, not both")
     if cluster is not None:
         try:
-            return inventory.load_cluster_file(cluster.read_bytes())
+            return load_cluster_file(cluster.read_bytes())
         except OSError as exc:
             raise UsageProblem(f"--cluster {cluster}: {exc.strerror}") from None
         except ValueError as exc:  # msgspec errors are ValueErrors too

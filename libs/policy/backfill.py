@@ -15,8 +15,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from libs.policy import fast as K
 from libs.policy import filters as F
-from libs.policy import kernels as K
 from libs.policy.cluster import EPS, ClusterView
 from libs.policy.config import PolicyConfig
 from libs.policy.types import Reservation, RunningJob
@@ -170,43 +170,12 @@ def _fits(spec: JobSpec, free, mem, host: float, cpus: float) -> bool:
     return sum(1 for f in free if f >= 1.0 - EPS) >= F.whole_gpus(spec)
 
 
-def _fits_now(spec: JobSpec, view: ClusterView, n: int) -> bool:
-    return _fits(
-        spec,
-        view.gpu_free[n],
-        view.gpu_mem_free_gb[n],
-        float(view.host_mem_free_gb[n]),
-        float(view.cpus_free[n]),
-    )
-
-
-def earliest_start(
-    spec: JobSpec, view: ClusterView, node: int, releases: Sequence[Release], now: float
-) -> float:
-    """When ``spec`` could start on ``node`` as running jobs end (inf if never)."""
-    g = int(view.gpu_total[node])
-    free = view.gpu_free[node, :g].tolist()
-    mem = view.gpu_mem_free_gb[node, :g].tolist()
-    host = float(view.host_mem_free_gb[node])
-    cpus = float(view.cpus_free[node])
-    if _fits(spec, free, mem, host, cpus):
-        return now
-    for r in releases:  # sorted by end
-        for j in r.gpu_indices:
-            free[j] += r.share
-            mem[j] += r.gpu_mem_gb
-        host += r.host_mem_gb
-        cpus += r.cpus
-        if _fits(spec, free, mem, host, cpus):
-            return r.end
-    return float("inf")
-
-
 def _earliest_start_jobs(
     spec: JobSpec, view: ClusterView, node: int, jobs: Sequence[RunningJob], now: float
 ) -> float:
-    """``earliest_start`` over running jobs sorted by expected end (no ``Release`` records:
-    this is the reservation's inner loop). An overrun job counts as ending ``now``."""
+    """When ``spec`` could start on ``node`` as the running jobs there end, in order of
+    expected end (inf if never): the reservation's inner loop. An overrun job counts as
+    ending ``now``."""
     g = int(view.gpu_total[node])
     free = view.gpu_free[node, :g].tolist()
     mem = view.gpu_mem_free_gb[node, :g].tolist()
@@ -288,13 +257,13 @@ def reserve(
     # first release: visit nodes by that lower bound and stop once it is no better than the
     # best exact start found. Ties go to the lowest node index whatever the visiting order:
     # the visiting order moves with ``now`` (an overdue job counts as ending now), the answer
-    # must not, or a reservation memoised in an earlier pass (scheduler._reserve) would
+    # must not, or a reservation memoised in an earlier pass (fast.reservations.reserve_head) would
     # differ from a fresh one
     n_nodes = len(view.node_ids)
     now_node, lbs, nodes = K.reserve_candidates(
         F.static_mask(spec, view),
         F.available(view, cfg),
-        _no_exclusion(n_nodes) if exclude is None else exclude,
+        _no_exclusion(view) if exclude is None else exclude,
         F.fit_now(spec, view, cfg),
         rel.first_end_array(n_nodes),
         float(now),
@@ -303,7 +272,7 @@ def reserve(
     if now_node >= 0:
         best = (now, int(now_node))
     else:
-        memo = view.dyn_cache.setdefault("earliest_start", {}).setdefault(F.shape_key(spec), {})
+        memo = view.memo.earliest_start.setdefault(F.shape_key(spec), {})
         for lb, n in zip(lbs.tolist(), nodes.tolist(), strict=True):
             if best is not None and (lb, n) > best:
                 break
@@ -315,16 +284,13 @@ def reserve(
     return Reservation(job_id, best[1], view.node_ids[best[1]], best[0])
 
 
-def _no_exclusion(n: int) -> np.ndarray:
-    """bool[n] all False, shared (read-only)."""
-    hit = _NO_EXCLUSION.get(n)
+def _no_exclusion(view: ClusterView) -> np.ndarray:
+    """bool[N] all False, kept on the view (read-only)."""
+    hit = view.shape_memo.no_exclusion
     if hit is None:
-        hit = _NO_EXCLUSION[n] = np.zeros(n, dtype=bool)
+        hit = view.shape_memo.no_exclusion = np.zeros(len(view.node_ids), dtype=bool)
         hit.setflags(write=False)
     return hit
-
-
-_NO_EXCLUSION: dict[int, np.ndarray] = {}
 
 
 def delays(

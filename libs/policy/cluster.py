@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from libs.policy.memo import ShapeMemo, ViewMemo
 from proto.ledger import Allocation
 from proto.nodes import NodeSpec
 
@@ -50,10 +51,10 @@ class ClusterView:
     idle_power_w: np.ndarray  # float[N] per GPU
     max_power_w: np.ndarray  # float[N] per GPU
     # memo of shape-only results (static filter masks): node specs never change in a view
-    static_cache: dict = field(default_factory=dict, repr=False, compare=False)
+    shape_memo: ShapeMemo = field(default_factory=ShapeMemo, repr=False, compare=False)
     # change counters: ``gen`` moves on every change of free resources or node state,
     # ``freed_gen`` only on changes that can let a job fit that did not (release, uncordon,
-    # temperature). The scheduler keys its cross-pass memos (``dyn_cache``) on them.
+    # temperature). The scheduler keys its cross-pass memos (``memo``) on them.
     gen: int = 0
     freed_gen: int = 0
     # int[N]: moves with every change of that node (``gen`` counts them all): memos of
@@ -65,7 +66,7 @@ class ClusterView:
     # moves when a node is cordoned or uncordoned or its temperature changes (``set_cordoned``,
     # ``set_temp``): the nodes' availability (``filters.available``) reads only that
     state_gen: int = 0
-    dyn_cache: dict = field(default_factory=dict, repr=False, compare=False)
+    memo: ViewMemo = field(default_factory=ViewMemo, repr=False, compare=False)
 
     @classmethod
     def build(
@@ -221,28 +222,28 @@ class ClusterView:
 
     def total_gpus(self) -> int:
         """GPUs in the view (memoised: node specs never change in a view)."""
-        hit = self.static_cache.get("total_gpus")
+        hit = self.shape_memo.total_gpus
         if hit is None:
-            hit = self.static_cache["total_gpus"] = int(self.gpu_total.sum())
+            hit = self.shape_memo.total_gpus = int(self.gpu_total.sum())
         return hit
 
     def load(self) -> float:
         """Allocated GPU share / total GPUs (0 for an empty cluster); memoised until the view
         changes (``gen``): an arrival's pass sees the view of the pass before."""
-        hit = self.dyn_cache.get("load")
+        hit = self.memo.load
         if hit is not None and hit[0] == self.gen:
             return hit[1]
         total = float(self.total_gpus())
         load = 0.0 if total <= 0 else float(1.0 - self.gpu_free.sum() / total)
-        self.dyn_cache["load"] = (self.gen, load)
+        self.memo.load = (self.gen, load)
         return load
 
     def capacity(self) -> np.ndarray:
         """Totals per resource in ``RESOURCES`` order, for dominant-share fairness (memoised:
         totals depend on the node specs only; read-only)."""
-        hit = self.static_cache.get("capacity")
+        hit = self.shape_memo.capacity
         if hit is None:
-            hit = self.static_cache["capacity"] = self._capacity()
+            hit = self.shape_memo.capacity = self._capacity()
             hit.setflags(write=False)
         return hit
 
@@ -259,8 +260,8 @@ class ClusterView:
     def copy(self) -> ClusterView:
         """A deep copy of the mutable arrays (specs are shared): for what-if planning."""
         c = ClusterView(**{f: getattr(self, f) for f in self.__dataclass_fields__})
-        c.static_cache = self.static_cache  # same specs: the memo stays valid
-        c.dyn_cache = {}  # the copy's free resources will diverge from ours
+        c.shape_memo = self.shape_memo  # same specs: the memo stays valid
+        c.memo = ViewMemo()  # the copy's free resources will diverge from ours
         for f in (
             "gpu_free",
             "gpu_mem_free_gb",

@@ -103,7 +103,7 @@ class PolicyConfig:
     # g decides (a 2-day CNN with g 0.9 takes a free T4 over a free A100; g 0.1 does not).
     green_speed_relief: float = 1.0
     green_energy_scales: bool = True
-    # Energy guard (scheduler._hold_waits), for jobs of at least slow_guard_runtime_s. A model
+    # Energy guard (stages.guard.hold_waits), for jobs of at least slow_guard_runtime_s. A model
     # is worth it for a job when the energy it saves over the fastest model is at least
     # (1 - green_worth x g) x the speed it loses, both as fractions. A slow model (see the
     # slow-GPU guard) or a model slower AND hungrier than the fastest that is NOT worth it is

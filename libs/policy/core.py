@@ -84,7 +84,7 @@ class Scheduler:
         self.usage: dict[str, np.ndarray] = {}  # per tenant, RESOURCES order
         self._held: dict[str, tuple[Allocation, np.ndarray, str]] = {}  # alloc, usage, tenant
         self._applied: set[tuple] = set()  # placed by a pass, not yet reported started
-        self._ever: dict[tuple, bool] = {}  # could some node ever hold this request shape
+        self._never = F.NeverFits(self.view.nodes)  # could some node ever hold a request shape
         self._holds: dict[str, set[str]] = {}  # node -> why it is cordoned (operator, down...)
         self._cadence = BackfillCadence(cfg.backfill_interval_s)
         self._tick_at: float | None = None
@@ -98,11 +98,7 @@ class Scheduler:
     # ----- events: jobs --------------------------------------------------------------------
     def can_ever_place(self, spec: JobSpec) -> bool:
         """Whether some node of the cluster could hold ``spec`` even empty (per shape)."""
-        key = F.shape_key(spec)
-        hit = self._ever.get(key)
-        if hit is None:
-            hit = self._ever[key] = F.never_fits(spec, self.view.nodes) is None
-        return hit
+        return self._never(spec) is None
 
     def queue_job(self, job: PendingJob) -> None:
         """A job waits to start (a submission, a retry, a preempted job back in line)."""

@@ -1,122 +1,50 @@
-"""Placement filters (Kubernetes "Filter" stage): one named function per rule, each a boolean
-mask over the nodes of a ``ClusterView`` plus a per-node reason for "why is my job pending".
-
-Static filters (constraints, GPU count, GPU memory, host memory/CPU totals) depend only on the
-node's shape: failing them on every node means the job can never run (``never_fits``). Dynamic
-filters (free GPUs, free host memory, free CPUs, cordon, thermal) change with time.
-
-GPU memory is a HARD rule: a job never lands on a GPU with less memory than it asks for.
+"""Filter, as the pass runs it: which nodes can hold a request now (``fit_now``, many shapes at
+once: ``fit_now_shapes``), why a request fits nowhere (``refusal_reason``, ``explain_nodes``) and
+whether it ever could (``never_fits``), memoised per request shape. The rules are the
+definitions of ``libs.policy.stages.filter``; the hot loops are ``fast.fit``.
 """
 
 from __future__ import annotations
 
-import operator
 from collections.abc import Callable, Sequence
 
 import numpy as np
 
-from libs.policy import kernels as K
+from libs.policy import fast as K
 from libs.policy.cluster import EPS, ClusterView
 from libs.policy.config import PolicyConfig
-from proto.gpus import matches
+from libs.policy.stages.filter import (
+    STATIC,
+    f_constraints,
+    f_cordon,
+    f_cpus,
+    f_cpus_total,
+    f_free_gpus,
+    f_gpu_count,
+    f_gpu_memory,
+    f_host_memory,
+    f_host_memory_total,
+    f_thermal,
+    is_fractional,
+    model_allowed,
+    shape_key,
+    whole_gpus,
+)
 from proto.jobs import JobSpec
 from proto.nodes import NodeSpec
-
-
-def shape_key(spec: JobSpec) -> tuple:
-    """What decides where a job fits (GPUs, GPU memory, host memory, CPUs, constraints): jobs
-    with the same key fit on the same nodes, so per-shape answers are memoised under it."""
-    return (spec.gpus, spec.gpu_mem_gb, spec.host_mem_gb, spec.cpus, spec.constraints)
-
-
-def is_fractional(spec: JobSpec) -> bool:
-    return spec.gpus < 1.0 - EPS
-
-
-def whole_gpus(spec: JobSpec) -> int:
-    """GPUs a whole-GPU job needs (a fractional job needs part of one)."""
-    return 1 if is_fractional(spec) else round(spec.gpus)
-
-
-def model_allowed(constraints: Sequence[str], model: str) -> bool:
-    return not constraints or any(matches(c, model) for c in constraints)
-
-
-# --- static ---------------------------------------------------------------------------------
-def f_constraints(spec: JobSpec, view: ClusterView) -> np.ndarray:
-    if not spec.constraints:
-        return np.ones(len(view.node_ids), dtype=bool)
-    ok = np.array([model_allowed(spec.constraints, m) for m in view.models], dtype=bool)
-    return ok[view.model_idx]
-
-
-def f_gpu_count(spec: JobSpec, view: ClusterView) -> np.ndarray:
-    return view.gpu_total >= whole_gpus(spec)
-
-
-def f_gpu_memory(spec: JobSpec, view: ClusterView) -> np.ndarray:
-    return view.gpu_mem_gb >= spec.gpu_mem_gb - EPS
-
-
-def f_host_memory_total(spec: JobSpec, view: ClusterView) -> np.ndarray:
-    return view.host_mem_gb >= spec.host_mem_gb - EPS
-
-
-def f_cpus_total(spec: JobSpec, view: ClusterView) -> np.ndarray:
-    return view.cpus >= spec.cpus - EPS
-
-
-# --- dynamic --------------------------------------------------------------------------------
-def f_cordon(spec: JobSpec, view: ClusterView) -> np.ndarray:
-    return ~view.cordoned
-
-
-def f_thermal(spec: JobSpec, view: ClusterView, cfg: PolicyConfig) -> np.ndarray:
-    return ~(view.temp_c >= cfg.thermal_max_c)  # NaN (unknown) passes
-
-
-def frac_slot_ok(spec: JobSpec, view: ClusterView) -> np.ndarray:
-    """bool[N, Gmax]: GPU slots with the job's share and its GPU memory free."""
-    return (view.gpu_free >= spec.gpus - EPS) & (view.gpu_mem_free_gb >= spec.gpu_mem_gb - EPS)
-
-
-def f_free_gpus(spec: JobSpec, view: ClusterView) -> np.ndarray:
-    """Gang: ``gpus`` whole free GPUs on ONE node; fractional: one GPU with the share free."""
-    if is_fractional(spec):
-        return frac_slot_ok(spec, view).any(axis=1)
-    return view.whole_free >= whole_gpus(spec)
-
-
-def f_host_memory(spec: JobSpec, view: ClusterView) -> np.ndarray:
-    return view.host_mem_free_gb >= spec.host_mem_gb - EPS
-
-
-def f_cpus(spec: JobSpec, view: ClusterView) -> np.ndarray:
-    return view.cpus_free >= spec.cpus - EPS
-
-
-StaticFilter = Callable[[JobSpec, ClusterView], np.ndarray]
-# (reason, filter) in the order reasons are reported
-STATIC: tuple[tuple[str, StaticFilter], ...] = (
-    ("Constraints", f_constraints),
-    ("GpuCount", f_gpu_count),
-    ("GpuMemory", f_gpu_memory),
-    ("HostMemory", f_host_memory_total),
-    ("Cpus", f_cpus_total),
-)
 
 
 def static_mask(spec: JobSpec, view: ClusterView) -> np.ndarray:
     """Nodes whose shape could ever hold ``spec`` (memoised per request shape on the view;
     treat the result as read-only)."""
     key = shape_key(spec)
-    m = view.static_cache.get(key)
+    m = view.shape_memo.static_mask.get(key)
     if m is None:
         m = np.ones(len(view.node_ids), dtype=bool)
         for _, f in STATIC:
             m &= f(spec, view)
         m.setflags(write=False)
-        view.static_cache[key] = m
+        view.shape_memo.static_mask[key] = m
     return m
 
 
@@ -124,11 +52,11 @@ def available(view: ClusterView, cfg: PolicyConfig) -> np.ndarray:
     """Nodes neither cordoned nor too hot (memoised until the view's next cordon/temperature
     change, ``view.state_gen``; read-only)."""
     key = (view.state_gen, cfg.thermal_max_c)
-    hit = view.dyn_cache.get("available")
+    hit = view.memo.available
     if hit is None or hit[0] != key:
         m = ~view.cordoned & ~(view.temp_c >= cfg.thermal_max_c)
         m.setflags(write=False)
-        hit = view.dyn_cache["available"] = (key, m)
+        hit = view.memo.available = (key, m)
     return hit[1]
 
 
@@ -159,24 +87,24 @@ def fit_now(spec: JobSpec, view: ClusterView, cfg: PolicyConfig) -> np.ndarray:
 
 def _request_row(spec: JobSpec, key: tuple, view: ClusterView) -> np.ndarray:
     """``shape_requests([spec])[0]``, memoised per request shape on the view."""
-    hit = view.static_cache.get(("request", key))
+    hit = view.shape_memo.request_row.get(key)
     if hit is None:
-        hit = view.static_cache[("request", key)] = shape_requests([spec])[0]
+        hit = view.shape_memo.request_row[key] = shape_requests([spec])[0]
     return hit
 
 
 def _fit_now_memo(view: ClusterView, cfg: PolicyConfig) -> dict:
     """``fit_now``'s memo (shape key -> mask) for the view as it is now."""
-    hit = view.dyn_cache.get("fit_now")
+    hit = view.memo.fit_now
     if hit is None or hit[0] != view.gen or hit[1] != cfg.thermal_max_c:
-        hit = view.dyn_cache["fit_now"] = (view.gen, cfg.thermal_max_c, {})
+        hit = view.memo.fit_now = (view.gen, cfg.thermal_max_c, {})
     return hit[2]
 
 
 def shape_requests(specs: Sequence[JobSpec]) -> np.ndarray:
     """float[shape, 6] of request shapes (one spec each): fractional (1.0) or not, whole GPUs
     (``whole_gpus``), host memory, CPUs, GPUs asked, GPU memory: the numbers the dynamic
-    filters (``kernels.fit_one``, ``fit_whole``) and the scheduler's largest-free-block check
+    filters (``fast.fit_one``, ``fit_whole``) and the scheduler's largest-free-block check
     compare, built once per shape."""
     return np.array(
         [
@@ -207,7 +135,7 @@ def fit_now_shapes(
     that fit no node now, shape index -> ``refusal_reason(spec)[0]``). ``shapes``: indices
     into ``specs`` (one spec per shape), into ``static`` (their ``static_mask`` rows), into
     ``requests`` (``shape_requests(specs)``) and into ``keys`` (their ``shape_key``s, or
-    None); the caller keeps them all. One compiled call (``kernels.screen_shapes``: the
+    None); the caller keeps them all. One compiled call (``fast.screen_shapes``: the
     comparisons ``fit_now`` makes and ``refusal_reason``'s dynamic reasons, so the answers
     are the same). Read-only; the rows of the shapes that fit somewhere are filed in
     ``fit_now``'s memo for the view as it is (the pass places rows of those shapes next)."""
@@ -237,7 +165,7 @@ def fit_now_shapes(
     return out, refused
 
 
-# the reasons ``kernels.screen_shapes`` codes (0: fits; 4: never, ``refusal_reason`` tells why)
+# the reasons ``fast.screen_shapes`` codes (0: fits; 4: never, ``refusal_reason`` tells why)
 _REFUSALS = ("", "Resources", "Thermal", "Cordoned")
 
 
@@ -298,10 +226,10 @@ def explain_nodes(spec: JobSpec, view: ClusterView, cfg: PolicyConfig) -> dict[s
 def can_ever_fit(spec: JobSpec, view: ClusterView) -> bool:
     """Some node's shape could hold ``spec`` (the view form of ``never_fits(...) is None``,
     memoised per request shape on the view: O(1) after the first call)."""
-    key = ("ever", shape_key(spec))
-    hit = view.static_cache.get(key)
+    key = shape_key(spec)
+    hit = view.shape_memo.ever_fits.get(key)
     if hit is None:
-        hit = view.static_cache[key] = bool(static_mask(spec, view).any())
+        hit = view.shape_memo.ever_fits[key] = bool(static_mask(spec, view).any())
     return hit
 
 
@@ -319,28 +247,31 @@ def refusal_reason(spec: JobSpec, view: ClusterView, cfg: PolicyConfig) -> tuple
     return _REFUSALS[K.refusal_code(m, available(view, cfg), view.cordoned)], False
 
 
-_NEVER_MEMO: dict[int, tuple[tuple[NodeSpec, ...], list[NodeSpec], dict]] = {}
-
-
 def never_fits(spec: JobSpec, nodes: Sequence[NodeSpec]) -> str | None:
     """Why no node of ``nodes`` could hold ``spec`` even empty, or None when one could.
+    A caller asking for many jobs on one node list keeps a ``NeverFits`` of it instead."""
+    return NeverFits(nodes)(spec)
 
-    Memoised per node list: ``NodeSpec`` is frozen, so the same node objects in the same order
-    give the same answer; the memo checks that identity (a few microseconds) and then answers
-    over the distinct node shapes only, once per request shape. A changed list misses."""
-    key = shape_key(spec)
-    hit = _NEVER_MEMO.get(id(nodes))
-    if hit is None or len(hit[0]) != len(nodes) or not all(map(operator.is_, hit[0], nodes)):
+
+class NeverFits:
+    """``never_fits`` over one node list, memoised per request shape: it answers over the
+    distinct node shapes only, once per request shape (``NodeSpec`` is frozen, so the list's
+    answers never change). The caller owns it for as long as the list stands."""
+
+    __slots__ = ("_answers", "_shapes")
+
+    def __init__(self, nodes: Sequence[NodeSpec]) -> None:
         shapes: dict[tuple, NodeSpec] = {}
         for n in nodes:
             shapes.setdefault((n.gpu_model, n.gpu_count, n.gpu_mem_gb, n.host_mem_gb, n.cpus), n)
-        if len(_NEVER_MEMO) > 64:
-            _NEVER_MEMO.clear()
-        hit = _NEVER_MEMO[id(nodes)] = (tuple(nodes), list(shapes.values()), {})
-    answers = hit[2]
-    if key not in answers:
-        answers[key] = _never_fits(spec, hit[1])
-    return answers[key]
+        self._shapes = list(shapes.values())
+        self._answers: dict[tuple, str | None] = {}
+
+    def __call__(self, spec: JobSpec) -> str | None:
+        key = shape_key(spec)
+        if key not in self._answers:
+            self._answers[key] = _never_fits(spec, self._shapes)
+        return self._answers[key]
 
 
 def _never_fits(spec: JobSpec, nodes: Sequence[NodeSpec]) -> str | None:

@@ -1,19 +1,22 @@
-"""Cluster inventories: the seed mix, the 10-node demo, counts per GPU type, and cluster files.
+"""Cluster inventories: the seed mix, the 10-node demo, counts per GPU type, node groups.
 
 Pure: text and numbers in, ``NodeSpec`` lists out. The simulator and ``mosaic up`` build their
-clusters here, so a simulated cluster and a live one are the same shape.
+clusters here, so a simulated cluster and a live one are the same shape. Cluster files (JSON
+with ``groups``/``nodes``) are read by ``libs.policy_io.cluster_file``.
 """
 
 from __future__ import annotations
 
-import msgspec
+from dataclasses import dataclass, field
 
 from proto.gpus import CATALOG, canonical_model
 from proto.nodes import NodeSpec
 
 
-class NodeGroup(msgspec.Struct, frozen=True, kw_only=True):
-    """``count`` identical nodes. Missing specs come from the GPU catalog."""
+@dataclass(frozen=True, kw_only=True)
+class NodeGroup:
+    """``count`` identical nodes. Missing specs come from the GPU catalog (a cluster file
+    decodes its ``groups`` into these)."""
 
     count: int
     gpu_model: str
@@ -24,14 +27,7 @@ class NodeGroup(msgspec.Struct, frozen=True, kw_only=True):
     idle_power_w: float | None = None
     max_power_w: float | None = None
     prefix: str | None = None
-    labels: dict[str, str] = {}
-
-
-class ClusterFile(msgspec.Struct, frozen=True, kw_only=True):
-    """``mosaic up --cluster FILE``: JSON with ``groups`` and/or ``nodes``."""
-
-    groups: tuple[NodeGroup, ...] = ()
-    nodes: tuple[NodeSpec, ...] = ()
+    labels: dict[str, str] = field(default_factory=dict)
 
 
 # The seed's mix: 40% 8xA100-80GB + 256 GB, 30% 4xV100-32GB + 128 GB, 30% 8xT4-16GB + 64 GB.
@@ -136,19 +132,6 @@ def from_counts(
     if not groups:
         raise ValueError("empty cluster spec")
     return expand(groups)
-
-
-def load_cluster_file(data: bytes | str) -> list[NodeSpec]:
-    """Parse a cluster file (JSON). Node ids must be unique and subject-safe."""
-    cf = msgspec.json.decode(data, type=ClusterFile)
-    nodes = expand(cf.groups) + list(cf.nodes)
-    ids = [n.id for n in nodes]
-    if len(set(ids)) != len(ids):
-        raise ValueError("cluster file: node ids are not unique")
-    for n in nodes:
-        if not n.id or any(c in n.id for c in ". *>") or n.gpu_count < 0:
-            raise ValueError(f"cluster file: bad node {n.id!r}")
-    return nodes
 
 
 def total_gpus(nodes: list[NodeSpec]) -> int:

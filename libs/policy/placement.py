@@ -10,7 +10,7 @@ job takes the best-fit GPU (the one with the least free share that still fits), 
 
 The nodes a request fits now come from ``filters.fit_now`` (one compiled pass over the nodes,
 memoised per request shape until the view changes); the score terms of ``libs.policy.scores``
-are computed for all feasible nodes in one compiled loop (``kernels.score_nodes``), and totals
+are computed for all feasible nodes in one compiled loop (``fast.score_nodes``), and totals
 within ``SCORE_TIE`` of the best go to the first node.
 """
 
@@ -20,8 +20,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from libs.policy import fast as K
 from libs.policy import filters as F
-from libs.policy import kernels as K
 from libs.policy.cluster import EPS, ClusterView
 from libs.policy.config import PolicyConfig
 from libs.policy.filters import never_fits  # re-exported: part of this module's API
@@ -30,9 +30,11 @@ from libs.policy.scores import (
     CLASS_INDEX,
     ModelTables,
     SizeMix,
+    default_mix,
     green_tolerance,
     temps_unknown,
 )
+from libs.policy.stages.pick import SCORE_TIE, TERMS, term_weights
 from libs.policy.types import Candidate, Placement, Refusal
 from proto.jobs import JobSpec
 from proto.ledger import Allocation
@@ -45,17 +47,6 @@ __all__ = [
     "place",
     "to_allocation",
 ]
-
-
-# the score terms, each defined in libs.policy.scores (s_speed, s_energy, s_pack, s_thermal,
-# s_memory_fit), in the order ``place`` weighs and sums them
-TERMS: tuple[str, ...] = ("speed", "energy", "pack", "thermal", "memory_fit")
-# Totals this close are a tie, won by the first feasible node (scores lie in [0, 1]). Which of
-# two equally good nodes wins must not depend on the last bits of a sum: numpy's pairwise and
-# BLAS sums and a compiled loop's sums round differently, and BLAS builds differ between CPUs.
-# Measured on Philly: with a strict arg-max, the compiled sums first picked another node at the
-# 2,830th placement, a tie decided by rounding, and the replay diverged from there.
-SCORE_TIE = 1e-9
 
 
 @dataclass(frozen=True, slots=True)
@@ -73,7 +64,7 @@ class PlaceContext:
         cfg: PolicyConfig,
         mix: SizeMix | None = None,
     ) -> PlaceContext:
-        return cls(ModelTables.build(view, profiles), mix or SizeMix.of(cfg.size_mix))
+        return cls(ModelTables.build(view, profiles), mix or default_mix(view, cfg))
 
 
 def place(
@@ -99,19 +90,12 @@ def place(
         reason, never = F.refusal_reason(spec, view, cfg)
         return Refusal(reason, per_node, never)
     cls_i = CLASS_INDEX.get(spec.workload_class, CLASS_INDEX["other"])
-    length = max(1.0, spec.est_runtime_s / cfg.speed_runtime_scale_s)
-    green = green_tolerance(spec)
-    weights = (  # in TERMS order
-        cfg.w_speed * length * (1.0 - cfg.green_speed_relief * green),
-        cfg.w_energy * green * (length if cfg.green_energy_scales else 1.0),
-        cfg.w_pack,
-        cfg.w_thermal,
-        cfg.w_memory_fit,
-    )
+    weights = term_weights(spec, green_tolerance(spec), cfg)
     wsum = sum(weights) or 1.0
     frac = F.is_fractional(spec)
     k = F.whole_gpus(spec)
-    # the score terms of libs.policy.scores for every feasible node, in one compiled loop
+    # the score terms of libs.policy.stages.score for every feasible node and the pick of
+    # stages.pick, in one compiled loop
     total, term_rows, slot, best = K.score_nodes(
         nodes,
         view.gpu_free,

@@ -30,8 +30,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from libs.policy import fast as K
 from libs.policy import filters as F
-from libs.policy import kernels as K
 from libs.policy.cluster import EPS, ClusterView
 from libs.policy.config import PolicyConfig
 from proto.jobs import JobSpec
@@ -72,7 +72,7 @@ class Demand:
         asked (node specs never change in a view): a caller that keeps its ``Demand`` has
         ``plan`` asked again as power states change, with the same groups."""
         memo = self._static
-        if memo and memo[0] is view.static_cache:
+        if memo and memo[0] is view.shape_memo:
             return memo[1]
         n = len(view.node_ids)
         static = (
@@ -80,7 +80,7 @@ class Demand:
             if self.groups
             else np.zeros((0, n), dtype=bool)
         )
-        memo[:] = [view.static_cache, static]
+        memo[:] = [view.shape_memo, static]
         return static
 
     @classmethod

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from libs.policy import kernels as K
+from libs.policy import fast as K
 from libs.policy import power
 from libs.policy.cluster import ClusterView
 from libs.policy.config import PolicyConfig

@@ -1,20 +1,6 @@
-"""Job priority: who goes first, vectorised over the whole queue.
-
-score = p × (w_fair·fair_share + w_energy·(1 − energy_sensitivity) + w_deadline·urgency
-             + w_priority·1) + aging
-
-* ``p`` = (priority + 1) / 10, the submitted priority in (0, 1].
-* The weights depend on the load regime (``regime``): below ``cfg.low_load`` fairness leads,
-  above ``cfg.high_load`` the submitted priority leads (protect critical jobs when it is tight).
-  Each regime's weights sum to 1, so a fresh job's score is at most 1.
-* ``fair_share`` = 1 / (1 + dominant_share × tenants): 1 for a tenant using nothing, 1/2 for a
-  tenant at exactly its equal share (DRF, Ghodsi et al. NSDI'11: the dominant share is the
-  largest share of any one resource the tenant holds).
-* ``urgency`` = exp(−slack / urgency_scale_s), slack = deadline − now − remaining runtime on the
-  fastest GPU model present; ``cfg.urgency_missed`` once the deadline can no longer be met;
-  0 without a deadline.
-* ``aging`` = aging_per_h × hours waited, unbounded: a job that waited longer than
-  1 / aging_per_h hours outranks every fresh job (starvation freedom).
+"""Rank, as the pass and the scorer call it: the priority score of every queued job and the
+order of the queue, computed by the compiled loops of ``fast.rank``. The rules themselves (the
+formula, the regimes, the order) are written in ``libs.policy.stages.rank``.
 """
 
 from __future__ import annotations
@@ -24,30 +10,16 @@ from typing import Any
 
 import numpy as np
 
-from libs.policy import kernels as K
+from libs.policy import fast as K
 from libs.policy.cluster import RESOURCES
-from libs.policy.config import PolicyConfig, RegimeWeights
+from libs.policy.config import PolicyConfig
 from libs.policy.profiles import ProfileTable
 from libs.policy.queue import COLUMNS, PendingQueue, QueueArrays
+from libs.policy.stages.rank import TERMS, order_of, regime, regime_weights, score_settings
 from libs.policy.types import PendingJob, RankResult
 from proto.jobs import WORKLOAD_CLASSES
 
-TERMS: tuple[str, ...] = ("base", "fair_share", "energy", "urgency", "aging")
 _TENANT_COLUMN = COLUMNS.index("tenant")
-
-
-def regime(load: float, cfg: PolicyConfig) -> str:
-    """ "low" below cfg.low_load, "high" above cfg.high_load, else "balanced"."""
-    if load < cfg.low_load:
-        return "low"
-    if load > cfg.high_load:
-        return "high"
-    return "balanced"
-
-
-def regime_weights(load: float, cfg: PolicyConfig) -> tuple[str, RegimeWeights]:
-    r = regime(load, cfg)
-    return r, cfg.weights(r)
 
 
 def usage_vector(usage: np.ndarray | float) -> np.ndarray:
@@ -64,7 +36,7 @@ def usage_vector(usage: np.ndarray | float) -> np.ndarray:
 
 def dominant_share(usage: np.ndarray | float, capacity: np.ndarray) -> float:
     """DRF: the largest share of any resource this usage holds (resources with 0 capacity skip).
-    The loop the priority score uses (``kernels.dominant_shares``)."""
+    The loop the priority score uses (``fast.dominant_shares``)."""
     return dominant_shares({"": usage}, capacity)[""]
 
 
@@ -105,7 +77,7 @@ def tenant_dominant_shares(
 ) -> np.ndarray:
     """float per index of ``q.tenants``: the dominant share (``dominant_share``) of each tenant
     with a job in ``q`` (0 for a tenant without usage, and for the others), in one compiled
-    loop (``kernels.dominant_shares``)."""
+    loop (``fast.dominant_shares``)."""
     return _shares_by_index(set(q.tenant.tolist()), q.tenants, tenant_usage, capacity)
 
 
@@ -155,13 +127,7 @@ def best_speed_per_class(profiles: ProfileTable, models: Sequence[str]) -> np.nd
     """float[len(WORKLOAD_CLASSES)]: the fastest speed among ``models`` (1.0 if none given)."""
     if not models:
         return np.ones(len(WORKLOAD_CLASSES))
-    key = ("best_speed", tuple(models))
-    hit = profiles._memo.get(key)  # the table never changes: memoise on it
-    if hit is None:
-        hit = profiles.speed_matrix(tuple(models), WORKLOAD_CLASSES).max(axis=0)
-        hit.setflags(write=False)
-        profiles._memo[key] = hit
-    return hit
+    return profiles.best_speed(tuple(models))  # memoised on the table (it never changes)
 
 
 def rank(
@@ -222,24 +188,6 @@ def rank_arrays(
     return RankResult(order_of(scores, q.enq), scores, terms, reg)
 
 
-def order_of(
-    scores: np.ndarray, enq: np.ndarray, top: int | None = None, tie: np.ndarray | None = None
-) -> np.ndarray:
-    """Best first: higher score, then earlier enqueue, then lower ``tie`` (default: the row
-    index; a ``PendingQueue`` passes its insertion sequence), so the order is deterministic.
-
-    ``top``: only the first ``top`` or a few more positions are needed; the result is then a
-    prefix of the full order (every job scoring at least the ``top``-th best score, ties
-    included, so the prefix is exactly the full order's), found in O(n) + O(top log top)."""
-    n = len(scores)
-    tie = np.arange(n) if tie is None else tie
-    if top is None or top >= n:
-        return np.lexsort((tie, enq, -scores))
-    thr = -np.partition(-scores, top - 1)[top - 1]
-    rows = np.flatnonzero(scores >= thr)
-    return rows[np.lexsort((tie[rows], enq[rows], -scores[rows]))]
-
-
 def score_arrays(
     q: QueueArrays,
     *,
@@ -260,8 +208,8 @@ def score_arrays(
     tenant indices of ``q``'s rows, when the caller keeps them (``PendingQueue.
     tenant_indices``), instead of a scan of the rows.
 
-    The arithmetic is one compiled loop over the rows (``kernels.priority_terms``, checked
-    against the numpy expressions of the module docstring): a pass scores the one or two jobs
+    The arithmetic is one compiled loop over the rows (``fast.priority_terms``, checked
+    against its definition, ``stages.rank.priority_terms``): a pass scores the one or two jobs
     queued since the last, and a dozen numpy calls on one row cost ten times the loop."""
     cap, mods = _capacity_and_models(capacity, models)
     reg, w = regime_weights(load, cfg)
@@ -283,26 +231,9 @@ def score_arrays(
         else _shares_by_index(tenants_in_q, q.tenants, tenant_usage, cap),
         float(n),
         best_speed_per_class(profiles, mods),
-        _score_settings(now, cfg, w),
+        score_settings(now, cfg, w),
     )
     return out[5], dict(zip(TERMS, out[:5], strict=True)), reg
-
-
-def _score_settings(now: float, cfg: PolicyConfig, w: RegimeWeights) -> np.ndarray:
-    """The settings the score kernels read (``kernels._score_terms``), in their order."""
-    return np.array(
-        [
-            now,
-            cfg.aging_per_h,
-            cfg.urgency_scale_s,
-            cfg.urgency_missed,
-            w.fair_share,
-            w.energy,
-            w.deadline,
-            w.priority,
-        ],
-        dtype=float,
-    )
 
 
 def score_queue_rows(
@@ -318,7 +249,7 @@ def score_queue_rows(
     n_tenants: int,
 ) -> np.ndarray:
     """``score_arrays(queue.rows(rows), ..., n_tenants=n_tenants)``'s scores, read from the
-    queue's table in place (``kernels.score_table_rows``, the same per-job arithmetic): a pass
+    queue's table in place (``fast.score_table_rows``, the same per-job arithmetic): a pass
     scores the one or two jobs queued since the last, and building their columns cost as
     much as scoring them. ``n_tenants``: the fair share's tenant count of the whole queue."""
     cap, mods = _capacity_and_models(capacity, None)
@@ -336,7 +267,7 @@ def score_queue_rows(
         dom,
         float(max(n_tenants, 1)),
         best_speed_per_class(profiles, mods),
-        _score_settings(now, cfg, w),
+        score_settings(now, cfg, w),
     )
 
 
@@ -344,7 +275,7 @@ def urgency(
     deadline: np.ndarray, now: float, remaining_s: np.ndarray, cfg: PolicyConfig
 ) -> np.ndarray:
     """0 without a deadline (NaN), rising to 1 as slack shrinks to 0; ``urgency_missed`` after
-    (``kernels.urgency_of`` per job, the term ``score_arrays`` uses)."""
+    (``fast.urgency_of`` per job, the term ``score_arrays`` uses)."""
     return K.urgency_many(
         np.asarray(deadline, dtype=float),
         float(now),

@@ -2,12 +2,12 @@
 
 Speed is throughput relative to the reference GPU (``REFERENCE_MODEL`` = 1.0) so that a job's
 ``est_runtime_s`` (given on the reference GPU) becomes ``est_runtime_s / speed`` on any model.
-Measured entries come from the shipped ``data/profiles.json`` (written by ``derive_profiles.py``
-from published benchmarks, each entry naming its source). Any other model gets an *estimate*
-from datasheet ratios against the reference (``proto.gpus.CATALOG``), or, for a model the
-catalog does not know, from the node's own power/memory figures, or a conservative default;
-``is_estimated`` says which. Nothing here raises for an unknown model: a new GPU in the cluster
-must never stop scheduling.
+Measured entries come from the shipped ``data/profiles.json`` (written by
+``libs/policy_io/derive_profiles.py`` from published benchmarks, each entry naming its source).
+Any other model gets an *estimate* from datasheet ratios against the reference
+(``proto.gpus.CATALOG``), or, for a model the catalog does not know, from the node's own
+power/memory figures, or a conservative default; ``is_estimated`` says which. Nothing here
+raises for an unknown model: a new GPU in the cluster must never stop scheduling.
 
 Tables are immutable; ``observe`` returns a new table (exponential smoothing of measured speed),
 so the profiler can publish versions without anyone seeing a half-updated table.
@@ -33,14 +33,16 @@ DATA_FILE = Path(__file__).with_name("data") / "profiles.json"
 
 # Weights of compute vs memory bandwidth when estimating speed from datasheets, per class:
 # convolutions are compute bound; recommendation and RNNs lean on memory bandwidth.
-_COMPUTE_SHARE: dict[str, float] = {
-    "cnn": 0.6,
-    "transformer": 0.6,
-    "rnn": 0.4,
-    "recommendation": 0.3,
-    "inference": 0.5,
-    "other": 0.5,
-}
+_COMPUTE_SHARE: Mapping[str, float] = MappingProxyType(
+    {
+        "cnn": 0.6,
+        "transformer": 0.6,
+        "rnn": 0.4,
+        "recommendation": 0.3,
+        "inference": 0.5,
+        "other": 0.5,
+    }
+)
 # Busy power as a share of TDP when nothing better is known (Zeus NSDI'23 medians, see data).
 _DEFAULT_BUSY_FRACTION = 0.75
 _UNKNOWN_SPEED = 0.5  # a GPU we know nothing about: assume half a V100 (conservative)
@@ -55,6 +57,17 @@ class ProfileEntry:
     estimated: bool = False
 
 
+@dataclass(eq=False, slots=True)
+class ProfileMemo:
+    """A ``ProfileTable``'s derived lookups, one field per method that fills it."""
+
+    entry: dict[tuple[str, str], ProfileEntry] = field(default_factory=dict)  # entry
+    speed_matrix: dict[tuple, np.ndarray] = field(default_factory=dict)  # (models, classes)
+    power_matrix: dict[tuple, np.ndarray] = field(default_factory=dict)  # (models, classes)
+    best_speed: dict[tuple[str, ...], np.ndarray] = field(default_factory=dict)  # models
+    covering: dict[tuple, ProfileTable] = field(default_factory=dict)  # node model shapes
+
+
 @dataclass(frozen=True)
 class ProfileTable:
     """Immutable map (model, class) -> ProfileEntry, plus idle power per model."""
@@ -63,7 +76,7 @@ class ProfileTable:
     idle_w: Mapping[str, float] = field(default_factory=dict)
     reference_model: str = REFERENCE_MODEL
     # memo of derived lookups (the table itself never changes): not part of equality
-    _memo: dict = field(default_factory=dict, compare=False, repr=False)
+    memo: ProfileMemo = field(default_factory=lambda: ProfileMemo(), compare=False, repr=False)
 
     # --- construction -------------------------------------------------------------------------
     @classmethod
@@ -90,15 +103,15 @@ class ProfileTable:
 
     # --- lookups ------------------------------------------------------------------------------
     def entry(self, model: str, workload_class: str) -> ProfileEntry:
-        key = ("e", model, workload_class)
-        hit = self._memo.get(key)
+        key = (model, workload_class)
+        hit = self.memo.entry.get(key)
         if hit is not None:
             return hit
         m = canonical_model(model)
         e = self.entries.get((m, workload_class))
         if e is None:
             e = self._estimate(m, workload_class, None)
-        self._memo[key] = e
+        self.memo.entry[key] = e
         return e
 
     def speed(self, model: str, workload_class: str) -> float:
@@ -127,21 +140,31 @@ class ProfileTable:
 
     def speed_matrix(self, models: Sequence[str], classes: Sequence[str]) -> np.ndarray:
         """float[len(models), len(classes)] of speeds, for vectorised scoring (read-only)."""
-        key = ("s", tuple(models), tuple(classes))
-        hit = self._memo.get(key)
+        key = (tuple(models), tuple(classes))
+        hit = self.memo.speed_matrix.get(key)
         if hit is None:
             hit = np.array([[self.speed(m, c) for c in classes] for m in models], dtype=float)
             hit.setflags(write=False)
-            self._memo[key] = hit
+            self.memo.speed_matrix[key] = hit
         return hit
 
     def power_matrix(self, models: Sequence[str], classes: Sequence[str]) -> np.ndarray:
-        key = ("p", tuple(models), tuple(classes))
-        hit = self._memo.get(key)
+        key = (tuple(models), tuple(classes))
+        hit = self.memo.power_matrix.get(key)
         if hit is None:
             hit = np.array([[self.power_w(m, c) for c in classes] for m in models], dtype=float)
             hit.setflags(write=False)
-            self._memo[key] = hit
+            self.memo.power_matrix[key] = hit
+        return hit
+
+    def best_speed(self, models: tuple[str, ...]) -> np.ndarray:
+        """float[len(WORKLOAD_CLASSES)]: the fastest speed among ``models`` per class
+        (read-only)."""
+        hit = self.memo.best_speed.get(models)
+        if hit is None:
+            hit = self.speed_matrix(models, WORKLOAD_CLASSES).max(axis=0)
+            hit.setflags(write=False)
+            self.memo.best_speed[models] = hit
         return hit
 
     def models(self) -> list[str]:
@@ -167,13 +190,13 @@ class ProfileTable:
         shapes = {}
         for n in nodes:
             shapes.setdefault(n.gpu_model, n)
-        key = ("cov", tuple((n.gpu_model, n.max_power_w, n.idle_power_w) for n in shapes.values()))
-        hit = self._memo.get(key)
+        key = tuple((n.gpu_model, n.max_power_w, n.idle_power_w) for n in shapes.values())
+        hit = self.memo.covering.get(key)
         if hit is None:
             hit = self
             for n in shapes.values():
                 hit = hit.estimate_for(n)
-            self._memo[key] = hit
+            self.memo.covering[key] = hit
         return hit
 
     def _estimate(self, model: str, cls_: str, node: NodeSpec | None) -> ProfileEntry:

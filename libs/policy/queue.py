@@ -13,6 +13,7 @@ from __future__ import annotations
 import bisect
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
+from types import MappingProxyType
 
 import numpy as np
 
@@ -21,10 +22,10 @@ from libs.policy.scores import SizeMix
 from libs.policy.types import PendingJob
 from proto.jobs import WORKLOAD_CLASSES
 
-CLASS_INDEX = {c: i for i, c in enumerate(WORKLOAD_CLASSES)}
+CLASS_INDEX = MappingProxyType({c: i for i, c in enumerate(WORKLOAD_CLASSES)})
 _NO_ROWS = np.zeros(0, dtype=np.int64)
 _NO_ROWS.setflags(write=False)
-# the queue's table, one float column each (``PendingQueue.table``); kernels.score_table_rows
+# the queue's table, one float column each (``PendingQueue.table``); fast.score_table_rows
 # reads it in this order
 COLUMNS = ("prio", "es", "enq", "est", "prog", "deadline", "gpus", "cls", "tenant")
 
@@ -137,6 +138,10 @@ class PendingQueue(Sequence[PendingJob]):
 
     def __getitem__(self, i):  # type: ignore[override]
         return self._jobs[i]
+
+    def jobs(self) -> list[PendingJob]:
+        """The queued jobs by row, the queue's own list (read-only by convention)."""
+        return self._jobs
 
     def __iter__(self) -> Iterator[PendingJob]:
         return iter(self._jobs)

@@ -1,13 +1,6 @@
-"""Placement score terms (Kubernetes "Score" + "NormalizeScore"): each a named function giving,
-for the feasible nodes, a value in [0, 1] (1 = best). ``placement.place`` weighs them with the
-``PolicyConfig`` weights. These functions are the definitions; ``place`` computes the same
-terms for all feasible nodes in one compiled loop (``kernels.score_nodes``), which
-``tests/policy/test_kernels.py`` checks against them.
-
-The packing term is FGD-like (Weng et al., "Beware of Fragmentation", ATC'23): the fragmentation
-of a node is the free GPU capacity that a request drawn from the pending size mix could NOT use;
-a placement is good when it grows the expected fragmentation least. That one measure gives
-best-fit for fractional jobs (two halves share a GPU) and keeps whole nodes free for gangs.
+"""Score, as the pass runs it: the size mix of the queue (``SizeMix``), the per-model speed and
+energy tables (``ModelTables``), the green-job rules (``green_tolerance``, ``is_green``) and
+memos; the score terms themselves are the definitions of ``libs.policy.stages.score``.
 """
 
 from __future__ import annotations
@@ -15,19 +8,17 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
+from types import MappingProxyType
 
 import numpy as np
 
-from libs.policy import kernels as K
-from libs.policy.cluster import EPS, ClusterView
+from libs.policy import fast as K
+from libs.policy.cluster import ClusterView
 from libs.policy.config import PolicyConfig
 from libs.policy.profiles import ProfileTable
 from proto.jobs import HIGH_PRIORITY, WORKLOAD_CLASSES, JobSpec
 
-CLASS_INDEX = {c: i for i, c in enumerate(WORKLOAD_CLASSES)}
-
-
-_MIX_MEMO: dict[tuple, SizeMix] = {}  # SizeMix.of per distinct pairs (config mixes are few)
+CLASS_INDEX = MappingProxyType({c: i for i, c in enumerate(WORKLOAD_CLASSES)})
 
 
 @dataclass(frozen=True, slots=True)
@@ -39,19 +30,8 @@ class SizeMix:
 
     @classmethod
     def of(cls, pairs: Sequence[tuple[float, float]]) -> SizeMix:
-        try:  # a tuple of pairs (PolicyConfig.size_mix) is its own key: no copy per pass
-            hit = _MIX_MEMO.get(pairs)  # type: ignore[call-overload]
-        except TypeError:  # lists
-            hit = None
-        if hit is None:
-            key = tuple(tuple(p) for p in pairs)
-            hit = _MIX_MEMO.get(key)
-            if hit is None:
-                hit = _MIX_MEMO[key] = cls._of(pairs)
-        return hit
-
-    @classmethod
-    def _of(cls, pairs: Sequence[tuple[float, float]]) -> SizeMix:
+        """The mix of (size, weight) pairs, weights normalised (``default_mix`` keeps the
+        config's one per view)."""
         s = np.array([p[0] for p in pairs], dtype=float)
         w = np.array([p[1] for p in pairs], dtype=float)
         if len(s) == 0 or w.sum() <= 0 or (s <= 0).any() or (w < 0).any():
@@ -98,11 +78,11 @@ class ModelTables:
     @classmethod
     def build(cls, view: ClusterView, profiles: ProfileTable) -> ModelTables:
         """Memoised on the view for the same ``profiles`` object (both are fixed per pass)."""
-        hit = view.static_cache.get("model_tables")
+        hit = view.shape_memo.model_tables
         if hit is not None and hit[0] is profiles:
             return hit[1]
         tables = cls._build(view, profiles)
-        view.static_cache["model_tables"] = (profiles, tables)
+        view.shape_memo.model_tables = (profiles, tables)
         return tables
 
     @classmethod
@@ -116,35 +96,13 @@ class ModelTables:
         return cls(sp, pw / sp)
 
 
-def fragmentation(free: np.ndarray, mix: SizeMix) -> np.ndarray:
-    """Expected free GPU share per row that a request drawn from ``mix`` could not use.
-
-    ``free``: float[R, G] free share of each GPU slot. A whole request of k GPUs can use a node's
-    fully free GPUs only if there are at least k of them; a fractional request of s can use any
-    GPU with at least s free.
-    """
-    total = free.sum(axis=1)
-    full = (free >= 1.0 - EPS).sum(axis=1)
-    partial = total - full
-    whole = mix.sizes >= 1.0 - EPS
-    out = np.zeros(free.shape[0])
-    if whole.any():
-        k = np.round(mix.sizes[whole])
-        unusable = np.where(full[:, None] >= k[None, :], partial[:, None], total[:, None])
-        out += unusable @ mix.probs[whole]
-    if (~whole).any():
-        s = mix.sizes[~whole]
-        small = free[:, :, None] < (s[None, None, :] - EPS)
-        out += (np.where(small, free[:, :, None], 0.0).sum(axis=1)) @ mix.probs[~whole]
-    return out
-
-
-def normalize_higher_better(x: np.ndarray) -> np.ndarray:
-    """Min-max to [0, 1]; all equal -> 1."""
-    lo, hi = float(x.min()), float(x.max())
-    if hi - lo < 1e-12:
-        return np.ones_like(x)
-    return (x - lo) / (hi - lo)
+def default_mix(view: ClusterView, cfg: PolicyConfig) -> SizeMix:
+    """``SizeMix.of(cfg.size_mix)``, the mix a pass falls back on, kept on the view while the
+    config's mix is the same object (the queue's mix memo keys on this one's identity)."""
+    hit = view.shape_memo.default_mix
+    if hit is None or hit[0] is not cfg.size_mix:
+        hit = view.shape_memo.default_mix = (cfg.size_mix, SizeMix.of(cfg.size_mix))
+    return hit[1]
 
 
 def green_tolerance(spec: JobSpec) -> float:
@@ -166,43 +124,9 @@ def is_green(spec: JobSpec, cfg: PolicyConfig) -> bool:
     )
 
 
-def s_speed(view: ClusterView, nodes: np.ndarray, cls_i: int, tables: ModelTables) -> np.ndarray:
-    """Relative speed of this workload class on each node's GPU model (fastest = 1)."""
-    sp = tables.speed[view.model_idx[nodes], cls_i]
-    return sp / sp.max()
-
-
-def s_energy(view: ClusterView, nodes: np.ndarray, cls_i: int, tables: ModelTables) -> np.ndarray:
-    """Energy per unit of work (greenest = 1, others min/own)."""
-    e = tables.energy_per_work[view.model_idx[nodes], cls_i]
-    return e.min() / e
-
-
-def s_pack(before: np.ndarray, after: np.ndarray, mix: SizeMix) -> tuple[np.ndarray, np.ndarray]:
-    """(score, fragmentation growth): least growth of expected fragmentation scores 1."""
-    both = fragmentation(np.concatenate([after, before]), mix)
-    growth = both[: len(after)] - both[len(after) :]
-    return normalize_higher_better(-growth), growth
-
-
 def temps_unknown(view: ClusterView) -> bool:
     """No node reports a temperature (the simulator): every node counts cool."""
-    hit = view.dyn_cache.get("temps_unknown")  # temperature changes move state_gen
+    hit = view.memo.temps_unknown  # temperature changes move state_gen
     if hit is None or hit[0] != view.state_gen:
-        hit = view.dyn_cache["temps_unknown"] = (view.state_gen, bool(np.isnan(view.temp_c).all()))
+        hit = view.memo.temps_unknown = (view.state_gen, bool(np.isnan(view.temp_c).all()))
     return hit[1]
-
-
-def s_thermal(view: ClusterView, nodes: np.ndarray, cfg: PolicyConfig) -> np.ndarray:
-    """Thermal headroom from ambient to the limit, 1 = cool; unknown temperature counts cool."""
-    if temps_unknown(view):
-        return np.ones(len(nodes))
-    t = view.temp_c[nodes]
-    span = max(cfg.thermal_max_c - cfg.thermal_ambient_c, 1e-6)
-    h = np.clip((cfg.thermal_max_c - t) / span, 0.0, 1.0)
-    return np.where(np.isnan(t), 1.0, h)
-
-
-def s_memory_fit(view: ClusterView, nodes: np.ndarray, gpu_mem_gb: float) -> np.ndarray:
-    """Share of the GPU's memory the job uses: keeps large-memory GPUs for jobs that need them."""
-    return np.clip(gpu_mem_gb / np.maximum(view.gpu_mem_gb[nodes], EPS), 0.0, 1.0)

@@ -40,7 +40,15 @@ def closest_node(sched: Scheduler, job: PendingJob) -> tuple[str | None, str]:
     Among nodes that could hold it empty (shape, memory, constraints), the one with the most
     free GPU capacity; cordoned nodes count only when no other could."""
     view, spec = sched.view, job.spec
-    ok = [i for i, n in enumerate(view.nodes) if F.never_fits(spec, [n]) is None]
+    fits: dict[tuple, bool] = {}  # per node shape: could a node of it hold the job empty
+    ok = []
+    for i, n in enumerate(view.nodes):
+        shape = (n.gpu_model, n.gpu_count, n.gpu_mem_gb, n.host_mem_gb, n.cpus)
+        hit = fits.get(shape)
+        if hit is None:
+            hit = fits[shape] = F.never_fits(spec, [n]) is None
+        if hit:
+            ok.append(i)
     if not ok:
         return None, "no node could ever hold it"
     open_ = [i for i in ok if not view.cordoned[i]]

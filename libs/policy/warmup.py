@@ -2,7 +2,7 @@
 
 Why: numba loads a compiled loop (from its on-disk cache, or compiles it where the cache lacks
 it) on its first call with each set of argument types. A process pays that once, ~0.5 s over
-the kernels of ``libs.policy.kernels``, and without a warm-up it pays it inside its first
+the kernels of ``libs.policy.fast``, and without a warm-up it pays it inside its first
 passes: in the live placer, the first decision after a restart; in the simulator, inside the
 replay it times. ``warm_up`` runs the real pass (``scheduler.schedule``, ``power.plan``) on a
 toy cluster and queue built to take every compiled path: the kept queue's bulk walk with
@@ -18,7 +18,7 @@ from __future__ import annotations
 import numpy as np
 
 from libs.policy import backfill as B
-from libs.policy import kernels as K
+from libs.policy import fast as K
 from libs.policy import power, scheduler
 from libs.policy.cluster import ClusterView
 from libs.policy.config import PolicyConfig
@@ -31,13 +31,11 @@ from proto.jobs import JobSpec
 
 
 def warm_up(cfg: PolicyConfig | None = None, profiles: ProfileTable | None = None) -> None:
-    """Run the pass's compiled paths once on a toy cluster (see the module note); once per
-    process and config: a second run would load nothing (~12 ms of passes for nothing, on
-    every simulator attach). The config is the key because its numbers' types (an int where
-    a float is usual) could ask for other compiled variants; the profile table's are fixed."""
+    """Run the pass's compiled paths once on a toy cluster (see the module note). A second
+    call loads nothing more (~12 ms of passes); callers call it once, when they start. The
+    config is passed because its numbers' types (an int where a float is usual) could ask for
+    other compiled variants; the profile table's are fixed."""
     cfg = cfg or PolicyConfig.default()
-    if cfg in _WARMED:
-        return
     profiles = profiles or ProfileTable.default()
     nodes = demo_cluster()
     view = ClusterView.build(nodes)
@@ -111,7 +109,3 @@ def warm_up(cfg: PolicyConfig | None = None, profiles: ProfileTable | None = Non
     K.power_due(
         now, idle, suspended, np.zeros(n, dtype=bool), power.empty_nodes(view), cfg.suspend_after_s
     )
-    _WARMED.add(cfg)
-
-
-_WARMED: set[PolicyConfig] = set()  # configs warmed up in this process

@@ -15,7 +15,7 @@ from collections.abc import Callable, Sequence
 
 import numpy as np
 
-from libs.policy.kernels import compiled
+from libs.policy.fast.compile import compiled
 from proto.gpus import matches
 from proto.jobs import JobSpec
 from proto.ledger import Allocation

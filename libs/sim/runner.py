@@ -24,6 +24,7 @@ import numpy as np
 
 from libs.policy import inventory
 from libs.policy.profiles import ProfileTable
+from libs.policy_io.cluster_file import load_cluster_file
 from libs.sim import bounds as B
 from libs.sim import metrics as M
 from libs.sim.baselines import make_policy, parse_policies
@@ -58,7 +59,7 @@ def resolve_cluster(name: str, gpus: int | None, trace: Any = None) -> list[Node
     if path.suffix == ".json" or path.exists():
         if not path.is_file():
             raise FileNotFoundError(f"cluster file not found: {path}")
-        return inventory.load_cluster_file(path.read_bytes())
+        return load_cluster_file(path.read_bytes())
     raise ValueError(f"unknown cluster {name!r}; known: {', '.join(CLUSTERS)}")
 
 
@@ -67,7 +68,9 @@ def _feasible(trace_jobs, nodes, policies: list[str]) -> tuple[list[int], Counte
     sim = SimCluster(nodes)
     check_mosaic = "mosaic" in policies
     if check_mosaic:
-        from libs.policy.filters import never_fits
+        from libs.policy.filters import NeverFits
+
+        never_fits = NeverFits(nodes)
     keep: list[int] = []
     why: Counter = Counter()
     for i, tj in enumerate(trace_jobs):
@@ -75,7 +78,7 @@ def _feasible(trace_jobs, nodes, policies: list[str]) -> tuple[list[int], Counte
             why["no node can ever hold it"] += 1
             continue
         if check_mosaic:
-            reason = never_fits(tj.spec, nodes)
+            reason = never_fits(tj.spec)
             if reason is not None:
                 why["mosaic: " + reason.split(":", 1)[0]] += 1
                 continue

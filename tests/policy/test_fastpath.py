@@ -11,12 +11,12 @@ import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from libs.policy import fast as K
 from libs.policy import filters as F
-from libs.policy import kernels as K
-from libs.policy import scheduler
 from libs.policy.cluster import ClusterView
 from libs.policy.config import PolicyConfig
-from libs.policy.perf import bench_replay
+from libs.policy.fast import epochs, screen
+from libs.policy.fast import walk as W
 from libs.policy.placement import to_allocation
 from libs.policy.priority import order_of
 from libs.policy.profiles import ProfileTable
@@ -24,6 +24,7 @@ from libs.policy.queue import PendingQueue
 from libs.policy.scheduler import schedule
 from libs.policy.scores import SizeMix
 from libs.policy.types import PendingJob, Placement, RunningJob
+from libs.sim.perf import bench_replay
 from proto.jobs import JobSpec
 from tests.policy.strategies import busy_view, jobs, node_spec
 
@@ -178,7 +179,10 @@ def test_view_change_counters():
     v.set_cordoned("n0", False)
     v.set_temp("n0", 50.0)
     assert v.freed_gen == f0 + 3
-    assert v.copy().dyn_cache == {}
+    v.load()  # fills the view's memo
+    c = v.copy()
+    assert v.memo.load is not None and c.memo.load is None  # a copy starts with a fresh memo
+    assert c.shape_memo is v.shape_memo  # and shares the one of the nodes' specs
 
 
 def test_a_warm_view_reports_the_reservation_a_cold_copy_reports():
@@ -224,11 +228,11 @@ def test_book_inside_rank_epochs_matches_the_full_order(case, steps):
     view, running, waves, _ = case
     # a tiny book (4 rows, no backfill depth) so passes run past it and it runs low
     cfg = dataclasses.replace(CFG, rerank_interval_s=60.0, backfill_depth=0)
-    old_prefix, scheduler._ORDER_PREFIX = scheduler._ORDER_PREFIX, 4
+    old_prefix, epochs.ORDER_PREFIX = epochs.ORDER_PREFIX, 4
     try:
         _book_case(view, running, waves, steps, cfg)
     finally:
-        scheduler._ORDER_PREFIX = old_prefix
+        epochs.ORDER_PREFIX = old_prefix
 
 
 @settings(max_examples=60, deadline=None)
@@ -246,9 +250,9 @@ def test_bulk_skip_of_failed_shapes_walks_like_the_row_by_row_walk(case, steps, 
     table or, past ``_DENSE_KEYS`` (many GPU models), with np.unique (``dense`` 0 forces it)."""
     view, running, waves, _ = case
     cfg = dataclasses.replace(CFG, rerank_interval_s=60.0)
-    old_prefix, scheduler._ORDER_PREFIX = scheduler._ORDER_PREFIX, 4
-    old_chunk, scheduler._BULK_CHUNK = scheduler._BULK_CHUNK, chunk
-    old_dense, scheduler._DENSE_KEYS = scheduler._DENSE_KEYS, dense
+    old_prefix, epochs.ORDER_PREFIX = epochs.ORDER_PREFIX, 4
+    old_chunk, W.BULK_CHUNK = W.BULK_CHUNK, chunk
+    old_dense, screen.DENSE_KEYS = screen.DENSE_KEYS, dense
     try:
         qs = [PendingQueue() for _ in range(4)]
         views = [view.copy() for _ in qs]
@@ -261,11 +265,11 @@ def test_bulk_skip_of_failed_shapes_walks_like_the_row_by_row_walk(case, steps, 
                     q.add(PendingJob(s, now))
             kw = {"now": now, "tenant_usage": {"a": 1.0}, "profiles": P, "cfg": cfg}
             bulk = schedule(qs[0], views[0], runs[0], reasons=False, **kw)
-            scheduler._BULK_SKIP = False
+            W.BULK_SKIP = False
             try:
                 rows = schedule(qs[1], views[1], runs[1], reasons=False, **kw)
             finally:
-                scheduler._BULK_SKIP = True
+                W.BULK_SKIP = True
             full = schedule(qs[2], views[2], runs[2], reasons=True, **kw)
             few = schedule(qs[3], views[3], runs[3], reasons=False, walked_limit=2, **kw)
             assert _key(few) == _key(bulk)
@@ -281,9 +285,9 @@ def test_bulk_skip_of_failed_shapes_walks_like_the_row_by_row_walk(case, steps, 
                     q.remove(j.spec.id)
                     rl.append(RunningJob(j.spec, p.node_index, p.gpu_indices, p.gpu_share, now))
     finally:
-        scheduler._ORDER_PREFIX = old_prefix
-        scheduler._BULK_CHUNK = old_chunk
-        scheduler._DENSE_KEYS = old_dense
+        epochs.ORDER_PREFIX = old_prefix
+        W.BULK_CHUNK = old_chunk
+        screen.DENSE_KEYS = old_dense
 
 
 def _book_case(view, running, waves, steps, cfg):
@@ -370,7 +374,7 @@ def test_grouping_helpers_equal_np_unique(keys, span):
 @settings(max_examples=200, deadline=None)
 @given(st.integers(1, 40), st.integers(1, 3), st.data())
 def test_group_rows_is_row_keys_grouped(n, bits, data):
-    """``kernels.group_rows`` (the bulk walk's grouping in one call) gives the distinct keys
+    """``fast.group_rows`` (the bulk walk's grouping in one call) gives the distinct keys
     of ``row_keys`` as np.unique does, their shapes and codes, and files each row's group."""
     n_shapes = data.draw(st.integers(1, 6))
     shape_of = np.array(data.draw(st.lists(st.integers(0, n_shapes - 1), min_size=n, max_size=n)))
@@ -428,9 +432,9 @@ def test_bulk_walk_hands_out_the_live_rows_in_rank_order(keys, chunk, data):
         def live(self, rows):
             return np.array([r for r in rows.tolist() if r not in dead], dtype=np.int64)
 
-    old, scheduler._BULK_CHUNK = scheduler._BULK_CHUNK, chunk
+    old, W.BULK_CHUNK = W.BULK_CHUNK, chunk
     try:
-        walk = scheduler._Walk(full, None, None, (scores, enq, tie))
+        walk = W.Walk(full, None, None, (scores, enq, tie))
         for _ in range(switch + 1):
             next(walk)
         got: list[int] = []
@@ -442,7 +446,7 @@ def test_bulk_walk_hands_out_the_live_rows_in_rank_order(keys, chunk, data):
                 walk.refilter()
         walked = walk.walked_in_bulk(limit).tolist()
     finally:
-        scheduler._BULK_CHUNK = old
+        W.BULK_CHUNK = old
     want = []
     for r in full[switch + 1 :]:
         if len(want) >= stop_at:

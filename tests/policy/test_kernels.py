@@ -1,11 +1,10 @@
-"""Each compiled loop of ``libs.policy.kernels`` gives exactly what the numpy expression it
+"""Each compiled loop of ``libs.policy.fast`` gives exactly what the numpy expression it
 replaced gives (written here as the oracle), on random inputs with the edge cases the pass
 meets: ties in rank keys, NaN scores and progress, dead shapes, held models, full nodes."""
 
 from __future__ import annotations
 
 import dataclasses
-import math
 
 import msgspec
 import numpy as np
@@ -13,15 +12,19 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from libs.policy import fast as K
 from libs.policy import filters as F
-from libs.policy import kernels as K
-from libs.policy import scheduler
 from libs.policy.cluster import ClusterView
 from libs.policy.config import PolicyConfig
+from libs.policy.fast import codes as C
+from libs.policy.fast import score as KS
+from libs.policy.fast import shapes
 from libs.policy.placement import PlaceContext
 from libs.policy.priority import order_of
 from libs.policy.profiles import ProfileTable
 from libs.policy.queue import PendingQueue, QueueArrays
+from libs.policy.stages import power as power_def
+from libs.policy.stages import reserve as reserve_def
 from libs.policy.types import PendingJob
 from proto.jobs import HIGH_PRIORITY, JobSpec
 from tests.policy.strategies import busy_view, jobs, node_spec, nodes
@@ -162,7 +165,7 @@ def test_fit_now_shapes_and_groups_fit_match_fit_now(vr, specs, data):
         dtype=np.int64,
     )
     fresh = view.copy()  # fit_now_shapes files its rows in the view's fit_now memo
-    view.dyn_cache.pop("fit_now", None)  # (building the busy view may have filled it)
+    view.memo.fit_now = None  # (building the busy view may have filled it)
     fits, refused = F.fit_now_shapes(shapes, shape_specs, view, CFG, static, req)
     for i, s in enumerate(shapes.tolist()):
         sp = shape_specs[s]
@@ -191,44 +194,20 @@ def test_fit_now_shapes_and_groups_fit_match_fit_now(vr, specs, data):
     )
     want = fits.any(axis=1)[inv]
     held = codes != 0
-    m = fits[inv[held]] & ~scheduler._held_nodes(codes[held], view) & allowed
+    m = fits[inv[held]] & ~C.held_nodes(codes[held], view) & allowed
     want[held] = m.any(axis=1)
     got = K.groups_fit(fits, inv.astype(np.int64), codes.astype(np.int64), view.model_idx, allowed)
     assert got.tolist() == want.tolist()
 
 
-_libm_exp = np.vectorize(math.exp, otypes=[float])
-
-
 def hold_waits_numpy(q, present, ctx, cfg):
-    """The numpy expression ``scheduler._hold_waits`` was before it was compiled: the oracle."""
-    sp = ctx.tables.speed[:, q.cls].T
-    e = ctx.tables.energy_per_work[:, q.cls].T
-    anyp = present.any(axis=1)
-    fast = np.argmax(np.where(present, sp, -np.inf), axis=1)
-    r = np.arange(len(fast))
-    best = np.where(anyp, sp[r, fast], 1.0)
-    e_fast = np.where(anyp, e[r, fast], 1.0)
-    greenest = np.where(present, e, np.inf).min(axis=1, initial=np.inf)
-    guarded = (q.est >= cfg.slow_guard_runtime_s) & anyp
-    rem = q.est * np.maximum(0.0, 1.0 - q.prog)
-    urgent = (q.prio >= HIGH_PRIORITY) | ~np.isnan(q.deadline)
-    tol = np.where(urgent, 0.0, np.clip(q.es, 0.0, 1.0))
-    green = (tol >= cfg.green_min_tolerance) & (q.est <= cfg.green_max_runtime_s)
-    loss = rem[:, None] / sp - (rem / best)[:, None]
-    worth = 1.0 - e / e_fast[:, None] >= (1.0 - cfg.green_worth * tol)[:, None] * (
-        1.0 - sp / best[:, None]
-    )
-    slow = sp < (cfg.slow_guard_min_speed * best)[:, None]
-    costly = (slow | ((sp < best[:, None]) & (e > e_fast[:, None]))) & ~worth
-    never = -np.inf
-    hold = np.where(
-        costly, cfg.energy_guard_factor * loss, np.where(slow & ~green[:, None], loss, never)
-    )
-    hungry = green[:, None] & (e > cfg.green_energy_slack * greenest[:, None])
-    out = np.fmax(hold, np.where(hungry, cfg.green_wait_s, never))
-    out[~guarded] = never
-    return out
+    """The guard by its definition (``stages.guard.hold_waits``, numpy)."""
+    from libs.policy.stages import guard
+
+    return guard.hold_waits(
+        q.cls, q.est, q.prog, q.prio, q.deadline, float(HIGH_PRIORITY), q.es, present,
+        ctx.tables.speed, ctx.tables.energy_per_work, guard.guard_args(cfg),
+    )  # fmt: skip
 
 
 @settings(max_examples=200, deadline=None)
@@ -250,12 +229,12 @@ def test_hold_waits_bit_for_bit_as_numpy(node_list, specs, data):
     if data.draw(st.booleans()):  # NaN where numpy's NaN rules decide (clip, maximum, fmax)
         q.prog[0] = np.nan
         q.es[-1] = np.nan
-    shape_of, _, shape_specs = scheduler._shapes_of(pending)
-    present = scheduler._present_models(shape_specs, view)[shape_of]
+    shape_of, _, shape_specs = shapes.shapes_of(pending)
+    present = shapes.present_models(shape_specs, view)[shape_of]
     cfg = CFG  # the default config, or one where every job is green and the guard is 1x
     if data.draw(st.booleans()):
         cfg = dataclasses.replace(CFG, green_min_tolerance=0.0, energy_guard_factor=1.0)
-    got = scheduler._hold_waits(q, present, ctx, cfg)
+    got = C.hold_waits(q, present, ctx, cfg)
     want = hold_waits_numpy(q, present, ctx, cfg)
     np.testing.assert_array_equal(got, want)
     assert got.tobytes() == want.tobytes()  # bit for bit, signs of zero included
@@ -269,7 +248,7 @@ def test_hold_waits_bit_for_bit_as_numpy(node_list, specs, data):
         data.draw(st.lists(st.integers(0, len(pending) - 1), min_size=1, unique=True)),
         dtype=np.int64,
     )
-    from_table = scheduler._hold_waits_of_rows(kept, rows, present[rows], ctx, cfg)
+    from_table = C.hold_waits_of_rows(kept, rows, present[rows], ctx, cfg)
     assert from_table.tobytes() == got[rows].tobytes()
 
 
@@ -287,7 +266,7 @@ def test_kernels_compile_where_no_cache_location_is_writable() -> None:
     env = dict(os.environ, NUMBA_CACHE_LOCATOR_CLASSES="_IPythonCacheLocator")
     env.pop("NUMBA_CACHE_DIR", None)
     code = (
-        "import numpy as np; from libs.policy import kernels as K; "
+        "import numpy as np; from libs.policy import fast as K; "
         "print(K.live_rows(np.arange(3), np.array([0, 1, 0]), np.array([False, True])))"
     )
     out = subprocess.run(
@@ -352,12 +331,14 @@ def slots_numpy(spec, view, nodes):
     st.booleans(),
 )
 def test_placement_scores_match_the_score_functions(vr, specs, mix_pairs, hot):
-    """``kernels.score_nodes`` against the numpy score functions of ``libs.policy.scores``:
+    """``fast.score_nodes`` against the score terms' definitions (``stages.score``) and the
+    pick (``stages.pick``):
     speed, energy, thermal and memory-fit terms and the GPU slots bit for bit, the packing
     term to rounding (its sums run in a fixed order, numpy's are pairwise/BLAS), and the
     chosen node wherever the best total is not a near-tie."""
     from libs.policy import scores as S
-    from libs.policy.placement import SCORE_TIE, TERMS
+    from libs.policy.stages import score as D
+    from libs.policy.stages.pick import SCORE_TIE, TERMS, pick
 
     view, _ = vr
     if hot:
@@ -378,13 +359,13 @@ def test_placement_scores_match_the_score_functions(vr, specs, mix_pairs, hot):
             float(spec.gpu_mem_gb), mix.sizes, mix.probs, weights, float(weights.sum()),
             CFG.thermal_max_c, CFG.thermal_max_c - CFG.thermal_ambient_c, 1e-9, SCORE_TIE,
         )  # fmt: skip
-        after, pick = slots_numpy(spec, view, nodes)
+        after, slots = slots_numpy(spec, view, nodes)
         want = {
-            "speed": S.s_speed(view, nodes, cls_i, ctx.tables),
-            "energy": S.s_energy(view, nodes, cls_i, ctx.tables),
-            "pack": S.s_pack(view.gpu_free[nodes], after, mix)[0],
-            "thermal": S.s_thermal(view, nodes, CFG),
-            "memory_fit": S.s_memory_fit(view, nodes, spec.gpu_mem_gb),
+            "speed": D.s_speed(view, nodes, cls_i, ctx.tables),
+            "energy": D.s_energy(view, nodes, cls_i, ctx.tables),
+            "pack": D.s_pack(view.gpu_free[nodes], after, mix)[0],
+            "thermal": D.s_thermal(view, nodes, CFG),
+            "memory_fit": D.s_memory_fit(view, nodes, spec.gpu_mem_gb),
         }
         for j, t in enumerate(TERMS):
             if t == "pack":
@@ -392,16 +373,16 @@ def test_placement_scores_match_the_score_functions(vr, specs, mix_pairs, hot):
             else:
                 assert terms[j].tobytes() == want[t].tobytes(), t
         if F.is_fractional(spec):
-            assert slot.tolist() == pick.tolist()
+            assert slot.tolist() == slots.tolist()
         for r, v in enumerate(nodes.tolist()):  # fragmentation of each row, to rounding
             for row in (after[r], view.gpu_free[v]):
-                one = S.fragmentation(row[None, :], mix)[0]
-                assert K._fragmentation(row, mix.sizes, mix.probs, 1e-9) == pytest.approx(one)
+                one = D.fragmentation(row[None, :], mix)[0]
+                assert KS._fragmentation(row, mix.sizes, mix.probs, 1e-9) == pytest.approx(one)
         want_total = sum(w * want[t] for w, t in zip(weights, TERMS, strict=True)) / weights.sum()
         np.testing.assert_allclose(total, want_total, rtol=0, atol=1e-6)
         # the chosen node: the first within SCORE_TIE of the best, whichever sums are used
         # (unless some total sits at that boundary, within the terms' rounding)
-        assert best == int(np.argmax(total >= total.max() - SCORE_TIE))
+        assert best == pick(total)
         edge = np.abs(want_total - (want_total.max() - SCORE_TIE)) < 1e-6
         if not edge.any():
             assert best == int(np.argmax(want_total >= want_total.max() - SCORE_TIE))
@@ -410,7 +391,8 @@ def test_placement_scores_match_the_score_functions(vr, specs, mix_pairs, hot):
 def test_a_tie_in_totals_goes_to_the_first_node_whatever_the_last_bits() -> None:
     """Two nodes whose totals differ in the last bits (sums rounded in another order) are a
     tie: the first wins, as it would if the totals were equal. Beyond the tie, the best wins."""
-    from libs.policy.placement import SCORE_TIE, place
+    from libs.policy.placement import place
+    from libs.policy.stages.pick import SCORE_TIE
 
     nodes_ = [node_spec(f"n{i}", 4, "a100-80gb", 80.0) for i in range(3)]
     view = ClusterView.build(nodes_)
@@ -452,20 +434,18 @@ def test_power_due_matches_numpy(data):
     after = float(data.draw(st.sampled_from([0.0, 300.0])))
     empty = whole_free >= gpu_total  # power.empty_nodes
     due, asleep, any_due, nxt = K.power_due(now, idle_since, suspended, resuming, empty, after)
-    awake = ~suspended & ~resuming
-    want = awake & (now - idle_since >= after) & empty
-    assert due.tolist() == want.tolist()
-    assert asleep == bool(suspended.any()) and any_due == bool(want.any())
-    idle = awake & ~np.isnan(idle_since)
-    times = idle_since[idle] + after
-    later = times[times > now]
-    assert nxt == (float(later.min()) if len(later) else np.inf)
+    w_due, w_asleep, w_any, w_nxt = power_def.power_due(
+        now, idle_since, suspended, resuming, empty, after
+    )
+    assert due.tolist() == w_due.tolist()
+    assert (asleep, any_due, nxt) == (w_asleep, w_any, w_nxt)
 
 
 def score_arrays_numpy(q, *, now, load, tenant_usage, cap, cfg, best):
-    """The priority score as numpy wrote it before ``kernels.priority_terms`` (the oracle):
-    fair share from the tenants' dominant shares, urgency, aging, weighted by the regime."""
-    from libs.policy.priority import regime_weights, tenant_count
+    """The priority score by its definition (``stages.rank.priority_terms``, numpy), with the
+    tenants' dominant shares computed here in numpy too."""
+    from libs.policy.priority import tenant_count
+    from libs.policy.stages.rank import TERMS, priority_terms, regime_weights, score_settings
 
     _, w = regime_weights(load, cfg)
     n = max(tenant_count(q, tenant_usage), 1)
@@ -475,21 +455,11 @@ def score_arrays_numpy(q, *, now, load, tenant_usage, cap, cfg, best):
     if used and ok.any():
         u = np.array([tenant_usage[q.tenants[k]] for k in used], dtype=float)
         dom[used] = (u[:, ok] / cap[ok]).max(axis=1)
-    fair = 1.0 / (1.0 + dom[q.tenant] * n)
-    remaining = q.est * np.clip(1.0 - q.prog, 0.0, 1.0) / best[q.cls]
-    slack = q.deadline - now - remaining
-    with np.errstate(invalid="ignore", over="ignore"):
-        # the C library's exp, as the compiled loop calls it: numpy's own SIMD exp (on
-        # AVX-512 CPUs) may round the last bit differently, which is not what this tests
-        u = _libm_exp(-np.maximum(slack, 0.0) / cfg.urgency_scale_s)
-    u = np.where(slack < 0, cfg.urgency_missed, u)
-    urg = np.where(np.isnan(q.deadline), 0.0, u)
-    base = (q.prio + 1.0) / 10.0
-    energy = 1.0 - np.clip(q.es, 0.0, 1.0)
-    aging = cfg.aging_per_h * np.maximum(now - q.enq, 0.0) / 3600.0
-    mix = w.fair_share * fair + w.energy * energy + w.deadline * urg + w.priority
-    terms = {"base": base, "fair_share": fair, "energy": energy, "urgency": urg, "aging": aging}
-    return base * mix + aging, terms
+    out = priority_terms(
+        q.prio, q.es, q.enq, q.est, q.prog, q.deadline, dom[q.tenant], float(n), best[q.cls],
+        score_settings(now, cfg, w),
+    )  # fmt: skip
+    return out[5], dict(zip(TERMS, out[:5], strict=True))
 
 
 @settings(max_examples=200, deadline=None)
@@ -597,31 +567,6 @@ def test_largest_free_is_the_maxima(whole, shares, width):
     assert got[1] == want_s or (np.isnan(got[1]) and np.isnan(want_s))
 
 
-def power_resume_numpy(static, counts, needs, claim, down, rank, gpu_total, eps):
-    """The resume loop of ``power.plan`` as it was written in numpy (the oracle)."""
-    resume = []
-    needed = np.zeros(static.shape[1], dtype=bool)
-    waking = bool(down.any() or (claim > 0).any())
-    for g in range(len(static)):
-        needed |= static[g]
-        if not waking:
-            continue
-        for _ in range(counts[g]):
-            up = np.flatnonzero(static[g] & (claim >= needs[g] - eps))
-            if len(up):
-                claim[up[0]] -= needs[g]
-                continue
-            dn = np.flatnonzero((static[g] & down)[rank])
-            if len(dn) == 0:
-                break
-            k = int(rank[dn[0]])
-            down[k] = False
-            claim[k] = float(gpu_total[k]) - needs[g]
-            resume.append(k)
-        waking = bool(down.any() or (claim > 0).any())
-    return resume, needed
-
-
 @settings(max_examples=300, deadline=None)
 @given(st.integers(1, 12), st.integers(0, 6), st.data())
 def test_power_resume_matches_numpy(n, n_groups, data):
@@ -644,7 +589,7 @@ def test_power_resume_matches_numpy(n, n_groups, data):
     claim = np.where(resuming, gpu_total, 0).astype(float)
     rank = np.array(data.draw(st.permutations(range(n))), dtype=np.int64)
     c1, d1, c2, d2 = claim.copy(), down.copy(), claim.copy(), down.copy()
-    want = power_resume_numpy(static, counts, needs, c1, d1, rank, gpu_total, 1e-9)
+    want = power_def.power_resume(static, counts, needs, c1, d1, rank, gpu_total, 1e-9)
     got = K.power_resume(static, counts.astype(np.int64), needs, c2, d2, rank, gpu_total, 1e-9)
     assert got[0].tolist() == want[0] and got[1].tolist() == want[1].tolist()
     assert c1.tolist() == c2.tolist() and d1.tolist() == d2.tolist()
@@ -658,18 +603,6 @@ def test_groups_in_order_matches_np_unique(ids):
     order = np.argsort(first)
     got = K.groups_in_order(ids)
     assert got[0].tolist() == uniq[order].tolist() and got[1].tolist() == counts[order].tolist()
-
-
-def reserve_candidates_numpy(static, available, exclude, fit, first_end, now):
-    """The node selection of ``backfill.reserve`` as it was written in numpy (the oracle)."""
-    eligible = np.flatnonzero(static & available & ~exclude)
-    now_ok = np.flatnonzero(fit[eligible])
-    if len(now_ok):
-        return int(eligible[now_ok[0]]), [], []
-    lbs = np.maximum(first_end[eligible], now)
-    by = np.lexsort((eligible, lbs))
-    keep = [k for k in by.tolist() if lbs[k] < np.inf]
-    return -1, lbs[keep].tolist(), eligible[keep].tolist()
 
 
 @settings(max_examples=300, deadline=None)
@@ -686,5 +619,7 @@ def test_reserve_candidates_matches_numpy(n, data):
     first_end = np.array(data.draw(st.lists(ends, min_size=n, max_size=n)))
     now = data.draw(st.sampled_from([0.0, 10.0, 20.0]))
     node, lbs, nodes = K.reserve_candidates(static, available, exclude, fit, first_end, now)
-    want = reserve_candidates_numpy(static, available, exclude, fit, first_end, now)
-    assert (int(node), lbs.tolist(), nodes.tolist()) == want
+    w_node, w_lbs, w_nodes = reserve_def.reserve_candidates(
+        static, available, exclude, fit, first_end, now
+    )
+    assert (int(node), lbs.tolist(), nodes.tolist()) == (w_node, w_lbs.tolist(), w_nodes.tolist())

@@ -11,7 +11,6 @@ from msgspec.structs import replace
 
 from libs.policy.cluster import ClusterView
 from libs.policy.config import PolicyConfig
-from libs.policy.energy import energy_per_work_j
 from libs.policy.filters import whole_gpus
 from libs.policy.inventory import demo_cluster
 from libs.policy.placement import first_fit, never_fits, place, to_allocation
@@ -21,6 +20,12 @@ from proto.gpus import matches
 from proto.jobs import JobSpec
 from proto.nodes import NodeSpec
 from tests.policy.strategies import jobs, node_spec, nodes
+
+
+def energy_per_work_j(model: str, workload_class: str, profiles: ProfileTable) -> float:
+    """Joules per GPU per reference-second of work: active power / relative speed."""
+    return profiles.power_w(model, workload_class) / profiles.speed(model, workload_class)
+
 
 PROFILES = ProfileTable.default()
 CFG = PolicyConfig.default()

@@ -6,11 +6,22 @@ import json
 
 import pytest
 
-from libs.policy.energy import energy_per_work_j, job_energy_kwh
 from libs.policy.profiles import DATA_FILE, REFERENCE_MODEL, ProfileTable
 from proto.gpus import CATALOG
 from proto.jobs import WORKLOAD_CLASSES, JobSpec
 from proto.nodes import NodeSpec
+
+
+def energy_per_work_j(model: str, workload_class: str, profiles: ProfileTable) -> float:
+    """Joules per GPU per reference-second of work: active power / relative speed."""
+    return profiles.power_w(model, workload_class) / profiles.speed(model, workload_class)
+
+
+def job_energy_kwh(spec: JobSpec, model: str, profiles: ProfileTable) -> float:
+    """Active energy of ``spec`` run to completion on ``model``."""
+    runtime_s = profiles.runtime_s(spec, model)
+    return runtime_s * profiles.power_w(model, spec.workload_class) * float(spec.gpus) / 3.6e6
+
 
 P = ProfileTable.default()
 
@@ -125,6 +136,6 @@ def test_matrices_and_energy():
 
 
 def test_derive_script_reproduces_the_shipped_table(traces_dir):
-    from libs.policy.derive_profiles import derive
+    from libs.policy_io.derive_profiles import derive
 
     assert derive(traces_dir) == json.loads(DATA_FILE.read_text())

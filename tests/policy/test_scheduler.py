@@ -14,12 +14,12 @@ from libs.policy.backfill import RunningSet, _earliest_start_jobs, reserve
 from libs.policy.cadence import BackfillCadence
 from libs.policy.cluster import ClusterView
 from libs.policy.config import PolicyConfig
-from libs.policy.perf import bench_schedule
 from libs.policy.placement import to_allocation
 from libs.policy.profiles import ProfileTable
 from libs.policy.queue import PendingQueue
 from libs.policy.scheduler import schedule
 from libs.policy.types import PendingJob, Placement, RunningJob
+from libs.sim.perf import bench_schedule
 from proto.jobs import JobSpec
 from tests.policy.strategies import busy_view, jobs, node_spec
 

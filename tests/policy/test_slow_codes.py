@@ -1,4 +1,4 @@
-"""The slow-GPU / energy guard computed for many queued jobs at once (``scheduler._SlowCodes``,
+"""The slow-GPU / energy guard computed for many queued jobs at once (``fast.codes.SlowCodes``,
 compiled) says exactly what the rule says for each job on its own, written here plainly per job and
 per GPU model as the specification (see ``PolicyConfig``: slow-GPU guard, energy guard, green
 jobs)."""
@@ -11,9 +11,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from libs.policy import filters as F
-from libs.policy import scheduler
 from libs.policy.cluster import ClusterView
 from libs.policy.config import PolicyConfig
+from libs.policy.fast import codes as C
+from libs.policy.fast import shapes
 from libs.policy.placement import PlaceContext
 from libs.policy.profiles import ProfileTable
 from libs.policy.queue import PendingQueue, QueueArrays
@@ -84,11 +85,11 @@ def test_vectorised_guard_matches_the_per_job_rule(node_list, pending, now, as_q
     if as_queue:
         q = PendingQueue(pending)
         shape_of, _, specs = q.shapes()
-        codes = scheduler._SlowCodes(q, None, shape_of, specs, view, ctx, cfg, float(now))
+        codes = C.SlowCodes(q, None, shape_of, specs, view, ctx, cfg, float(now))
     else:
-        shape_of, _, specs = scheduler._shapes_of(pending)
+        shape_of, _, specs = shapes.shapes_of(pending)
         qa = QueueArrays.from_jobs(pending)
-        codes = scheduler._SlowCodes(pending, qa, shape_of, specs, view, ctx, cfg, float(now))
+        codes = C.SlowCodes(pending, qa, shape_of, specs, view, ctx, cfg, float(now))
     got = codes.rows(np.arange(len(pending)))
     for i, job in enumerate(pending):
         want = sum(1 << m for m, held in enumerate(rule(job, view, ctx, cfg, float(now))) if held)
@@ -108,7 +109,7 @@ def test_codes_kept_across_passes_match_the_rule_at_every_time(node_list, pendin
     shape_of, _, specs = q.shapes()
     rows = np.arange(len(pending))
     for now in [*sorted(times), *times]:
-        codes = scheduler._SlowCodes(q, None, shape_of, specs, view, ctx, cfg, float(now))
+        codes = C.SlowCodes(q, None, shape_of, specs, view, ctx, cfg, float(now))
         got = codes.rows(rows)
         for i, job in enumerate(pending):
             want = sum(1 << m for m, h in enumerate(rule(job, view, ctx, cfg, float(now))) if h)

@@ -16,7 +16,7 @@ _SCRIPT = textwrap.dedent(
     """
     import json
     import numba
-    from libs.policy import kernels as K
+    from libs.policy import fast as K
     from libs.policy.warmup import warm_up
     from libs.sim.runner import run_simulation
 

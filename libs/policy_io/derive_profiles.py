@@ -1,5 +1,5 @@
-"""Derive ``data/profiles.json`` from the public traces in ../shared/traces (the one I/O module of
-libs.policy; nothing in the policy imports it). Run: ``python -m libs.policy.derive_profiles
+"""Derive ``libs/policy/data/profiles.json`` from the public traces in ../shared/traces (kept out
+of libs.policy, which reads no trace files). Run: ``python -m libs.policy_io.derive_profiles
 [TRACES_DIR] [OUT_JSON]``.
 
 Method (speed = throughput relative to the V100-32GB reference, per workload class):
@@ -267,7 +267,7 @@ def derive(root: Path) -> dict:
         )
     return {
         "reference_model": "v100-32gb",
-        "method": "libs/policy/derive_profiles.py docstring",
+        "method": "libs/policy_io/derive_profiles.py docstring",
         "busy_fraction": {k: round(v, 3) for k, v in sorted(frac.items())},
         "cross_check": {"acme_a100": acme_a100_busy_w(root)},
         "entries": entries,

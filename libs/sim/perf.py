@@ -7,7 +7,7 @@ cluster). Deterministic (seeded); the only clock read is the timer, and this mod
 imported by the policy itself.
 
 ``bench_replay`` is the simulator-shaped figure. Measured on the project's 2-core machine with
-``.venv/bin/python -c "from libs.policy.perf import bench_replay; print(bench_replay(170, 3000,
+``.venv/bin/python -c "from libs.sim.perf import bench_replay; print(bench_replay(170, 3000,
 load=1.1))"`` (6,000 events, peak queue 478):
 
 * before the replay fast path (commit c2a6ff9): 1,120-1,290 events/s;

@@ -1,0 +1,343 @@
+"""Pick: the walk's step for one queued row, in rank order. Filter (the failed-shape memo, the
+largest-free-block check), the slow/energy guard's held models, then ``placement.place``
+(filter, score and pick over the nodes); a refusal on reserved nodes may still backfill onto
+one (``fast.reservations``); a start is allocated on the view at once. ``Pass`` holds what the
+pass learnt so far (head job, reservations, refused shapes), so every later row reads it."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+
+from libs.policy import backfill as B
+from libs.policy import fast as K
+from libs.policy import filters as F
+from libs.policy.cluster import EPS, ClusterView
+from libs.policy.config import PolicyConfig
+from libs.policy.fast import walk as W
+from libs.policy.fast.codes import SlowCodes, fast_nodes
+from libs.policy.fast.reservations import (
+    protected,
+    reserve_extra,
+    reserve_head,
+    running_set,
+    try_reserved_node,
+)
+from libs.policy.fast.screen import DeadRows
+from libs.policy.fast.shapes import shapes_of
+from libs.policy.placement import PlaceContext, place, to_allocation
+from libs.policy.profiles import ProfileTable
+from libs.policy.queue import PendingQueue, QueueArrays
+from libs.policy.scores import SizeMix, default_mix
+from libs.policy.types import PendingJob, Placement, Refusal, Reservation, RunningJob
+
+
+def failed_memo(view: ClusterView, cfg: PolicyConfig) -> dict[tuple, str]:
+    """Request shape -> why it fits no node, kept on the view ACROSS passes while nothing was
+    freed (``view.freed_gen``): taking resources can only make a misfit worse, so the answer
+    stays exact. "Reserved" refusals depend on the reservation and are never stored."""
+    hit = view.memo.failed
+    if hit is None or hit[0] != view.freed_gen or hit[1] is not cfg:
+        hit = (view.freed_gen, cfg, {})
+        view.memo.failed = hit
+    return hit[2]
+
+
+def place_context(pending, q, is_queue: bool, view, profiles, cfg) -> PlaceContext:
+    """The pass's ``PlaceContext``, with the size mix of what is queued."""
+    fallback = default_mix(view, cfg)
+    mix = pending.size_mix(fallback) if is_queue else SizeMix.from_requests(q.gpus, fallback)
+    return PlaceContext.build(view, profiles, cfg, mix)
+
+
+class Pass:
+    """One pass's state and its step per walked row (``try_row``). The view is updated in place
+    by every start."""
+
+    def __init__(
+        self,
+        pending: Sequence[PendingJob],
+        q: QueueArrays | None,
+        view: ClusterView,
+        running: Sequence[RunningJob] | B.RunningSet,
+        walked: W.Walk,
+        *,
+        now: float,
+        profiles: ProfileTable,
+        cfg: PolicyConfig,
+        backfill: bool,
+        reasons: bool,
+        max_free: tuple[int, float],
+    ) -> None:
+        self.pending, self.q, self.view, self.running = pending, q, view, running
+        self.walked = walked
+        self.now, self.profiles, self.cfg, self.backfill = now, profiles, cfg, backfill
+        self.is_queue = is_queue = isinstance(pending, PendingQueue)
+        self.max_whole, self.max_share = max_free
+        self.assignments: list[tuple[PendingJob, Placement]] = []
+        self.waiting: dict[str, str] = {}
+        self.ctx: PlaceContext | None = None
+        self.failed = failed_memo(view, cfg)
+        self.head: PendingJob | None = None  # the blocked job backfill protects
+        self.reservation: Reservation | None = None
+        self.rel: B.RunningSet | None = running if isinstance(running, B.RunningSet) else None
+        self.rel_owned = False  # True once we copied ``running`` into our own RunningSet
+        self.started: list[RunningJob] = []
+        self.behind_head = 0
+        self.reserved_tried = False
+        self.seen: list[int] = []  # rows walked one at a time (before the bulk switch)
+        self.resv_fail: set[tuple] = set()  # shapes refused "Reserved" in this pass
+        # further blocked jobs protected by their own reservation (Slurm-like, after the
+        # head's): the first cfg.reservations - 1 blocked jobs below the head, in rank order
+        self.extra_heads: list[PendingJob] = []
+        self.extras: list[tuple[PendingJob, Reservation]] = []
+        self.n_extra_done = 0
+        self.max_extra = max(0, cfg.reservations - 1)
+        self.slow_fail: set[tuple] = set()  # (shape, slow-model code) refused "SlowGPU"
+        # nodes not reserved (rebuilt when the reservations change) and that mask combined
+        # with each slow-model code's (read-only by convention: shared by the pass's rows)
+        self._resv_held: tuple | None = None
+        self._resv_mask: np.ndarray | None = None
+        self._combined: dict[tuple, np.ndarray] = {}
+        # slow-guard code per row (bit m: GPU model m too slow for it now), rows asked only
+        self.codes: SlowCodes | None = None
+        if is_queue:
+            self.shape_of, self.shape_keys, self.shape_specs = pending.shapes()
+            self.shape_ids = pending.shape_ids()
+        else:
+            self.shape_of, self.shape_keys, self.shape_specs = shapes_of(pending)
+            self.shape_ids = {k: i for i, k in enumerate(self.shape_keys)}
+        self.jobs = pending.jobs() if is_queue else pending  # plain list access per row
+        # Once the head (and the extra blocked jobs) are known, a row whose shape already
+        # failed in this pass changes nothing but its own reason: with reasons=False the walk
+        # drops such rows in bulk (``Walk.skip_dead``). Not with a finite backfill_depth
+        # below the queue's length, where every row passed over counts towards the depth.
+        self.can_bulk = (
+            W.BULK_SKIP
+            and is_queue
+            and not reasons
+            and backfill
+            and cfg.backfill_depth >= len(pending)
+        )
+        self.dead: DeadRows | None = None  # what the bulk walk drops (from the switch on)
+
+    # -- the walk's control --------------------------------------------------------------
+
+    def full(self) -> bool:
+        """Nothing more can start in this pass."""
+        return self.max_share < EPS or len(self.assignments) >= self.cfg.max_places_per_pass
+
+    def behind_head_step(self) -> bool:
+        """The walk reached a row below the blocked job(s): count it against the backfill
+        depth and reserve for them now (False: the pass stops here). When is decided by the
+        walk alone (not by what the memos know of this row), so a warm view and a cold copy,
+        or the bulk and the row-by-row walk, report the same reservations."""
+        if not self.backfill:
+            return False
+        self.behind_head += 1
+        if self.behind_head > self.cfg.backfill_depth:
+            return False
+        if not self.reserved_tried:
+            self.reserved_tried = True
+            self.reserve_head()
+        if self.n_extra_done < len(self.extra_heads):  # blocked jobs met since
+            self.rel, self.rel_owned = running_set(
+                self.rel, self.rel_owned, self.running, self.started
+            )
+            for h in self.extra_heads[self.n_extra_done :]:
+                taken = [r.node_index for _, r in self.extras]
+                if self.reservation is not None:
+                    taken.append(self.reservation.node_index)
+                n_run = len(self.running) + len(self.started)
+                r = reserve_extra(h, self.view, self.rel, taken, n_run, self.now, self.cfg)
+                if r is not None:
+                    self.extras.append((h, r))
+            self.n_extra_done = len(self.extra_heads)
+        return True
+
+    def reserve_head(self) -> None:
+        self.reservation, self.rel, self.rel_owned = reserve_head(
+            self.head, self.view, self.rel, self.rel_owned, self.running, self.started,
+            self.now, self.cfg,
+        )  # fmt: skip
+
+    def maybe_bulk(self, walked_limit: int | None) -> None:
+        """Switch the walk to bulk mode once the blocked jobs are known (``can_bulk``)."""
+        known = self.head is not None and len(self.extra_heads) >= self.max_extra
+        if not (self.can_bulk and known):
+            return
+        view = self.view
+        self._need_codes()
+        dead = self.dead = DeadRows(
+            self.shape_of, self.shape_specs, self.codes, len(view.models), view
+        )
+        dead.failed_shapes(self.shape_ids[k] for k in self.failed if k in self.shape_ids)
+        for k, c in self.slow_fail:
+            dead.slow_refused(self.shape_ids[k], c)
+        dead.block(self.max_share, self.max_whole)
+        prefix = None if walked_limit is None else max(1, walked_limit)
+        self.walked.skip_dead(dead, self.full, prefix)
+        # the reservations are made (``behind_head_step``): drop what cannot start
+        dead.screen(
+            view, self.cfg, self.unreserved(), self.shape_specs, self.shape_keys, self.failed
+        )
+        self.walked.refilter()
+
+    def unreserved(self) -> np.ndarray | None:
+        """bool[N], the nodes no reservation of the pass holds (None: no reservation)."""
+        if self.reservation is None and not self.extras:
+            return None
+        held = (None if self.reservation is None else self.reservation.node_index, len(self.extras))
+        if held != self._resv_held:  # the reserved nodes changed: rebuild the mask once
+            self._resv_held = held
+            mask = self._resv_mask = np.ones(len(self.view.node_ids), dtype=bool)
+            if self.reservation is not None:
+                mask[self.reservation.node_index] = False
+            for _, r in self.extras:
+                mask[r.node_index] = False
+            self._combined.clear()
+        return self._resv_mask
+
+    def _need_codes(self) -> None:
+        if self.ctx is None:
+            self.ctx = place_context(
+                self.pending, self.q, self.is_queue, self.view, self.profiles, self.cfg
+            )
+        if self.codes is None:
+            self.codes = SlowCodes(
+                self.pending, self.q, self.shape_of, self.shape_specs, self.view, self.ctx,
+                self.cfg, self.now,
+            )  # fmt: skip
+
+    # -- one row -------------------------------------------------------------------------
+
+    def try_row(self, i: int) -> None:
+        """Start row ``i`` now, or record why it waits."""
+        job = self.jobs[i]
+        spec = job.spec
+        key = (spec.gpus, spec.gpu_mem_gb, spec.host_mem_gb, spec.cpus, spec.constraints)
+        why = self.failed.get(key)
+        if why is None and self._larger_than_free(spec, key):
+            why = "Resources"  # (a job that never fits: place() reports the precise reason)
+        if why is not None:
+            self.waiting[spec.id] = why
+            if why == "Resources":
+                self._blocked(job)
+            return
+        if self.ctx is None:
+            self.ctx = place_context(
+                self.pending, self.q, self.is_queue, self.view, self.profiles, self.cfg
+            )
+        mask = self.unreserved()
+        held = False  # the slow-GPU guard holds some GPU models off for this row
+        too = 0
+        if spec.est_runtime_s >= self.cfg.slow_guard_runtime_s:
+            self._need_codes()
+            too = self.codes.row(i)
+            if too:
+                if (key, too) in self.slow_fail:  # same shape, same slow models: refused
+                    self.waiting[spec.id] = "SlowGPU"
+                    return
+                held = True
+                mask = self._fast_mask(too, mask)
+        if mask is not None and key in self.resv_fail and self._ends_after_reserved(job):
+            self.waiting[spec.id] = "Reserved"
+            return
+        res = place(spec, self.view, self.profiles, self.cfg, ctx=self.ctx, mask=mask)
+        if held and isinstance(res, Refusal) and res.reason == "Reserved":
+            self._slow_refused(i, spec.id, key, too)
+            return
+        if isinstance(res, Refusal) and mask is not None and res.reason == "Reserved":
+            res = self._backfill_reserved(job, res)
+        if isinstance(res, Placement):
+            self._start(job, res)
+        else:
+            self._refused(i, job, key, res, held)
+
+    def _larger_than_free(self, spec, key: tuple) -> bool:
+        """Scalar pre-check: larger than any free block, though some node could hold it."""
+        g = spec.gpus
+        if g > self.max_share + EPS if g < 1.0 - EPS else round(g) > self.max_whole:
+            ever = self.view.shape_memo.ever_fits.get(key)
+            if ever is None:
+                ever = F.can_ever_fit(spec, self.view)
+            return bool(ever)
+        return False
+
+    def _blocked(self, job: PendingJob) -> None:
+        """A job waits on Resources: the head backfill protects, or one of the extra ones."""
+        if self.head is None:
+            self.head = job
+        elif len(self.extra_heads) < self.max_extra:
+            self.extra_heads.append(job)
+
+    def _fast_mask(self, code: int, mask: np.ndarray | None) -> np.ndarray:
+        """The nodes neither reserved nor of a model slow-model ``code`` holds off."""
+        both = self._combined.get((code, mask is None))
+        if both is None:
+            fast = fast_nodes(code, self.view)
+            both = self._combined[(code, mask is None)] = fast if mask is None else mask & fast
+        return both
+
+    def _ends_after_reserved(self, job: PendingJob) -> bool:
+        """This shape fits nowhere but reserved nodes, where it would delay their jobs
+        (placements in a pass only take resources): only a job ending before some reserved
+        start could still go there."""
+        prot = protected(self.head, self.reservation, self.extras)
+        latest = max(r.start for _, r in prot)
+        view = self.view
+        fastest = min(
+            self.profiles.runtime_s(job.spec, view.models[view.model_idx[r.node_index]])
+            for _, r in prot
+        )
+        return self.now + fastest * (1.0 - job.progress) > latest + EPS
+
+    def _slow_refused(self, i: int, job_id: str, key: tuple, code: int) -> None:
+        """It fits somewhere, but only on slow GPUs (or reserved nodes): wait for a fast one;
+        memoised for this pass only (placements in a pass only take resources; the slow set
+        depends on the wait). A "Resources" refusal means it fits on no node at all, slow or
+        fast: the same answer the failed-shape memo and the largest-block check give, so it
+        is handled like any other job's (``_refused``)."""
+        self.waiting[job_id] = "SlowGPU"
+        self.slow_fail.add((key, code))
+        if self.dead is not None:
+            self.dead.slow_refused(int(self.shape_of[i]), code)
+            self.walked.refilter()
+
+    def _backfill_reserved(self, job: PendingJob, res: Refusal) -> Placement | Refusal:
+        self.rel, self.rel_owned = running_set(self.rel, self.rel_owned, self.running, self.started)
+        for h, r in protected(self.head, self.reservation, self.extras):
+            res = try_reserved_node(
+                job, h, r, self.view, self.profiles, self.cfg, self.ctx, self.rel, self.now
+            )
+            if isinstance(res, Placement):
+                break
+        return res
+
+    def _start(self, job: PendingJob, res: Placement) -> None:
+        spec, view, now = job.spec, self.view, self.now
+        view.allocate(to_allocation(spec, res, now, job.attempt))
+        self.assignments.append((job, res))
+        model = view.models[view.model_idx[res.node_index]]
+        end = now + self.profiles.runtime_s(spec, model) * (1.0 - job.progress)
+        rj = RunningJob(spec, res.node_index, res.gpu_indices, res.gpu_share, end)
+        self.started.append(rj)
+        if self.rel is not None and self.rel_owned:
+            self.rel.add(rj)
+        self.max_whole, self.max_share = K.largest_free(view.whole_free, view.gpu_free)
+        if self.dead is not None:
+            self.dead.block(self.max_share, self.max_whole)
+            self.walked.refilter()
+
+    def _refused(self, i: int, job: PendingJob, key: tuple, res: Refusal, held: bool) -> None:
+        self.waiting[job.spec.id] = res.reason
+        if res.reason != "Reserved":
+            self.failed[key] = res.reason
+            if self.dead is not None:
+                self.dead.failed_shapes((int(self.shape_of[i]),))
+                self.walked.refilter()
+        elif not held:
+            self.resv_fail.add(key)
+        if res.reason == "Resources":
+            self._blocked(job)
