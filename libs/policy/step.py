@@ -51,6 +51,41 @@ def place_context(pending, q, is_queue: bool, view, profiles, cfg) -> PlaceConte
     return PlaceContext.build(view, profiles, cfg, mix)
 
 
+class LargestFree:
+    """The largest free block of a view during a pass (``fast.largest_free``: the most whole
+    free GPUs on one node, the largest free share of one GPU), kept after each placement
+    without the O(nodes) scan while another node still holds the old maximum: a placement only
+    shrinks its own node. The nodes at each maximum are counted when first needed; only when
+    a count falls to zero is the view scanned again."""
+
+    def __init__(self, view: ClusterView, now_max: tuple[int, float]) -> None:
+        self.view = view
+        self.max_whole, self.max_share = now_max
+        self._at_max: tuple[int, int] | None = None
+
+    def after_placement(self, i: int, whole_before: int, share_before: float) -> tuple[int, float]:
+        """(max whole, max share) after a placement on node ``i``, which had ``whole_before``
+        whole free GPUs and ``share_before`` as its largest free share before it."""
+        view = self.view
+        if self._at_max is None:  # counted after the placement: node i is where it is now
+            self._at_max = (
+                int(np.count_nonzero(view.whole_free == self.max_whole)),
+                int(np.count_nonzero(view.gpu_free.max(axis=1) == self.max_share)),
+            )
+            whole_before, share_before = int(view.whole_free[i]), float(view.gpu_free[i].max())
+        n_w, n_s = self._at_max
+        if whole_before == self.max_whole and int(view.whole_free[i]) < self.max_whole:
+            n_w -= 1
+        if share_before == self.max_share and float(view.gpu_free[i].max()) < self.max_share:
+            n_s -= 1
+        if n_w > 0 and n_s > 0:
+            self._at_max = (n_w, n_s)
+        else:
+            self.max_whole, self.max_share = K.largest_free(view.whole_free, view.gpu_free)
+            self._at_max = None
+        return self.max_whole, self.max_share
+
+
 class Pass:
     """One pass's state and its step per walked row (``try_row``). The view is updated in place
     by every start."""
@@ -75,6 +110,7 @@ class Pass:
         self.now, self.profiles, self.cfg, self.backfill = now, profiles, cfg, backfill
         self.is_queue = is_queue = isinstance(pending, PendingQueue)
         self.max_whole, self.max_share = max_free
+        self._largest = LargestFree(view, max_free)
         self.assignments: list[tuple[PendingJob, Placement]] = []
         self.waiting: dict[str, str] = {}
         self.ctx: PlaceContext | None = None
@@ -317,6 +353,8 @@ class Pass:
 
     def _start(self, job: PendingJob, res: Placement) -> None:
         spec, view, now = job.spec, self.view, self.now
+        i = res.node_index
+        whole_before, share_before = int(view.whole_free[i]), float(view.gpu_free[i].max())
         view.allocate(to_allocation(spec, res, now, job.attempt))
         self.assignments.append((job, res))
         model = view.models[view.model_idx[res.node_index]]
@@ -325,7 +363,9 @@ class Pass:
         self.started.append(rj)
         if self.rel is not None and self.rel_owned:
             self.rel.add(rj)
-        self.max_whole, self.max_share = K.largest_free(view.whole_free, view.gpu_free)
+        self.max_whole, self.max_share = self._largest.after_placement(
+            i, whole_before, share_before
+        )
         if self.dead is not None:
             self.dead.block(self.max_share, self.max_whole)
             self.walked.refilter()

@@ -1,0 +1,38 @@
+"""``step.LargestFree`` keeps what ``fast.largest_free`` would say after every placement."""
+
+from __future__ import annotations
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from libs.policy import fast as K
+from libs.policy.cluster import ClusterView
+from libs.policy.inventory import demo_cluster
+from libs.policy.step import LargestFree
+from proto.ledger import Allocation
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.tuples(st.integers(0, 9), st.sampled_from([0.25, 0.5, 1.0])), max_size=60))
+def test_after_every_placement_it_equals_a_full_scan(placements):
+    view = ClusterView.build(demo_cluster())
+    largest = LargestFree(view, K.largest_free(view.whole_free, view.gpu_free))
+    for n, (node, share) in enumerate(placements):
+        free = [g for g in range(int(view.gpu_total[node])) if view.gpu_free[node, g] >= share]
+        if not free:
+            continue
+        before = (int(view.whole_free[node]), float(view.gpu_free[node].max()))
+        view.allocate(
+            Allocation(
+                job_id=f"j{n}",
+                node=view.node_ids[node],
+                gpu_indices=(free[0],),
+                gpu_share=share,
+                gpu_mem_gb=1.0,
+                host_mem_gb=1.0,
+                cpus=1.0,
+                time=0.0,
+            )
+        )
+        got = largest.after_placement(node, *before)
+        assert got == K.largest_free(view.whole_free, view.gpu_free)
