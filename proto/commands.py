@@ -11,6 +11,9 @@ class RunCommand(msgspec.Struct, frozen=True, kw_only=True):
     allocation: Allocation
     runtime_s: float  # expected runtime on this node's GPU model, Mosaic-clock seconds
     progress: float = 0.0  # resume point, fraction of the work already done
+    # traceparent of the placement that sent it (else the job's): the executor's spans of this
+    # attempt (start, run, complete) hang under it, across executor restarts (it is journaled)
+    trace: str = ""
 
 
 class KillCommand(msgspec.Struct, frozen=True, kw_only=True):

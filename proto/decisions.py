@@ -1,16 +1,30 @@
-"""Audit records: why a job was placed, refused, preempted or migrated, and the ranked queue."""
+"""Audit records: why a job was placed, refused, preempted or migrated; dead letters."""
 
 from __future__ import annotations
 
 import msgspec
-
-from proto.jobs import JobSpec
 
 
 class CandidateScore(msgspec.Struct, frozen=True, kw_only=True):
     node: str
     total: float
     terms: dict[str, float] = {}
+
+
+class WaitNumbers(msgspec.Struct, frozen=True, kw_only=True):
+    """A pending job's wait with numbers, as of the decision's time (``mosaic explain``, like
+    ``sprio`` and ``squeue --start``): its place in line, its priority score and terms, the node
+    closest to holding it and what that node lacks, and its reservation's expected start."""
+
+    rank: int  # 1 = next in line
+    queued: int  # jobs pending in all
+    score: float
+    terms: dict[str, float] = {}
+    regime: str = ""
+    best_node: str | None = None
+    lacks: str = ""
+    reservation_node: str | None = None
+    expected_start_s: float | None = None
 
 
 class Decision(msgspec.Struct, frozen=True, kw_only=True):
@@ -25,22 +39,7 @@ class Decision(msgspec.Struct, frozen=True, kw_only=True):
     candidates: tuple[CandidateScore, ...] = ()
     filtered: dict[str, str] = {}  # node -> why it could not take the job
     trace_id: str | None = None
-
-
-class RankedEntry(msgspec.Struct, frozen=True, kw_only=True):
-    spec: JobSpec
-    score: float
-    terms: dict[str, float] = {}
-    enqueued_at: float = 0.0
-
-
-class RankedQueue(msgspec.Struct, frozen=True, kw_only=True):
-    """The scorer's output: pending jobs best-first. Latest value in KV ``queue``/``ranked``."""
-
-    time: float
-    load: float
-    regime: str
-    entries: tuple[RankedEntry, ...] = ()
+    wait: WaitNumbers | None = None  # a ``wait``: where the job stands, with numbers
 
 
 class DeadLetter(msgspec.Struct, frozen=True, kw_only=True):

@@ -19,11 +19,19 @@ class _Event(msgspec.Struct, frozen=True, kw_only=True, tag_field="type"):
 
 class Submitted(_Event, tag="submitted"):
     spec: JobSpec
+    # the job's trace: W3C traceparent of the gateway's submit span ("" in older events), the
+    # parent of every later decision span about the job (libs.obs.jobspans)
+    trace: str = ""
 
 
 class Queued(_Event, tag="queued"):
+    """A pending job's news. Two publishers: the scorer once per attempt with the job's score
+    at admission and no ``reason``; the placer with its reason to wait (and its current score)
+    whenever that reason changes. ``rank`` is no longer set (the placer orders the queue)."""
+
     rank: int | None = None
     score: float | None = None
+    attempt: int = 0  # the attempt announced (0: not named, as in older events and the placer's)
 
 
 class Placed(_Event, tag="placed"):

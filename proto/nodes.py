@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import msgspec
 
+from proto.power import PowerState
+
 
 class NodeSpec(msgspec.Struct, frozen=True, kw_only=True):
     """A node's fixed shape. Published to the ``nodes`` KV bucket by the node's telemetry service.
@@ -38,6 +40,9 @@ class TelemetrySample(msgspec.Struct, frozen=True, kw_only=True):
     time: float
     backend: str  # "nvml" or "sim"
     gpus: tuple[GpuSample, ...]
+    # the node is asleep (issue 13): its GPUs read idle and cold, and a reader must not take the
+    # sample, or a later silence, for a failure
+    asleep: bool = False
 
 
 class RunningAttempt(msgspec.Struct, frozen=True, kw_only=True):
@@ -56,7 +61,7 @@ class ExecutorReport(msgspec.Struct, frozen=True, kw_only=True):
     grace period is requeued (its GPUs freed), and a node that stops reporting for several
     intervals is marked down and its jobs requeued. ``boot_id`` changes on every executor
     start, so a restart is visible even when it is faster than one interval. ``time`` is the
-    Mosaic clock.
+    Mosaic clock. ``power`` is the node's power state (``proto.power``), also the executor's.
     """
 
     node: str
@@ -64,3 +69,4 @@ class ExecutorReport(msgspec.Struct, frozen=True, kw_only=True):
     boot_id: str
     interval_s: float
     running: tuple[RunningAttempt, ...] = ()
+    power: PowerState = PowerState()  # see proto.power: an older report decodes as awake

@@ -29,6 +29,8 @@ GIB = 1024 * MIB
 STREAM_JOBS = "JOBS"  # submissions and cancellations, deduplicated by Nats-Msg-Id
 SUBJECT_SUBMIT = "jobs.submit"
 SUBJECT_CANCEL = "jobs.cancel"
+# the gateway's durable consumer of SUBJECT_SUBMIT: bus producers' jobs (services.gateway.producers)
+CONSUMER_SUBMIT = "gateway-producers"
 STREAM_JOBS_SUBJECTS = ("jobs.>",)
 # a job may pend for weeks; 512 MiB is about 500k submissions
 STREAM_JOBS_LIMITS = StreamLimits(max_age_s=30 * DAY_S, max_bytes=512 * MIB)
@@ -68,17 +70,20 @@ TELEMETRY_PREFIX = "telemetry"
 TELEMETRY_ALL = "telemetry.*"
 EXECUTOR_REPORT_PREFIX = "executor"  # executor.<node>: ExecutorReport, what the node runs
 EXECUTOR_REPORTS_ALL = "executor.*"
-QUEUE_UPDATED = "queue.updated"  # poke: the ranked queue in KV changed
 LEDGER_UPDATED = "ledger.updated"  # poke: the ledger changed
+# stepped clock (libs/clock.py, libs/bus/steps.py; tests only): the controller's Step, and each
+# participant's StepAck on clock.ack.<participant>
+CLOCK_STEP = "clock.step"
+CLOCK_ACK_PREFIX = "clock.ack"
+CLOCK_ACKS_ALL = "clock.ack.>"
 
 # --- KV buckets --------------------------------------------------------------------------------
 KV_NODES = "nodes"  # node id -> NodeSpec (owner: that node's telemetry service)
 KV_LEDGER = "ledger"  # job id -> Allocation (owner: placer)
-KV_QUEUE = "queue"  # "ranked" -> RankedQueue (owner: scorer)
-KV_QUEUE_KEY = "ranked"
 KV_LEASES = "leases"  # "placer" -> holder id (active/standby)
 KV_PROFILES = "profiles"  # "<model>.<class>" -> learnt profile entry (owner: profiler)
 KV_TENANTS = "tenants"  # tenant name -> TenantRecord, a hash of its API token (owner: gateway)
+KV_CORDONS = "cordons"  # node id -> proto.cordons.Cordon; uncordon deletes it (owner: gateway)
 
 # --- object store buckets ----------------------------------------------------------------------
 # "<service>.<model>" -> that read model's latest snapshot and the stream sequence it reflects
@@ -102,15 +107,19 @@ STREAM_LIMITS: dict[str, StreamLimits] = {
     STREAM_INTENTS: STREAM_INTENTS_LIMITS,
     STREAM_DLQ: STREAM_DLQ_LIMITS,
 }
-KV_BUCKETS: tuple[str, ...] = (KV_NODES, KV_LEDGER, KV_QUEUE, KV_LEASES, KV_PROFILES, KV_TENANTS)
+KV_BUCKETS: tuple[str, ...] = (KV_NODES, KV_LEDGER, KV_LEASES, KV_PROFILES, KV_TENANTS)
+KV_BUCKETS += (KV_CORDONS,)  # issue 13 (a line of its own: concurrent additions merge)
 
 
 def lifecycle(job_id: str) -> str:
     return f"{LIFECYCLE_PREFIX}.{job_id}"
 
 
+POWER_VERB = "power"  # node.<node>.power: proto.power.PowerCommand (suspend | wake)
+
+
 def node_command(node: str, verb: str) -> str:
-    """verb: run | kill | checkpoint"""
+    """verb: run | kill | checkpoint | power"""
     return f"{NODE_PREFIX}.{node}.{verb}"
 
 
@@ -124,6 +133,10 @@ def telemetry(node: str) -> str:
 
 def executor_report(node: str) -> str:
     return f"{EXECUTOR_REPORT_PREFIX}.{node}"
+
+
+def clock_ack(participant: str) -> str:
+    return f"{CLOCK_ACK_PREFIX}.{participant}"
 
 
 def decisions(service: str) -> str:
@@ -140,9 +153,9 @@ KV_DEFAULT_MAX_BYTES = 64 * MIB  # any bucket not listed below
 KV_MAX_BYTES: dict[str, int] = {
     KV_NODES: 64 * MIB,  # one NodeSpec per node
     KV_LEDGER: 256 * MIB,  # one Allocation per running job
-    KV_QUEUE: 64 * MIB,  # one key: the ranked queue (a value is at most max_payload)
     KV_LEASES: 8 * MIB,  # a handful of lease records
     KV_PROFILES: 64 * MIB,  # one entry per (GPU model, workload class)
+    KV_CORDONS: 8 * MIB,  # one small record per cordoned node
 }
 
 

@@ -16,6 +16,7 @@ import math
 
 from proto.ledger import Allocation
 from proto.nodes import ExecutorReport, NodeSpec, TelemetrySample
+from proto.power import PowerCommand
 from proto.validation import (
     MAX_CPUS,
     MAX_GPU_MEM_GB,
@@ -139,4 +140,22 @@ def revalidate_report(report: ExecutorReport) -> list[FieldError]:
         errs.append(FieldError("running", f"at most {MAX_RUNNING} attempts"))
     elif any(not sound_id(r.job_id) or not sound_attempt(r.attempt) for r in report.running):
         errs.append(FieldError("running", "each needs a sound job id and attempt"))
+    power = report.power
+    _number(errs, "power.since", power.since, -math.inf, math.inf)
+    if power.ready_at is not None:
+        _number(errs, "power.ready_at", power.ready_at, -math.inf, math.inf)
+    if power.refused is not None:
+        _number(errs, "power.refused.time", power.refused.time, -math.inf, math.inf)
+        _text(errs, "power.refused.reason", power.refused.reason, empty=True)
+    return errs
+
+
+def revalidate_power_command(cmd: PowerCommand, node: str) -> list[FieldError]:
+    """Every reason a ``node.<node>.power`` command is unsound: for another node, a NaN time,
+    a reason past the text limit (it is logged and reported back)."""
+    errs: list[FieldError] = []
+    if cmd.node != node:
+        errs.append(FieldError("node", f"must be {node!r}, the node it was sent to"))
+    _number(errs, "time", cmd.time, -math.inf, math.inf)
+    _text(errs, "reason", cmd.reason, empty=True)
     return errs

@@ -8,6 +8,7 @@ import msgspec
 
 from proto.jobs import JobSpec
 from proto.nodes import NodeSpec, TelemetrySample
+from proto.power import PowerState
 from proto.validation import FieldError
 
 JobState = Literal["pending", "placed", "running", "completed", "failed", "cancelled"]
@@ -37,7 +38,9 @@ class NodeView(msgspec.Struct, kw_only=True):
     host_mem_allocated_gb: float
     jobs: tuple[str, ...] = ()
     cordoned: bool = False
+    cordon_reason: str = ""  # why, when cordoned: the operator's reason or the label (issue 13)
     telemetry: TelemetrySample | None = None
+    power: PowerState = PowerState()  # from the node's executor reports (awake if none yet)
 
 
 class SubmitResponse(msgspec.Struct, kw_only=True):

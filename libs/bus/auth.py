@@ -8,8 +8,11 @@ built from those constants, so ``mosaic up``, compose and Kubernetes all get the
 The principles (DESIGN.md rule 6, issue 12):
 
 * only the placer publishes node commands (``node.>``) and writes the ledger and the lease;
+* only the gateway writes cordons (``cordons``, the operator's through the API); the placer reads;
 * an executor consumes only the command subjects of the nodes it hosts, by name;
 * a job producer only publishes ``jobs.submit`` / ``jobs.cancel``;
+* only the admin (a test's controller) publishes ``clock.step``; each service acks steps on
+  ``clock.ack.<its user>`` only (the stepped clock, ``libs.bus.steps``);
 * every user has a private reply inbox (``_INBOX.<user>.>``) so no one reads another's replies
   or JetStream deliveries (a pull consumer delivers into the fetching client's inbox);
 * JetStream API access is per stream and per verb; no service may delete or purge a stream, a
@@ -175,18 +178,23 @@ def permissions(user: str, *, nodes: Sequence[str] = ()) -> Permissions:
     if user not in SERVICE_USERS:
         raise KeyError(f"no NATS user {user!r}; known: {', '.join(USERS)}")
     pub = [*_topology(), subjects.dlq(user)]
+    # the stepped clock (tests; libs.bus.steps): follow clock.step, ack as this user only
+    pub += [subjects.clock_ack(user), f"{subjects.clock_ack(user)}.>"]
+    sub += [subjects.CLOCK_STEP]
     if user == "gateway":
         pub += [subjects.SUBJECT_SUBMIT, subjects.SUBJECT_CANCEL, lifecycle]  # Submitted
         pub += _consume(subjects.STREAM_LIFECYCLE) + _consume(subjects.STREAM_DECISIONS)
         pub += _read_stream(subjects.STREAM_JOBS)  # a duplicate submission's original
+        # bus producers' submissions: its one durable consumer, filtered to jobs.submit
+        pub += _consume(subjects.STREAM_JOBS, subjects.CONSUMER_SUBMIT, subjects.SUBJECT_SUBMIT)
         pub += _kv_read(subjects.KV_NODES) + _kv_read(subjects.KV_LEDGER)
         pub += _kv_write(KV_TENANTS)
+        pub += _kv_write(subjects.KV_CORDONS)  # operators cordon through the API (issue 13)
         pub += _obj_store(OBJ_SNAPSHOTS)  # its read models' snapshots
-        sub += [subjects.TELEMETRY_ALL]
+        sub += [subjects.TELEMETRY_ALL, subjects.EXECUTOR_REPORTS_ALL]  # power states
     elif user == "scorer":
-        pub += [lifecycle, subjects.QUEUE_UPDATED]  # Queued
+        pub += [lifecycle]  # Queued: the admission score (no queue of its own any more)
         pub += _consume(subjects.STREAM_LIFECYCLE)
-        pub += _kv_write(subjects.KV_QUEUE)
         pub += _kv_read(subjects.KV_NODES) + _kv_read(subjects.KV_LEDGER)
         pub += _obj_store(OBJ_SNAPSHOTS)  # its pending set's snapshots
         sub += [subjects.TELEMETRY_ALL, subjects.LEDGER_UPDATED]
@@ -201,10 +209,10 @@ def permissions(user: str, *, nodes: Sequence[str] = ()) -> Permissions:
         pub += _consume(subjects.STREAM_LIFECYCLE) + _consume(subjects.STREAM_JOBS)
         pub += _consume(subjects.STREAM_INTENTS)
         pub += _kv_write(subjects.KV_LEDGER) + _kv_write(subjects.KV_LEASES)
-        pub += _kv_read(subjects.KV_QUEUE) + _kv_read(subjects.KV_NODES)
-        pub += _kv_read(subjects.KV_PROFILES)
+        pub += _kv_read(subjects.KV_NODES) + _kv_read(subjects.KV_PROFILES)
+        pub += _kv_read(subjects.KV_CORDONS)  # no new placement on a cordoned node
         pub += _obj_store(OBJ_SNAPSHOTS)  # its tracker's snapshots
-        sub += [subjects.TELEMETRY_ALL, subjects.QUEUE_UPDATED, subjects.EXECUTOR_REPORTS_ALL]
+        sub += [subjects.TELEMETRY_ALL, subjects.EXECUTOR_REPORTS_ALL]
     elif user == "executor":
         pub += [lifecycle]  # Started, Completed, Failed, Checkpointed, ...
         for n in nodes:  # "*": any node (Kubernetes DaemonSets: node names unknown ahead)
@@ -215,6 +223,7 @@ def permissions(user: str, *, nodes: Sequence[str] = ()) -> Permissions:
     elif user == "telemetry":
         for n in nodes:
             pub += [subjects.telemetry(n), f"$KV.{subjects.KV_NODES}.{n}"]
+            sub += [subjects.executor_report(n)]  # sim: an asleep node's GPUs read as off
         pub += _kv_read(subjects.KV_NODES) + _kv_read(subjects.KV_LEDGER)
     elif user == "profiler":
         pub += _consume(subjects.STREAM_LIFECYCLE) + _kv_write(subjects.KV_PROFILES)
@@ -222,8 +231,7 @@ def permissions(user: str, *, nodes: Sequence[str] = ()) -> Permissions:
     elif user in ("defrag", "thermal"):
         pub += [f"{subjects.INTENTS_PREFIX}.{user}", f"{subjects.INTENTS_PREFIX}.{user}.>"]
         pub += [subjects.decisions(user)]
-        pub += _kv_read(subjects.KV_LEDGER) + _kv_read(subjects.KV_QUEUE)
-        pub += _kv_read(subjects.KV_NODES)
+        pub += _kv_read(subjects.KV_LEDGER) + _kv_read(subjects.KV_NODES)
         sub += [subjects.TELEMETRY_ALL]
     return Permissions(publish=_unique(pub), subscribe=_unique(sub))
 

@@ -31,6 +31,7 @@ from opentelemetry import trace
 from libs.bus.auth import load_connect_options
 from libs.bus.connection import Bus
 from libs.bus.errors import BusUnavailable
+from libs.bus.steps import follow_steps
 from libs.clock import Clock
 from libs.obs.health import Health
 from libs.obs.logging import setup_logging
@@ -205,6 +206,7 @@ async def serve(
         )
         health.register("nats", bus._connection_problem)
         bus.health = health
+        await follow_steps(bus, ctx.clock)  # stepped mode only: the clock follows clock.step
         log.info("service_started", nats_url=config.nats_url)
         main_task = asyncio.create_task(main(ctx), name=f"{name}:main")
         stop_task = asyncio.create_task(stop.wait())

@@ -15,6 +15,7 @@ from typing import Any, TypeVar
 
 import msgspec
 
+from proto.cordons import CordonState
 from proto.jobs import JobSpec
 from proto.tenants import TenantCreated, TenantList, TenantView
 from proto.validation import FieldError
@@ -98,6 +99,17 @@ class MosaicClient:
 
     def nodes(self) -> list[NodeView]:
         return self._call("GET", "/v1/nodes", _Nodes).nodes
+
+    def cordon(self, node: str, reason: str = "") -> CordonState:
+        """Admin only: place nothing new on ``node`` (its running jobs stay)."""
+        body = msgspec.json.encode({"reason": reason})
+        path = f"/v1/nodes/{urllib.parse.quote(node, safe='')}/cordon"
+        return self._call("POST", path, CordonState, body=body)
+
+    def uncordon(self, node: str) -> CordonState:
+        """Admin only: lift the operator's cordon (a label cordon stays: see ``label``)."""
+        path = f"/v1/nodes/{urllib.parse.quote(node, safe='')}/uncordon"
+        return self._call("POST", path, CordonState)
 
     def health(self) -> dict[str, Any]:
         return self._call("GET", "/healthz", dict)

@@ -18,6 +18,9 @@ from rich.console import Console
 from rich.table import Table
 
 from libs.client.api import DEFAULT_GATEWAY, ClientError, GatewayUnreachable
+from libs.client.cli_bench import register as register_bench
+from libs.client.cli_cordon import register as register_cordon
+from libs.client.cli_explain import explain
 from libs.client.cli_tenants import client_for, register
 from libs.client.specs import FlagError, build_spec, server_now
 from libs.client.supervisor import StackError
@@ -33,7 +36,9 @@ app = typer.Typer(
 out = Console()
 err = Console(stderr=True)
 register(app)  # the global --token option and `mosaic tenant ...`
-
+register_cordon(app)  # `mosaic cordon NODE` and `mosaic uncordon NODE` (issue 13)
+register_bench(app)  # `mosaic bench placer`
+app.command()(explain)  # `mosaic explain JOB`
 GatewayOpt = Annotated[str, typer.Option("--gateway", envvar="MOSAIC_GATEWAY", help="gateway URL")]
 
 
@@ -216,7 +221,7 @@ def queue(
 
 @app.command()
 def nodes(gateway: GatewayOpt = DEFAULT_GATEWAY) -> None:
-    """Nodes like sinfo: NODE, MODEL, GPUS (used/total), GPU MEM, HOST MEM, TEMP, POWER, STATE."""
+    """Nodes like sinfo: NODE, MODEL, GPUS, GPU MEM, HOST MEM, TEMP, WATTS, STATE, POWER, REASON."""
     out.print(nodes_table(client_for(gateway).nodes()))
 
 
@@ -253,51 +258,6 @@ def show(job_id: str, gateway: GatewayOpt = DEFAULT_GATEWAY) -> None:
         t = time.strftime("%H:%M:%S", time.localtime(e.get("time", 0)))
         table.add_row(t, e.get("type", "?"), e.get("node") or "-", e.get("reason") or "")
     out.print(table)
-
-
-@app.command()
-def explain(job_id: str, gateway: GatewayOpt = DEFAULT_GATEWAY) -> None:
-    """Why a job is pending, or why it landed where it did: the policy's decisions about it."""
-    body = client_for(gateway).get_json(f"/v1/jobs/{job_id}/decisions")
-    job = body.get("job", {})
-    out.print(
-        f"[bold]{job_id}[/bold]  state {job.get('state', '?')}  node {job.get('node') or '-'}"
-        + (f"  reason {job['reason']}" if job.get("reason") else "")
-    )
-    decisions = body.get("decisions", [])
-    if not decisions:
-        out.print("no decision recorded yet (the placer has not considered this job)")
-        return
-    for d in decisions:
-        t = time.strftime("%H:%M:%S", time.localtime(d.get("time", 0)))
-        where = f" on {d['node']}" if d.get("node") else ""
-        out.print(
-            f"{t}  {d.get('service', '?')}: {d.get('action', '?')}{where}"
-            + (f"  ({d['reason']})" if d.get("reason") else ""),
-            highlight=False,
-        )
-    last = decisions[-1]
-    candidates = last.get("candidates") or []
-    if candidates:
-        terms = sorted({k for c in candidates for k in (c.get("terms") or {})})
-        table = Table(title="candidates weighed (best first)", box=None, header_style="bold")
-        for col in ("NODE", "SCORE", *(t.upper() for t in terms)):
-            table.add_column(col)
-        for c in candidates:
-            table.add_row(
-                c.get("node", "?"),
-                f"{c.get('total', 0):.3f}",
-                *(f"{(c.get('terms') or {}).get(t, 0):.3f}" for t in terms),
-            )
-        out.print(table)
-    filtered = last.get("filtered") or {}
-    if filtered:
-        table = Table(title="nodes that could not take it", box=None, header_style="bold")
-        table.add_column("NODE")
-        table.add_column("WHY")
-        for node, why in sorted(filtered.items()):
-            table.add_row(node, why)
-        out.print(table)
 
 
 # --- mosaic sim / version --------------------------------------------------------------------

@@ -119,7 +119,9 @@ def nodes_table(nodes: list[NodeView]) -> Table:
             temp = f"{max(g.temp_c for g in n.telemetry.gpus):.0f}°C"
             power = f"{sum(g.power_w for g in n.telemetry.gpus):.0f}W"
         table.add_row(
-            n.spec.id + (" (cordoned)" if n.cordoned else ""),
+            n.spec.id
+            + (" (cordoned)" if n.cordoned else "")
+            + ("" if n.power.state == "awake" else f" ({n.power.state})"),
             n.spec.gpu_model,
             gpu_bar(n.gpus_allocated, n.spec.gpu_count),
             f"{n.gpus_allocated:g}/{n.spec.gpu_count}",

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from rich.table import Table
+from rich.text import Text
 
 from proto.views import JobView, NodeView
 
@@ -18,10 +19,21 @@ def jobs_table(jobs: list[JobView]) -> Table:
     return table
 
 
+def _power_state(n: NodeView) -> str:
+    p = n.power
+    if p.state == "waking" and p.ready_at is not None:
+        return f"waking (up at {p.ready_at:.0f})"
+    return p.state
+
+
 def nodes_table(nodes: list[NodeView]) -> Table:
-    """NODE, MODEL, GPUS (used/total), GPU MEM, HOST MEM, TEMP, POWER, STATE (idle/mix/alloc)."""
+    """NODE, MODEL, GPUS (used/total), GPU MEM, HOST MEM, TEMP, WATTS (drawn now), STATE
+    (idle/mix/alloc, or drain when cordoned), POWER (awake/suspending/asleep/waking; a waking
+    node shows when it expects to be up, on the Mosaic clock), REASON (why it is cordoned, like
+    ``sinfo -R``)."""
     table = Table(box=None, header_style="bold")
-    for col in ("NODE", "MODEL", "GPUS", "GPU MEM", "HOST MEM", "TEMP", "POWER", "STATE"):
+    cols = ("NODE", "MODEL", "GPUS", "GPU MEM", "HOST MEM", "TEMP", "WATTS", "STATE", "POWER")
+    for col in (*cols, "REASON"):
         table.add_column(col)
     for n in sorted(nodes, key=lambda v: v.spec.id):
         s = n.spec
@@ -46,5 +58,7 @@ def nodes_table(nodes: list[NodeView]) -> Table:
             temp,
             power,
             st,
+            _power_state(n),
+            Text(n.cordon_reason if n.cordoned else ""),  # operator text: never rich markup
         )
     return table

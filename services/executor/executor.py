@@ -50,18 +50,27 @@ from proto.events import (
     Started,
     event_type,
 )
-from proto.nodes import ExecutorReport, NodeSpec, RunningAttempt
+from proto.nodes import NodeSpec
+from proto.power import PowerCommand
 from proto.validation import describe, revalidate_command
 from proto.validation_records import revalidate_allocation
 from services.executor.journal import Entry, Journal
+from services.executor.power import (
+    NodePowerControl,
+    PowerHandling,
+    PowerHooks,
+    default_boot_s,
+)
+from services.executor.reports import REPORT_INTERVAL_S, Reports
 from services.executor.runners import Outcome, Runner, StartFailed
+from services.executor.spans import event_span, traced_run
 
 COMMAND_TYPES = {
     "node.*.run": RunCommand,
     "node.*.kill": KillCommand,
     "node.*.checkpoint": CheckpointCommand,
+    "node.*.power": PowerCommand,
 }
-REPORT_INTERVAL_S = 5.0
 
 
 def energy_kwh(node: NodeSpec, cmd: RunCommand, runtime_s: float) -> float:
@@ -76,8 +85,10 @@ class RunningJob:
     task: asyncio.Task[None]
 
 
-class NodeExecutor:
-    """Runs the jobs of one node with ``runner``, journaled in ``journal``.
+class NodeExecutor(Reports, PowerHandling):
+    """Runs the jobs of one node with ``runner``, journaled in ``journal``, and keeps its power
+    state (``services.executor.power``; ``boot_s`` Mosaic seconds to wake, default the policy's
+    ``resume_s``; ``power_hooks`` the operator's commands, none by default).
 
     ``keep_on_stop``: a clean stop leaves the running attempts to the next executor on the same
     journal (their processes go on); else (a temporary journal) it terminates local ones."""
@@ -93,6 +104,8 @@ class NodeExecutor:
         journal: Journal,
         report_interval_s: float = REPORT_INTERVAL_S,
         keep_on_stop: bool = True,
+        boot_s: float | None = None,
+        power_hooks: PowerHooks | None = None,
     ) -> None:
         self.bus = bus
         self.node = node
@@ -109,6 +122,16 @@ class NodeExecutor:
         self.consumer: Consumer | None = None
         self._tasks: set[asyncio.Task[None]] = set()
         self._report_now = asyncio.Event()
+        self.handled = 0  # commands handled and events published (the stepped clock's barrier)
+        self.power = NodePowerControl(
+            node.id,
+            clock,
+            boot_s=default_boot_s() if boot_s is None else boot_s,
+            hooks=power_hooks,
+            changed=self._report_now.set,
+            announce=self.publish_report,
+            log=self.log,
+        )
 
     @property
     def durable_name(self) -> str:
@@ -153,6 +176,7 @@ class NodeExecutor:
         journal, or terminate them when nobody could re-adopt them (see ``keep_on_stop``)."""
         if self.consumer is not None:
             await self.consumer.stop()
+        await self.power.close()
         jobs = list(self.running.values())
         self.running.clear()
         for task in list(self._tasks):
@@ -168,8 +192,13 @@ class NodeExecutor:
         if not self.keep_on_stop:  # all at once: each may take its kill grace
             await asyncio.gather(*(self.runner.stop(j.entry) for j in jobs), return_exceptions=True)
 
-    async def handle(self, cmd: RunCommand | KillCommand | CheckpointCommand) -> None:
-        if isinstance(cmd, RunCommand):
+    async def handle(
+        self, cmd: RunCommand | KillCommand | CheckpointCommand | PowerCommand
+    ) -> None:
+        self.handled += 1
+        if isinstance(cmd, PowerCommand):
+            await self.on_power(cmd)
+        elif isinstance(cmd, RunCommand):
             await self.on_run(cmd)
         elif isinstance(cmd, KillCommand) and cmd.silent:
             await self.on_stop_superseded(cmd.job_id, cmd.attempt)
@@ -184,21 +213,22 @@ class NodeExecutor:
         task.add_done_callback(self._tasks.discard)
         return task
 
-    async def _emit(self, event: LifecycleEvent, attempt: int) -> None:
-        """Durable publish, retried until NATS takes it (nats-py reconnects meanwhile)."""
-        msg_id = f"{event_type(event)}-{event.job_id}-{attempt}"
-        delay_s = 0.2
-        while True:
-            try:
-                await self.bus.publish(subjects.lifecycle(event.job_id), event, msg_id=msg_id)
-                self.log.info(event_type(event), job_id=event.job_id, attempt=attempt)
-                return
-            except asyncio.CancelledError:
-                raise
-            except Exception as exc:
-                self.log.warning("publish_retry", msg_id=msg_id, error=repr(exc))
-                await asyncio.sleep(delay_s)
-                delay_s = min(delay_s * 2, 5.0)
+    async def _emit(self, event: LifecycleEvent, entry: Entry) -> None:
+        """Durable publish in the attempt's span (``spans``), retried until NATS takes it."""
+        msg_id, delay_s = f"{event_type(event)}-{event.job_id}-{entry.attempt}", 0.2
+        with event_span(event, entry):
+            while True:
+                try:
+                    await self.bus.publish(subjects.lifecycle(event.job_id), event, msg_id=msg_id)
+                    self.handled += 1
+                    self.log.info(event_type(event), job_id=event.job_id, attempt=entry.attempt)
+                    return
+                except asyncio.CancelledError:
+                    raise
+                except Exception as exc:
+                    self.log.warning("publish_retry", msg_id=msg_id, error=repr(exc))
+                    await asyncio.sleep(delay_s)
+                    delay_s = min(delay_s * 2, 5.0)
 
     async def on_run(self, cmd: RunCommand) -> None:
         alloc = cmd.allocation
@@ -222,9 +252,12 @@ class NodeExecutor:
         ):
             self.log.info("run_ignored_duplicate", job_id=alloc.job_id, attempt=alloc.attempt)
             return
+        entry = Entry(node=self.node.id, cmd=cmd, started_at=self.clock.now(), boot_id=self.boot_id)
+        if not self.power.awake:
+            await self._refuse_run(entry)
+            return
         if current is not None:
             await self._supersede(current, alloc.attempt)
-        entry = Entry(node=self.node.id, cmd=cmd, started_at=self.clock.now(), boot_id=self.boot_id)
         self.journal.put(entry)  # before the ack (when this returns): a redelivery finds it
         self.accepted.add(key)
         await self._launch(entry)
@@ -252,7 +285,7 @@ class NodeExecutor:
             started = Started(
                 job_id=entry.job_id, time=entry.started_at, node=self.node.id, attempt=entry.attempt
             )
-            await self._emit(started, entry.attempt)
+            await self._emit(started, entry)
         failure: str | None = None
         launch = entry.launch
         if launch is None and not entry.started_sent:
@@ -278,7 +311,7 @@ class NodeExecutor:
             outcome = Outcome(False, failure)
         else:
             try:
-                outcome = await self.runner.wait(entry, self.node)
+                outcome = await traced_run(entry, self.runner.wait(entry, self.node))
             except asyncio.CancelledError:
                 raise  # kill / checkpoint / shutdown: whoever cancelled reports it
             except Exception as exc:
@@ -288,7 +321,7 @@ class NodeExecutor:
         # (and cancels it) or none (and does nothing), never both a Completed and a Cancelled
         self.running.pop(entry.job_id, None)
         self._report_now.set()
-        now = self.clock.now()
+        now = self.clock.now() if outcome.time is None else outcome.time
         event: LifecycleEvent
         if outcome.ok:
             runtime_s = max(0.0, now - entry.started_at)
@@ -315,7 +348,7 @@ class NodeExecutor:
         self.ending[entry.job_id] = entry
         try:
             for event in events:
-                await self._emit(event, entry.attempt)
+                await self._emit(event, entry)
         finally:
             if self.ending.get(entry.job_id) is entry:
                 del self.ending[entry.job_id]
@@ -360,40 +393,3 @@ class NodeExecutor:
         else:
             events = (Cancelled(job_id=job_id, time=now, node=self.node.id, reason=reason),)
         await self._finish(entry, events)
-
-    def report(self) -> ExecutorReport:
-        """What runs now: every attempt between its start and the moment its end is published
-        (an attempt whose terminal event is still being published is listed, without a pid)."""
-        entries = {job.entry.job_id: job.entry for job in self.running.values()}
-        for job_id, entry in self.ending.items():
-            entries.setdefault(job_id, entry)
-        running = tuple(
-            RunningAttempt(
-                job_id=e.job_id,
-                attempt=e.attempt,
-                pid=e.launch.pid
-                if e.job_id in self.running and e.launch and e.launch.pid > 0
-                else None,
-            )
-            for e in sorted(entries.values(), key=lambda e: e.job_id)
-        )
-        return ExecutorReport(
-            node=self.node.id,
-            time=self.clock.now(),
-            boot_id=self.boot_id,
-            interval_s=self.report_interval_s,
-            running=running,
-        )
-
-    async def _report_loop(self) -> None:
-        """Plain NATS (the latest report wins); a failed publish is retried by the next one."""
-        while True:
-            self._report_now.clear()
-            try:
-                await self.bus.publish(
-                    subjects.executor_report(self.node.id), self.report(), durable=False
-                )
-            except Exception as exc:
-                self.log.warning("report_failed", error=repr(exc))
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._report_now.wait(), self.report_interval_s)

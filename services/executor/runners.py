@@ -25,6 +25,7 @@ OOM_AFTER_S = 30.0  # Mosaic seconds before a simulated out-of-memory failure sh
 class Outcome:
     ok: bool
     reason: str = ""
+    time: float | None = None  # when it ended, if the runner knows better than "now"
 
 
 class StartFailed(Exception):
@@ -73,13 +74,21 @@ class SimRunner:
     async def start(self, entry: Entry, node: NodeSpec, rc_path: Path) -> Launch | None:
         return None
 
-    async def wait(self, entry: Entry, node: NodeSpec) -> Outcome:
+    def deadline(self, entry: Entry, node: NodeSpec) -> float:
+        """The Mosaic time the attempt ends (completes, or fails out of memory)."""
         cmd = entry.cmd
         remaining_s = max(0.0, cmd.runtime_s * (1.0 - cmd.progress))
-        reason = oom_reason(cmd, node)
-        run_s = remaining_s if reason is None else min(OOM_AFTER_S, remaining_s)
-        await self.clock.sleep(entry.started_at + run_s - self.clock.now())
-        return Outcome(True) if reason is None else Outcome(False, reason)
+        run_s = remaining_s if oom_reason(cmd, node) is None else min(OOM_AFTER_S, remaining_s)
+        return entry.started_at + run_s
+
+    async def wait(self, entry: Entry, node: NodeSpec) -> Outcome:
+        """Sleep to the deadline. On a stepped clock the step that wakes it may be later than
+        the deadline; the attempt is reported ended at its deadline, as the simulator has it."""
+        end = self.deadline(entry, node)
+        await self.clock.sleep(end - self.clock.now())
+        at = end if self.clock.stepped else None
+        reason = oom_reason(entry.cmd, node)
+        return Outcome(True, time=at) if reason is None else Outcome(False, reason, time=at)
 
     async def stop(self, entry: Entry) -> None:
         return None

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import argparse
+import asyncio
+import contextlib
 import os
 import tempfile
 from pathlib import Path
@@ -14,7 +16,9 @@ from libs.bus.runtime import env_float
 from services.executor.executor import REPORT_INTERVAL_S, NodeExecutor
 from services.executor.journal import Journal
 from services.executor.local import LocalRunner, RunAs
+from services.executor.power import PowerHooks
 from services.executor.runners import Runner, SimRunner
+from services.executor.stepping import participate
 
 NAME = "executor"
 
@@ -59,7 +63,37 @@ def arg_parser() -> argparse.ArgumentParser:
         help="local mode: where each job gets its working directory, which must be reachable "
         "by the run-as user (env MOSAIC_EXECUTOR_WORK_ROOT; default: a new temporary directory)",
     )
+    add_power_args(p)
     return p
+
+
+def add_power_args(p: argparse.ArgumentParser) -> None:
+    """Node power (issue 13; services.executor.power) and the stepped clock's name."""
+    p.add_argument(
+        "--boot-s",
+        type=float,
+        default=env_float("MOSAIC_EXECUTOR_BOOT_S", "-1"),
+        help="Mosaic seconds a woken node takes to boot (env MOSAIC_EXECUTOR_BOOT_S; default: "
+        "the policy's resume_s, as in the simulator)",
+    )
+    p.add_argument(
+        "--suspend-command",
+        default=os.environ.get("MOSAIC_POWER_SUSPEND_CMD", ""),
+        help="operator hook that really suspends the node, e.g. 'systemctl suspend' (env "
+        "MOSAIC_POWER_SUSPEND_CMD; default none: suspend changes the reported state only)",
+    )
+    p.add_argument(
+        "--wake-command",
+        default=os.environ.get("MOSAIC_POWER_WAKE_CMD", ""),
+        help="operator hook that wakes the node, e.g. an IPMI or wake-on-LAN call (env "
+        "MOSAIC_POWER_WAKE_CMD; default none); MOSAIC_NODE names the node",
+    )
+    p.add_argument(
+        "--step-name",
+        default=os.environ.get("MOSAIC_STEP_PARTICIPANT", NAME),
+        help="stepped clock only: this process's participant name (clock.ack.<name>; env "
+        "MOSAIC_STEP_PARTICIPANT; must be 'executor' or start with 'executor.')",
+    )
 
 
 def validate(args: argparse.Namespace) -> None:
@@ -102,6 +136,11 @@ async def main(ctx: ServiceContext) -> None:
         )
     ctx.log.info("executor_state", state_dir=str(state_root), persistent=persistent)
     interval_s = getattr(args, "report_interval", REPORT_INTERVAL_S)
+    boot_s = getattr(args, "boot_s", -1.0)
+    hooks = PowerHooks(
+        suspend=getattr(args, "suspend_command", "") or "",
+        wake=getattr(args, "wake_command", "") or "",
+    )
     executors = [
         NodeExecutor(
             ctx.bus,
@@ -112,13 +151,23 @@ async def main(ctx: ServiceContext) -> None:
             journal=Journal(state_root / quote(n.id, safe="._-")),
             report_interval_s=interval_s,
             keep_on_stop=persistent,
+            boot_s=None if boot_s is None or boot_s < 0 else boot_s,
+            power_hooks=hooks,
         )
         for n in nodes
     ]
+    stepping: asyncio.Task[None] | None = None
     try:
         for e in executors:
             await e.start()
+        if ctx.clock.stepped and executors:
+            name = getattr(args, "step_name", NAME) or NAME
+            stepping = asyncio.create_task(participate(executors, name), name="steps")
         await ctx.stop.wait()
     finally:
+        if stepping is not None:
+            stepping.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await stepping
         for e in executors:
             await e.shutdown()

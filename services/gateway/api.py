@@ -19,7 +19,7 @@ from prometheus_client import CONTENT_TYPE_LATEST, REGISTRY, generate_latest
 from proto.jobs import JobSpec
 from proto.validation import MAX_COMMAND_BYTES, FieldError, JobRejected
 from proto.views import TERMINAL_STATES, ErrorResponse, JobView, NodeView, SubmitResponse
-from services.gateway import dashboard, metrics, public_page, tenants
+from services.gateway import cordon_api, dashboard, metrics, public_page, tenants
 from services.gateway.admission import admit, parse
 from services.gateway.auth import Principal, caller, middleware
 from services.gateway.httpserver import ConnectionGuard, HttpTimeouts
@@ -162,8 +162,10 @@ async def submit(request: web.Request) -> web.Response:
         metrics.SUBMISSIONS.labels("refused").inc()
         gw.log.info("job_refused", job_id=spec.id, errors=[f"{e.field}: {e.reason}" for e in errs])
         return error(400, "invalid job", errs)
-    try:
-        view, duplicate = await gw.submit(spec)
+    try:  # the job's trace starts here: every later decision about it hangs under this span
+        attrs = {"job": spec.id, "tenant": spec.tenant, "gpus": spec.gpus}
+        with gw.tracer.start_as_current_span("gateway.submit", attributes=attrs):
+            view, duplicate = await gw.submit(spec)
     except Exception as exc:  # the bus is down or slow: nothing is lost, the id makes a retry safe
         metrics.SUBMISSIONS.labels("unavailable").inc()
         return _unavailable(gw, "submit", spec.id, exc)
@@ -379,4 +381,5 @@ def build_app(gw: Gateway, timeouts: HttpTimeouts | None = None) -> web.Applicat
     app.router.add_delete("/v1/jobs/{id}", cancel_job)
     app.router.add_get("/v1/nodes", list_nodes)
     tenants.add_routes(app)
+    cordon_api.add_routes(app)
     return app

@@ -21,10 +21,12 @@ from __future__ import annotations
 import hashlib
 import hmac
 import ipaddress
+import os
 import secrets
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from aiohttp import web
 from prometheus_client import Counter
@@ -40,6 +42,7 @@ PUBLIC_ROUTES = frozenset({"/healthz"})  # probes: nobody has a token there
 ANONYMOUS_OK = frozenset({"/"})  # the dashboard: aggregate counts without a token
 LOOPBACK_OR_ADMIN = frozenset({"/metrics"})
 ADMIN_ROUTES = frozenset({"/v1/tenants", "/v1/tenants/{name}"})
+ADMIN_ROUTES |= {"/v1/nodes/{id}/cordon", "/v1/nodes/{id}/uncordon"}  # cordon_api (issue 13)
 
 REFUSED = Counter(
     "mosaic_gateway_auth_refused_total",
@@ -211,3 +214,19 @@ def middleware(
 def caller(request: web.Request) -> Principal | None:
     """The authenticated caller of this request (None: anonymous on an anonymous-ok route)."""
     return request.get(PRINCIPAL_KEY)
+
+
+def authenticator(args: Any, log: Any) -> Authenticator:
+    """The admin token from ``--admin-token-file``; without one the gateway refuses to start
+    unless ``--insecure-no-auth`` says so explicitly (fail closed: a forgotten flag must not
+    open the API to anyone who can reach it)."""
+    path = getattr(args, "admin_token_file", None) or os.environ.get("MOSAIC_ADMIN_TOKEN_FILE")
+    if path:
+        return Authenticator(load_admin_token(path))
+    if getattr(args, "insecure_no_auth", False):
+        log.warning("http_auth_disabled", note="--insecure-no-auth: every caller is the admin")
+        return Authenticator(admin_token=None)
+    raise AuthConfigError(
+        "no admin token: pass --admin-token-file (env MOSAIC_ADMIN_TOKEN_FILE), which `mosaic up`"
+        " writes to DATA_DIR/credentials/admin.token, or --insecure-no-auth"
+    )

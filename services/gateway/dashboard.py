@@ -27,6 +27,14 @@ def _gpu_bar(allocated: float, total: int) -> str:
     return "#" * busy + "." * (total - busy)
 
 
+def _cordon_note(v: NodeView) -> str:
+    """What follows a cordoned node's id, with why; the reason is operator text, so escaped."""
+    if not v.cordoned:
+        return ""
+    why = f": {escape(v.cordon_reason)}" if v.cordon_reason else ""
+    return f' <span class="cordoned">(cordoned{why})</span>'
+
+
 def _node_row(v: NodeView) -> str:
     s = v.spec
     temp = max((g.temp_c for g in v.telemetry.gpus), default=None) if v.telemetry else None
@@ -36,8 +44,9 @@ def _node_row(v: NodeView) -> str:
         else None
     )
     cells = [
-        escape(s.id) + (' <span class="cordoned">(cordoned)</span>' if v.cordoned else ""),
+        escape(s.id) + _cordon_note(v),
         escape(s.gpu_model),
+        escape(v.power.state),
         f'<span class="bar">{_gpu_bar(v.gpus_allocated, s.gpu_count)}</span>',
         f"{v.gpus_allocated:g}/{s.gpu_count}",
         f"{max(0.0, s.gpu_count - v.gpus_allocated):g}",
@@ -73,7 +82,7 @@ def render(nodes: list[NodeView], jobs: list[JobView], counts: dict[str, int]) -
         "<meta http-equiv='refresh' content='2'><title>Mosaic</title>"
         f"<style>{_STYLE}</style></head><body>"
         f"<h1>Mosaic</h1><p>GPUs busy {busy:g} of {total}; jobs: {escape(summary)}</p>"
-        "<h2>Nodes</h2><table><tr><th>node</th><th>model</th><th>GPUs</th><th>busy</th>"
+        "<h2>Nodes</h2><table><tr><th>node</th><th>model</th><th>power</th><th>GPUs</th><th>busy</th>"
         "<th>free</th><th>host GB</th><th>util</th><th>max °C</th><th>jobs</th></tr>"
         + "".join(_node_row(v) for v in nodes)
         + "</table>"

@@ -75,11 +75,12 @@ class _Stored(msgspec.Struct, array_like=True, gc=False):
     submitted_reason: str
     events: list[LifecycleEvent]
     dropped: int
+    submitted_trace: str = ""  # the job's traceparent (absent from snapshots before issue 13)
 
     @classmethod
     def of(cls, e: _Entry) -> _Stored:
         sub = e.submitted
-        return cls(e.view, sub.time, sub.node, sub.reason, e.events, e.dropped)
+        return cls(e.view, sub.time, sub.node, sub.reason, e.events, e.dropped, sub.trace)
 
     def entry(self) -> _Entry:
         view = self.view
@@ -89,6 +90,7 @@ class _Stored(msgspec.Struct, array_like=True, gc=False):
             node=self.submitted_node,
             reason=self.submitted_reason,
             spec=view.spec,
+            trace=self.submitted_trace,
         )
         return _Entry(view=view, submitted=sub, events=self.events, dropped=self.dropped)
 
@@ -139,6 +141,11 @@ class JobsModel:
     def get(self, job_id: str) -> JobView | None:
         entry = self._jobs.get(job_id)
         return entry.view if entry is not None else None
+
+    def trace_of(self, job_id: str) -> str:
+        """The job's traceparent (its ``Submitted.trace``), "" when unknown or untraced."""
+        entry = self._jobs.get(job_id)
+        return entry.submitted.trace if entry is not None else ""
 
     def events(self, job_id: str) -> list[LifecycleEvent]:
         """The Submitted event and the newest ones after it (``keep_events`` at most)."""
@@ -274,9 +281,11 @@ class JobsModel:
         return self
 
 
-def _event_key(event: LifecycleEvent) -> tuple[str, float, int]:
-    """What makes two deliveries of one job's event the same event (a redelivery, a replay)."""
-    return (type(event).__name__, event.time, getattr(event, "attempt", 0))
+def _event_key(event: LifecycleEvent) -> tuple[str, float, int, str]:
+    """What makes two deliveries of one job's event the same event (a redelivery, a replay).
+    The reason too: the scorer's ``Queued`` and the placer's may carry the same time (a stepped
+    clock), and the one is no repeat of the other."""
+    return (type(event).__name__, event.time, getattr(event, "attempt", 0), event.reason)
 
 
 def _compact(event: LifecycleEvent, job_id: str) -> LifecycleEvent:
@@ -291,9 +300,7 @@ def _compact(event: LifecycleEvent, job_id: str) -> LifecycleEvent:
 def _fold(job: JobView, event: LifecycleEvent) -> None:
     """The state machine: pending -> placed -> running -> one terminal state (see the module)."""
     if isinstance(event, Queued):
-        job.state = "pending"
-        job.reason = event.reason
-        job.score = event.score
+        _fold_queued(job, event)
     elif isinstance(event, Placed):
         job.state = "placed"
         job.node = event.node
@@ -316,6 +323,20 @@ def _fold(job: JobView, event: LifecycleEvent) -> None:
         job.state = _TERMINAL_STATE[type(event)]  # type: ignore[assignment]
         job.end_time = event.time
         job.node = event.node or job.node
+        job.reason = event.reason
+
+
+def _fold_queued(job: JobView, event: Queued) -> None:
+    """Two services publish ``Queued``: the scorer once per attempt, with the admission score
+    and no reason, and the placer with its reason to wait and the current score whenever the
+    reason changes. Each says only what it knows: no reason keeps the reason the placer gave,
+    no score keeps the score. Neither moves the job's state: ``Submitted`` and ``Preempted``
+    make it pending, and a ``Queued`` that reaches a placed or running job was decided before
+    the placement (the scorer announces while the placer places, unordered), so it is news of
+    an earlier moment and changes nothing but the score (its reason is stale)."""
+    if event.score is not None:
+        job.score = event.score
+    if event.reason and job.state == "pending":
         job.reason = event.reason
 
 

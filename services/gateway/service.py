@@ -28,17 +28,19 @@ from libs.bus.snapshot import (
     Snapshotter,
     ensure_snapshot_bucket,
 )
+from libs.obs.jobspans import traceparent_of
 from proto import subjects
 from proto.decisions import Decision
 from proto.events import LifecycleEvent, Submitted
 from proto.jobs import CancelRequest, JobSpec
 from proto.ledger import Allocation
-from proto.nodes import NodeSpec, TelemetrySample
+from proto.nodes import ExecutorReport, NodeSpec, TelemetrySample
 from proto.tenants import TenantRecord
 from proto.validation import FieldError, sound_id
 from proto.views import JobView
+from services.gateway import cordon_api
 from services.gateway.api import GUARD_KEY, build_app
-from services.gateway.auth import AuthConfigError, Authenticator, load_admin_token
+from services.gateway.auth import AuthConfigError, Authenticator, authenticator
 from services.gateway.decisions_view import DecisionsModel
 from services.gateway.httpserver import (
     BODY_TIMEOUT_S,
@@ -53,6 +55,7 @@ from services.gateway.jobs_view import (
     JobsModel,
 )
 from services.gateway.nodes_view import NodesModel
+from services.gateway.producers import Producers
 
 SERVICE = "gateway"
 DEFAULT_HTTP_PORT = 8080
@@ -108,6 +111,7 @@ class Gateway:
         self.tracer = tracer
         self.auth = auth
         self.tenants_kv: Any = None
+        self.cordons_kv: Any = None  # KV cordons, opened by start (services.gateway.cordon_api)
         self.config = config or ReadModelConfig()
         self.jobs = JobsModel(
             keep_events=self.config.keep_events,
@@ -120,6 +124,7 @@ class Gateway:
         self.events_handled = 0  # LIFECYCLE messages handled since start (not our own echoes)
         self.decisions_handled = 0
         self._lifecycle: Any = None
+        self.submitting: set[str] = set()  # ids between our jobs.submit and Submitted publishes
         self.snapshotters: dict[str, Snapshotter] = {}
 
     async def start(self) -> None:
@@ -156,7 +161,9 @@ class Gateway:
         await nodes_kv.watch(self._on_node)
         ledger_kv = await self.bus.kv(subjects.KV_LEDGER, Allocation)
         await ledger_kv.watch(self._on_allocation)
+        self.cordons_kv = await cordon_api.follow(self.bus, self.nodes)  # KV cordons (issue 13)
         await self.bus.subscribe(subjects.TELEMETRY_ALL, TelemetrySample, self._on_sample)
+        await self.bus.subscribe(subjects.EXECUTOR_REPORTS_ALL, ExecutorReport, self._on_report)
         # tenants before serving: a token issued before a restart must work on the first request
         self.tenants_kv = await self.bus.kv(subjects.KV_TENANTS, TenantRecord)
         await self.tenants_kv.watch(self._on_tenant)
@@ -228,6 +235,9 @@ class Gateway:
     async def _on_sample(self, sample: TelemetrySample) -> None:
         self.nodes.put_sample(sample, self.clock.now())
 
+    async def _on_report(self, report: ExecutorReport) -> None:
+        self.nodes.put_report(report)  # the node's power state
+
     async def _on_tenant(self, name: str, record: TenantRecord | None) -> None:
         self.auth.put(name, record)
 
@@ -240,9 +250,16 @@ class Gateway:
         after a failure between the two publishes completes the pair instead of making a second
         job.
         """
-        new = await self.bus.publish(subjects.SUBJECT_SUBMIT, spec, msg_id=spec.id)
-        event = Submitted(job_id=spec.id, time=spec.submit_time or self.clock.now(), spec=spec)
-        await self.bus.publish(subjects.lifecycle(spec.id), event, msg_id=f"submitted-{spec.id}")
+        self.submitting.add(spec.id)  # the bus consumer (producers.py) sees our jobs.submit too
+        try:
+            new = await self.bus.publish(subjects.SUBJECT_SUBMIT, spec, msg_id=spec.id)
+            when = spec.submit_time or self.clock.now()  # the trace: the caller's span (libs.obs)
+            event = Submitted(job_id=spec.id, time=when, spec=spec, trace=traceparent_of())
+            await self.bus.publish(
+                subjects.lifecycle(spec.id), event, msg_id=f"submitted-{spec.id}"
+            )
+        finally:
+            self.submitting.discard(spec.id)  # no await until the event is applied below
         if new:
             self.jobs.apply(event)  # answer reads at once; the stream's copy is then a no-op
             self.log.info("job_submitted", job_id=spec.id, tenant=spec.tenant, gpus=spec.gpus)
@@ -351,22 +368,6 @@ def add_http_args(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
     return parser
 
 
-def authenticator(args: Any, log: Any) -> Authenticator:
-    """The admin token from ``--admin-token-file``; without one the gateway refuses to start
-    unless ``--insecure-no-auth`` says so explicitly (fail closed: a forgotten flag must not
-    open the API to anyone who can reach it)."""
-    path = getattr(args, "admin_token_file", None) or os.environ.get("MOSAIC_ADMIN_TOKEN_FILE")
-    if path:
-        return Authenticator(load_admin_token(path))
-    if getattr(args, "insecure_no_auth", False):
-        log.warning("http_auth_disabled", note="--insecure-no-auth: every caller is the admin")
-        return Authenticator(admin_token=None)
-    raise AuthConfigError(
-        "no admin token: pass --admin-token-file (env MOSAIC_ADMIN_TOKEN_FILE), which `mosaic up`"
-        " writes to DATA_DIR/credentials/admin.token, or --insecure-no-auth"
-    )
-
-
 async def main(ctx: Any) -> None:
     """config -> read models -> replay -> HTTP -> wait for stop -> drain."""
     host = getattr(ctx.args, "http_host", None) or os.environ.get("MOSAIC_HTTP_HOST", "127.0.0.1")
@@ -383,6 +384,7 @@ async def main(ctx: Any) -> None:
     if not await gw.wait_caught_up(REPLAY_WAIT_S):
         ctx.log.warning("lifecycle_replay_slow", jobs=len(gw.jobs), waited_s=REPLAY_WAIT_S)
     ctx.log.info("read_model_ready", jobs=len(gw.jobs), nodes=len(gw.nodes.specs))
+    await Producers(gw).start()  # bus submissions, once the read model is whole; Bus.close stops it
     timeouts = HttpTimeouts(
         header_s=getattr(ctx.args, "http_header_timeout_s", None) or HEADER_TIMEOUT_S,
         body_s=getattr(ctx.args, "http_body_timeout_s", None) or BODY_TIMEOUT_S,

@@ -51,4 +51,9 @@ if __name__ == "__main__":
         help="a node silent for this many report intervals is down (its jobs requeued)",
     )
     parser.add_argument("--holder", default="", help="lease holder id (default host-pid-random)")
+    parser.add_argument(
+        "--no-power-saving",
+        action="store_true",
+        help="never suspend idle nodes (for executors that cannot act on power commands)",
+    )
     run_service("placer", main, parser=parser, validate=_validate)

@@ -9,25 +9,51 @@ placer's bus, clock, tracer, nodes, profiles and tracker.
 from __future__ import annotations
 
 import asyncio
+import math
+from contextlib import AbstractContextManager
+from functools import cached_property
+from typing import Any
 
 from opentelemetry import trace
+from opentelemetry.trace import Span
 from prometheus_client import Counter
 
 from libs.bus.connection import Bus
 from libs.clock import Clock
+from libs.obs.jobspans import WaitSpanLimiter, job_span, trace_id_of, traceparent_of
 from libs.obs.tracing import span_trace_id
+from libs.policy.core import Scheduler
 from libs.policy.profiles import ProfileTable
 from proto import subjects
 from proto.commands import RunCommand
-from proto.decisions import Decision
-from proto.events import Cancelled, Failed, Placed, Preempted
+from proto.decisions import Decision, WaitNumbers
+from proto.events import Cancelled, Failed, Placed, Preempted, Queued
 from proto.ledger import Allocation
 from proto.nodes import NodeSpec
 from services.placer.cycle import Refuse
+from services.placer.settings import PlacerSettings
 from services.placer.tracker import JobTracker
 
 SERVICE = "placer"
 REFUSED = Counter("mosaic_placer_refusals_total", "Jobs failed because no node can hold them.")
+
+
+def wait_numbers(sched: Scheduler, job: str, now: float) -> WaitNumbers | None:
+    """``core.Scheduler.explain`` as the audit record carries it."""
+    w = sched.explain(job, now)
+    if w is None:
+        return None
+    return WaitNumbers(
+        rank=w.rank,
+        queued=w.queued,
+        score=w.score,
+        terms=w.terms,
+        regime=w.regime,
+        best_node=w.best_node,
+        lacks=w.lacks,
+        reservation_node=w.reservation_node,
+        expected_start_s=w.expected_start_s,
+    )
 
 
 class Announcer:
@@ -41,35 +67,70 @@ class Announcer:
     ended_here: set[str]
     cancelling: set[str]
     waiting: dict[str, str]
-    _told_waiting: dict[str, str]
+    settings: PlacerSettings
 
-    async def _explain_waiting(self) -> None:
-        """A ``wait`` Decision each time a job's reason to wait changes (not every cycle), so
-        ``mosaic explain`` can say why a job is pending without flooding the stream."""
+    @cached_property
+    def wait_spans(self) -> WaitSpanLimiter:
+        """Which waits get a span (``libs.obs.jobspans``; MOSAIC_WAIT_SPAN*): a test sets it."""
+        return WaitSpanLimiter.from_env()
+
+    def _job_span(
+        self, name: str, job: str, attrs: dict[str, Any] | None = None
+    ) -> AbstractContextManager[Span]:
+        """A decision span about ``job`` in the job's trace (a root of its own when none)."""
+        return job_span(self.tracer, name, self.tracker.trace_of(job), **(attrs or {"job": job}))
+
+    def _trace_waits(self, news: dict[str, str]) -> None:
+        """A ``placer.wait`` span per changed wait, rate-limited by ``wait_spans``: a burst of
+        100,000 new waits must not drown the traces or the exporter."""
+        limiter = self.wait_spans
+        limiter.retain(self.waiting)
+        for job, reason in news.items():
+            if limiter.allow(job, reason):
+                with self._job_span("placer.wait", job, {"job": job, "reason": reason}):
+                    pass
+
+    async def _explain_waiting(self, news: dict[str, str], sched: Scheduler) -> None:
+        """Each job whose reason to wait changed: a ``Queued`` lifecycle event with the reason
+        and its score (what ``mosaic queue`` and the dashboard show) and a ``wait`` Decision
+        (what ``mosaic explain`` reads). Only changes, never every cycle: reasons do not flap
+        while nothing changes (``core.Scheduler.reason_changes``)."""
+        self._trace_waits(news)
         now = self.clock.now()
-        news = {j: r for j, r in self.waiting.items() if self._told_waiting.get(j) != r}
-        for job in [j for j in self._told_waiting if j not in self.waiting]:
-            del self._told_waiting[job]
-        if not news:
-            return
-        await asyncio.gather(
-            *(
-                self.bus.publish(
-                    subjects.decisions(SERVICE),
-                    Decision(job_id=job, time=now, action="wait", service=SERVICE, reason=reason),
-                )
-                for job, reason in news.items()
+        scores = sched.queue.cached_scores()
+        pos = sched.queue.position
+
+        explained = set(list(news)[: self.settings.explain_waits_per_cycle])
+
+        async def one(job: str, reason: str) -> None:
+            queued = sched.queue.get(job)
+            attempt = queued.attempt if queued is not None else 1
+            raw = float(scores[pos(job)])
+            score = round(raw, 6) if math.isfinite(raw) else None  # not scored by a pass yet
+            ev = Queued(job_id=job, time=now, reason=reason, score=score)
+            tag = f"{job}-{attempt}-{reason}-{int(now)}"
+            trace_id = trace_id_of(self.tracker.trace_of(job))
+            d = Decision(
+                job_id=job,
+                time=now,
+                action="wait",
+                service=SERVICE,
+                reason=reason,
+                trace_id=trace_id,
+                wait=wait_numbers(sched, job, now) if job in explained else None,
             )
-        )
-        self._told_waiting.update(news)
+            await asyncio.gather(
+                self.bus.publish(subjects.lifecycle(job), ev, msg_id=f"queued-{tag}"),
+                self.bus.publish(subjects.decisions(SERVICE), d, msg_id=f"decision-wait-{tag}"),
+            )
+
+        await asyncio.gather(*(one(j, r) for j, r in news.items()))
 
     async def _refuse(self, r: Refuse) -> None:
         job = r.spec.id
         now = self.clock.now()
         REFUSED.inc()
-        with self.tracer.start_as_current_span(
-            "placer.refuse", attributes={"job": job, "reason": r.reason}
-        ) as span:
+        with self._job_span("placer.refuse", job, {"job": job, "reason": r.reason}) as span:
             await self.bus.publish(
                 subjects.lifecycle(job),
                 Failed(job_id=job, time=now, reason=r.reason),
@@ -102,9 +163,8 @@ class Announcer:
             self.ended_here.add(job)
             return done
         ev = Preempted(job_id=job, time=now, node=alloc.node, reason=reason, attempt=alloc.attempt)
-        with self.tracer.start_as_current_span(
-            "placer.requeue", attributes={"job": job, "node": alloc.node, "reason": reason}
-        ) as span:
+        attrs = {"job": job, "node": alloc.node, "reason": reason, "attempt": alloc.attempt}
+        with self._job_span("placer.requeue", job, attrs) as span:
             await self.bus.publish(
                 subjects.lifecycle(job), ev, msg_id=f"lost-{job}-{alloc.attempt}"
             )
@@ -148,7 +208,11 @@ class Announcer:
             runtime_s = self.profiles.covering([node]).runtime_s(spec, node.gpu_model)
         if progress is None:
             progress = self.tracker.progress.get(alloc.job_id, 0.0)
-        cmd = RunCommand(allocation=alloc, runtime_s=runtime_s, progress=progress)
+        # the placement's span when sent from it, else (a resend) the job's own trace
+        trace, here = self.tracker.trace_of(alloc.job_id), traceparent_of()
+        if here and (not trace or trace_id_of(here) == trace_id_of(trace)):
+            trace = here
+        cmd = RunCommand(allocation=alloc, runtime_s=runtime_s, progress=progress, trace=trace)
         await self.bus.publish(
             subjects.node_command(alloc.node, "run"),
             cmd,

@@ -9,6 +9,10 @@ requeueing it. A mixin of ``Placer``.
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
+from contextlib import AbstractContextManager
+
+from opentelemetry.trace import Span
 
 from libs.bus.connection import Bus
 from libs.bus.refusals import refused
@@ -33,6 +37,7 @@ class Cancels:
     ended_here: set[str]
     cancelling: set[str]
     _lock: asyncio.Lock
+    _job_span: Callable[..., AbstractContextManager[Span]]  # services.placer.announce
 
     async def _on_cancel(self, req: CancelRequest) -> None:
         if refused(self.bus, "cancel", _errors(req), job=req.job_id[:64]):
@@ -42,24 +47,30 @@ class Cancels:
             if self.tracker.is_terminal(job) or job in self.ended_here:
                 return
             alloc = self.ledger.get(job)
-            if alloc is not None:  # the executor stops it and answers Cancelled
-                self.cancelling.add(job)
-                await self.bus.publish(
-                    subjects.node_command(alloc.node, "kill"),
-                    KillCommand(job_id=job, reason=req.reason[:MAX_REASON]),
-                    msg_id=f"kill-{job}-{alloc.attempt}",
-                )
-                self.log.info("cancel_running", job=job, node=alloc.node)
-                return
-            if job not in self.tracker.specs:
-                self.log.warning("cancel_unknown_job", job=job)
+            attrs = {"job": job, "running": alloc is not None}
+            with self._job_span("placer.cancel", job, attrs):  # in the job's trace
+                await self._cancel(req, alloc)
+
+    async def _cancel(self, req: CancelRequest, alloc: Allocation | None) -> None:
+        job = req.job_id
+        if alloc is not None:  # the executor stops it and answers Cancelled
+            self.cancelling.add(job)
             await self.bus.publish(
-                subjects.lifecycle(job),
-                Cancelled(job_id=job, time=self.clock.now(), reason=req.reason[:MAX_REASON]),
-                msg_id=f"cancelled-{job}",
+                subjects.node_command(alloc.node, "kill"),
+                KillCommand(job_id=job, reason=req.reason[:MAX_REASON]),
+                msg_id=f"kill-{job}-{alloc.attempt}",
             )
-            self.ended_here.add(job)
-            self.log.info("cancel_pending", job=job)
+            self.log.info("cancel_running", job=job, node=alloc.node)
+            return
+        if job not in self.tracker.specs:
+            self.log.warning("cancel_unknown_job", job=job)
+        await self.bus.publish(
+            subjects.lifecycle(job),
+            Cancelled(job_id=job, time=self.clock.now(), reason=req.reason[:MAX_REASON]),
+            msg_id=f"cancelled-{job}",
+        )
+        self.ended_here.add(job)
+        self.log.info("cancel_pending", job=job)
 
 
 def _errors(req: CancelRequest) -> list[FieldError]:

@@ -7,6 +7,11 @@ current end and checks the tracker again, so a terminal event published in that 
 first. If the catch-up cannot be proven (NATS slow), nothing is requeued this round. (An
 executor that published terminal events before dropping the attempt from its reports would make
 this strict rather than a matter of seconds.) A mixin of ``Placer``.
+
+Node power (issue 13): the reports also carry each node's power state, folded into
+``node_power`` (``services.placer.power.NodePower``). A node that said it is suspending or
+asleep, or is booting before its ``ready_at``, is expected to be silent: it is not counted
+down (its jobs are not requeued, it is not cordoned), and its asleep telemetry is no reading.
 """
 
 from __future__ import annotations
@@ -20,12 +25,14 @@ from prometheus_client import Counter, Gauge
 from libs.bus.connection import Bus, Consumer
 from libs.bus.refusals import refused
 from libs.bus.replay import wait_caught_up
+from libs.clock import Clock
 from proto import subjects
 from proto.commands import KillCommand
 from proto.events import Cancelled, Preempted
 from proto.ledger import Allocation
 from proto.nodes import ExecutorReport, NodeSpec, TelemetrySample
 from proto.validation_records import revalidate_report, revalidate_sample
+from services.placer.power import NodePower
 from services.placer.reconcile import Reconciler
 from services.placer.tracker import JobTracker
 
@@ -44,6 +51,7 @@ CATCH_UP_S = 5.0  # how long a requeue may wait for the lifecycle consumer (wall
 
 class NodeWatch:
     bus: Bus
+    clock: Clock
     log: object
     ledger: dict[str, Allocation]
     nodes: dict[str, NodeSpec]
@@ -57,9 +65,20 @@ class NodeWatch:
     _kick: asyncio.Event
     active: bool  # the Placer's property
 
+    @property
+    def node_power(self) -> NodePower:
+        """Each node's power state from its reports (created on first use: the mixin has no
+        constructor of its own)."""
+        power = self.__dict__.get("_node_power")
+        if power is None:
+            power = self.__dict__["_node_power"] = NodePower()
+        return power
+
     async def _on_telemetry(self, sample: TelemetrySample) -> None:
         """The hottest GPU of a known node, from a sound sample (a -300 degree reading would
         make the node look like the coolest place to put a job)."""
+        if sample.asleep:
+            return  # an asleep node's GPUs are cold because they are off: no reading
         node = self.nodes.get(sample.node)
         errors = revalidate_sample(sample, node) if node is not None else []
         if node is not None and sample.gpus and not refused(self.bus, "telemetry", errors):
@@ -68,6 +87,9 @@ class NodeWatch:
     async def _on_report(self, report: ExecutorReport) -> None:
         if refused(self.bus, "report", revalidate_report(report), node=report.node[:64]):
             return
+        change = self.node_power.on_report(report)
+        if change is not None:
+            self.log.info("node_power", node=report.node, old=change.old, new=change.new.state)
         news = self.reconciler.on_report(report, time.monotonic())
         if news.came_up:
             self.log.info("node_up", node=report.node, boot_id=report.boot_id)
@@ -105,6 +127,7 @@ class NodeWatch:
     def down_nodes(self) -> set[str]:
         """Refresh which nodes are down (logging changes); the cycle cordons them."""
         known = set(self.nodes) | {a.node for a in self.ledger.values()}
+        known -= self.node_power.quiet(self.clock.now())  # asleep, not failed
         went, back = self.reconciler.refresh_down(known, time.monotonic())
         for node in sorted(went):
             silent = self.reconciler.down[node]
@@ -113,6 +136,12 @@ class NodeWatch:
             self.log.info("node_up", node=node)
         NODES_DOWN.set(len(self.reconciler.down))
         return set(self.reconciler.down)
+
+    def sleeping_nodes(self) -> set[str]:
+        """Nodes that cannot take a job now (suspending, asleep, waking): the cycle cordons
+        them beside ``down_nodes()``. A run sent to one is refused with ``Preempted`` and the
+        job would come straight back to it otherwise."""
+        return self.node_power.asleep() | set(self.node_power.waking())
 
     async def _reconcile(self) -> int:
         """Requeue the allocations ``reconcile`` calls lost; returns how many. Call under the

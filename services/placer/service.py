@@ -1,61 +1,66 @@
 """The placer's shell: triggers in, ledger writes and commands out, only while holding the lease.
 
-Every replica follows the lifecycle stream (so a standby is warm); only the lease holder reads
-the ranked queue, commits allocations (``create``: a key that exists was placed already, which is
-what makes a restart safe), frees the allocations of ended or preempted jobs, handles cancels and,
-on taking over, resends what a crashed predecessor may have left half done. Every replica also
-follows the executors' reports; the active one requeues allocations no node runs any more and
-cordons nodes that stopped reporting (``nodewatch``, ``reconcile``). The lease loop lives in
-``leadership``, the outgoing messages in ``announce``.
+Every replica follows the lifecycle stream (so a standby is warm); only the lease holder runs
+the scheduler (``libs.policy.core.Scheduler``, kept in step by ``feed``), commits allocations
+(``create``: a key that exists was placed already, which is what makes a restart safe), frees
+the allocations of ended or preempted jobs, handles cancels and, on taking over, resends what a
+crashed predecessor may have left half done. Every replica also follows the executors' reports;
+the active one requeues allocations no node runs any more and cordons nodes that stopped
+reporting (``nodewatch``, ``reconcile``). The lease loop lives in ``leadership``, the outgoing
+messages in ``announce``.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import time
 
 from opentelemetry import trace
-from prometheus_client import Counter, Gauge, Histogram
+from prometheus_client import Gauge, Histogram
 
 from libs.bus.connection import Bus, Consumer
-from libs.bus.errors import KeyExists
 from libs.bus.lease import Lease, LeaseRecord
 from libs.bus.refusals import refused
 from libs.bus.replay import wait_caught_up
 from libs.bus.runtime import ServiceContext
 from libs.clock import Clock
 from libs.obs.health import Heartbeat
-from libs.obs.tracing import span_trace_id
-from libs.policy.cadence import BackfillCadence
 from libs.policy.config import PolicyConfig
 from libs.policy.profiles import ProfileTable
-from libs.policy.types import PendingJob
 from libs.policy.warmup import warm_up
 from proto import subjects
-from proto.decisions import Decision, RankedQueue
-from proto.events import LifecycleEvent, Preempted, is_terminal
+from proto.events import LifecycleEvent, Preempted, Submitted, is_terminal
 from proto.jobs import CancelRequest
 from proto.ledger import Allocation
 from proto.nodes import ExecutorReport, NodeSpec, TelemetrySample
 from proto.validation import describe
 from proto.validation_records import revalidate_node_spec
-from services.placer.announce import SERVICE, Announcer
+from services.placer.announce import Announcer
 from services.placer.cancels import Cancels
-from services.placer.cycle import INVALID, Assign, Refuse, plan_cycle
+from services.placer.commit import Committer
+from services.placer.cordons import Cordons
+from services.placer.cycle import (
+    INVALID,
+    Refuse,
+    never_fits_refusal,
+)
+from services.placer.feed import SchedulerFeed, TouchingSet
 from services.placer.leadership import Leadership
 from services.placer.ledger_gc import purge_ledger_markers
 from services.placer.nodewatch import NodeWatch
+from services.placer.power import send_power_commands
 from services.placer.reconcile import Reconciler
 from services.placer.settings import PlacerSettings, settings_from_args
 from services.placer.snapshot import seed_reconciler, tracker_snapshots
+from services.placer.stepping import run_stepped
 from services.placer.tracker import JobTracker
 
 LEASE_NAME = "placer"
 
 ACTIVE = Gauge("mosaic_placer_active", "1 while this replica holds the placer lease.")
 LEDGER_SIZE = Gauge("mosaic_placer_ledger_allocations", "Allocations in the ledger.")
-PLACED = Counter("mosaic_placer_placements_total", "Allocations committed.")
 CYCLE_SECONDS = Histogram(
     "mosaic_placer_cycle_seconds",
     "Wall seconds of one placement cycle (decision and commits).",
@@ -63,7 +68,7 @@ CYCLE_SECONDS = Histogram(
 )
 
 
-class Placer(Announcer, NodeWatch, Cancels):
+class Placer(Committer, Announcer, NodeWatch, Cancels):
     def __init__(
         self,
         bus: Bus,
@@ -88,13 +93,15 @@ class Placer(Announcer, NodeWatch, Cancels):
         self.ledger: dict[str, Allocation] = {}
         self.nodes: dict[str, NodeSpec] = {}
         self.temps: dict[str, float] = {}
-        self.ended_here: set[str] = set()  # Failed/Cancelled we published, before they echo back
+        # the scheduler both drivers run, kept in step with the facts below (services.placer.feed)
+        policy = dataclasses.replace(self.policy, power_saving=self.settings.power_saving)
+        self.feed = SchedulerFeed(policy, self.profiles)
+        # Failed/Cancelled we published, before they echo back (each leaves the scheduler)
+        self.ended_here: set[str] = TouchingSet(self.feed.touch)
         self.cancelling: set[str] = set()  # running jobs we sent a kill for
-        self.waiting: dict[str, str] = {}  # job -> why it waits (Slurm-style reason), last cycle
-        # backfill below a blocked head at most every policy.backfill_interval_s (policy time),
-        # the same cadence the simulator keeps; cycles run every tick_s, so it comes round
-        self._cadence = BackfillCadence(self.policy.backfill_interval_s)
-        self._told_waiting: dict[str, str] = {}  # the reason last published as a wait Decision
+        self.waiting: dict[str, str] = {}  # job -> why it waits (Slurm-style reason), as told
+        self.next_tick_s: float | None = None  # the next instant the scheduler is owed
+        self._pass_due = True  # something happened since the last pass
         self._nodes_changed = time.monotonic()
         self._last_purge = time.monotonic()  # the first purge comes one purge_every_s in
         self._kick = asyncio.Event()
@@ -124,7 +131,6 @@ class Placer(Announcer, NodeWatch, Cancels):
         self._warming = asyncio.create_task(asyncio.to_thread(warm_up, self.policy, self.profiles))
         self._warming.add_done_callback(self._warmed)
         self.ledger_kv = await self.bus.kv(subjects.KV_LEDGER, Allocation)
-        self.queue_kv = await self.bus.kv(subjects.KV_QUEUE, RankedQueue)
         nodes_kv = await self.bus.kv(subjects.KV_NODES, NodeSpec)
         leases_kv = await self.bus.kv(subjects.KV_LEASES, LeaseRecord)
         self.lease = Lease(
@@ -133,9 +139,9 @@ class Placer(Announcer, NodeWatch, Cancels):
         # one watch delivers the current nodes, then every change: no gap between a snapshot
         # and the updates in which a node could vanish unseen
         await nodes_kv.watch(self._on_node)
+        self.cordons = await Cordons(on_change=self._on_cordon).start(self.bus)
         await self.bus.subscribe(subjects.TELEMETRY_ALL, TelemetrySample, self._on_telemetry)
         await self.bus.subscribe(subjects.EXECUTOR_REPORTS_ALL, ExecutorReport, self._on_report)
-        await self.bus.subscribe(subjects.QUEUE_UPDATED, RankedQueue, self._on_poke)
         t = self.tracker
         self._lifecycle = await self.snapshots.follow(
             f"{subjects.LIFECYCLE_PREFIX}.>", LifecycleEvent, self._on_event, t.load, t.encode
@@ -152,18 +158,21 @@ class Placer(Announcer, NodeWatch, Cancels):
         else:
             self.nodes[key] = value
         self._nodes_changed = time.monotonic()
+        self._pass_due = True  # a node joined, left or changed: what fits may have changed
         self._kick.set()
 
-    async def _on_poke(self, _: RankedQueue) -> None:
+    def _on_cordon(self) -> None:
+        self._pass_due = True  # an uncordoned node may take a waiting job now
         self._kick.set()
 
     async def _on_event(self, ev: LifecycleEvent) -> None:
-        self.tracker.apply(ev)
+        self.tracker.apply(ev)  # the feed hands the job's new facts to the scheduler
         self.reconciler.on_event(ev, time.monotonic())
         if is_terminal(ev):
             self.cancelling.discard(ev.job_id)
-        if (is_terminal(ev) or isinstance(ev, Preempted)) and ev.job_id in self.ledger:
-            self._kick.set()  # resources to free (the cycle does it, under the lock)
+        if isinstance(ev, Submitted | Preempted) or is_terminal(ev):
+            self._pass_due = True  # new work, or resources to free (the cycle does it)
+            self._kick.set()
 
     # --- the lease -------------------------------------------------------------------------
     @property
@@ -181,6 +190,7 @@ class Placer(Announcer, NodeWatch, Cancels):
         async with self._lock:
             entries = await self.ledger_kv.items()
             self.ledger = {k: e.value for k, e in entries.items()}
+            self.feed.reset()  # the scheduler restarts from this ledger
             seed_reconciler(self.reconciler, self.ledger, self.tracker)  # Started in a snapshot
             self._active = True
             ACTIVE.set(1)
@@ -227,23 +237,10 @@ class Placer(Announcer, NodeWatch, Cancels):
         health.register("placer_lease", self.leadership.check)
         health.register("placer_cycle", self.heartbeat.check)
         try:
-            while not stop.is_set():
-                self.heartbeat.beat()
-                with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(self._kick.wait(), timeout=self.settings.tick_s)
-                if stop.is_set():
-                    break
-                await asyncio.sleep(self.settings.debounce_s)
-                self._kick.clear()
-                if not self.active:
-                    continue
-                try:
-                    await self.cycle()
-                except asyncio.CancelledError:
-                    raise
-                except Exception as exc:  # NATS hiccup: the next trigger or tick retries
-                    self.log.exception("cycle_failed", error=repr(exc))
-                    await asyncio.sleep(0.5)
+            if getattr(self.clock, "stepped", False):
+                await run_stepped(self, stop)  # a cycle per step, when the controller says
+            else:
+                await self._run_cycles(stop)
         except BaseException as exc:
             self.heartbeat.dead(repr(exc))
             raise
@@ -257,6 +254,30 @@ class Placer(Announcer, NodeWatch, Cancels):
             await self._step_down()
             with contextlib.suppress(Exception):
                 await self.lease.release()
+
+    async def _run_cycles(self, stop: asyncio.Event) -> None:
+        """Cycle on every trigger (debounced) and every ``tick_s``, while active."""
+        while not stop.is_set():
+            self.heartbeat.beat()
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._kick.wait(), timeout=self.settings.tick_s)
+            if stop.is_set():
+                break
+            await asyncio.sleep(self.settings.debounce_s)
+            self._kick.clear()
+            if self.active:
+                await self.guarded_cycle()
+
+    async def guarded_cycle(self) -> int:
+        """A cycle whose failure (a NATS hiccup) is logged: the next trigger or tick retries."""
+        try:
+            return await self.cycle()
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:
+            self.log.exception("cycle_failed", error=repr(exc))
+            await asyncio.sleep(0.5)
+            return 0
 
     async def cycle(self) -> int:
         """One placement cycle; returns how many jobs were placed."""
@@ -274,62 +295,42 @@ class Placer(Announcer, NodeWatch, Cancels):
             for spec, errors in self.tracker.invalid_jobs():  # unsound Submitted: see tracker
                 if spec.id not in self.ended_here:
                     await self._refuse(Refuse(spec, f"{INVALID}: {describe(errors)}"))
-            entry = await self.queue_kv.get(subjects.KV_QUEUE_KEY)
-            pending = self._pending(entry.value if entry else None)
-            if not pending:
-                self.waiting = {}
-                self._told_waiting.clear()
-                return 0
-            settled = time.monotonic() - self._nodes_changed >= self.settings.settle_s
             now = self.clock.now()
+            settled = time.monotonic() - self._nodes_changed >= self.settings.settle_s
             # a down node stays in the view, cordoned: nothing lands on it, and a job only it
             # could hold waits for it instead of being refused as never fitting
-            plan = plan_cycle(
-                pending,
-                list(self.nodes.values()),
-                self.ledger,
+            sched, never = self.feed.sync(
+                nodes=self.nodes,
+                tracker=self.tracker,
+                ledger=self.ledger,
+                gone=self.ended_here,
+                holds=self.node_holds(down),
+                temps=self.temps,
                 now=now,
-                profiles=self.profiles,
-                cfg=self.policy,
-                temp_c=self.temps,
-                cordoned=down,
-                refuse_never_fits=settled,
-                backfill=self._cadence.take(now),
+                settled=settled,
+                power=self.power_facts(),
             )
-            self.waiting = plan.waiting
-            await self._explain_waiting()
-            for r in plan.refuse:
-                if not self.active:
-                    break
-                await self._refuse(r)
-            placed = 0
-            for a in plan.assign:
-                if not self.active:  # lost the lease mid-cycle: the new holder decides
-                    break
-                placed += await self._commit(a)
+            for spec in never:
+                if self.active:
+                    nodes = list(self.nodes.values())
+                    await self._refuse(never_fits_refusal(spec, nodes, self.profiles, self.policy))
+            if sched is None:
+                return 0
+            due = self._pass_due or self.feed.holds_changed
+            self._pass_due = False
+            budget = self.settings.explain_per_cycle
+            before = sched.view.copy() if due and budget and len(sched.queue) else None
+            decisions = sched.tick(now, woke=due)
+            self.next_tick_s = decisions.next_tick_s
+            placed = await self._commit_all(sched, decisions, before, now)
+            if decisions.suspend or decisions.wake:
+                await send_power_commands(
+                    self.bus, decisions.suspend, decisions.wake, now, "power saving"
+                )
+            await self._tell_reasons(sched)
             LEDGER_SIZE.set(len(self.ledger))
             CYCLE_SECONDS.observe(time.perf_counter() - t0)
             return placed
-
-    def _pending(self, queue: RankedQueue | None) -> list[PendingJob]:
-        if queue is None:
-            return []
-        out = []
-        for e in queue.entries:
-            job = e.spec.id
-            if job in self.ledger or job in self.ended_here or self.tracker.is_terminal(job):
-                continue
-            if (spec := self.tracker.specs.get(job)) is None:  # the queue's copy is no evidence
-                continue
-            out.append(
-                PendingJob(
-                    spec,
-                    e.enqueued_at,
-                    attempt=self.tracker.next_attempt(job),
-                    progress=self.tracker.progress.get(job, 0.0),
-                )
-            )
-        return out
 
     async def _free_ended(self) -> None:
         """Delete the allocations of jobs that ended or whose attempt was preempted."""
@@ -337,45 +338,8 @@ class Placer(Announcer, NodeWatch, Cancels):
             if self.tracker.holds_nothing(job, alloc.attempt):
                 await self.ledger_kv.delete(job)
                 del self.ledger[job]
+                self.feed.touch(job)
                 self.log.info("freed", job=job, node=alloc.node, attempt=alloc.attempt)
-
-    async def _commit(self, a: Assign) -> int:
-        job, alloc = a.allocation.job_id, a.allocation
-        try:
-            await self.ledger_kv.create(job, alloc)
-        except KeyExists:  # placed already (by a predecessor): take the ledger's word for it
-            e = await self.ledger_kv.get(job)
-            if e is not None:
-                self.ledger[job] = e.value
-            return 0
-        self.ledger[job] = alloc
-        self._unannounced.add(job)  # until every message is out (a NATS error retries it)
-        self.tracker.note_placed(job, alloc.attempt)
-        PLACED.inc()
-        self.placed_count += 1
-        attrs = {"job": job, "node": alloc.node, "score": a.placement.score}
-        with self.tracer.start_as_current_span("placer.place", attributes=attrs) as span:
-            await self._publish_placed(alloc)
-            decision = Decision(
-                job_id=job,
-                time=alloc.time,
-                action="place",
-                service=SERVICE,
-                node=alloc.node,
-                reason=f"score {a.placement.score:.3f}",
-                candidates=a.candidates,
-                trace_id=span_trace_id(span),
-            )
-            await asyncio.gather(
-                self._publish_run(alloc, a.runtime_s, a.job.progress),
-                self.bus.publish(
-                    subjects.decisions(SERVICE),
-                    decision,
-                    msg_id=f"decision-place-{job}-{alloc.attempt}",
-                ),
-            )
-        self._unannounced.discard(job)
-        return 1
 
     async def _announce_unannounced(self) -> None:
         """Resend Placed and run for commits whose messages failed (same ids: no duplicates)."""

@@ -21,6 +21,14 @@ class PlacerSettings:
     debounce_s: float = 0.05  # triggers within this window make one cycle
     settle_s: float = 2.0  # the node set must be unchanged this long before a never-fits refusal
     holder: str = ""
+    # audit records: placements per cycle explained with their rivals (the rest carry the
+    # chosen node's terms), and changed wait reasons published per cycle (the rest next cycle)
+    explain_per_cycle: int = 16
+    # suspend idle nodes and wake them for blocked jobs (the policy's power stage, as in the
+    # simulator); off: every node stays awake (e.g. executors without a power hook)
+    power_saving: bool = True
+    reasons_per_cycle: int = 500
+    explain_waits_per_cycle: int = 50  # of those, published with numbers (rank, lacks...)
     reconcile: ReconcileSettings = field(default_factory=ReconcileSettings)
     wedged_after_s: float = 120.0  # /healthz 503 when the cycle loop made no turn this long
     # the ledger's delete markers (one per ended job) are purged this often, once older than
@@ -45,6 +53,7 @@ def settings_from_args(args: argparse.Namespace) -> PlacerSettings:
         debounce_s=getattr(args, "debounce_s", d.debounce_s),
         settle_s=getattr(args, "settle_s", d.settle_s),
         holder=getattr(args, "holder", "") or "",
+        power_saving=not getattr(args, "no_power_saving", False),
         reconcile=ReconcileSettings(
             misses=getattr(args, "lost_after_reports", r.misses),
             down_intervals=getattr(args, "down_after_intervals", r.down_intervals),

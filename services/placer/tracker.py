@@ -37,6 +37,7 @@ from __future__ import annotations
 
 import msgspec
 
+from libs.obs.jobspans import clean_traceparent
 from proto.events import (
     Checkpointed,
     LifecycleEvent,
@@ -67,6 +68,8 @@ class TrackerSnapshot(msgspec.Struct, kw_only=True):
     freed_attempt: dict[str, int]
     progress: dict[str, float]
     invalid: dict[str, tuple[JobSpec, list[FieldError]]]
+    enqueued_at: dict[str, float] = {}
+    traces: dict[str, str] = {}  # live jobs' traceparents (absent before issue 13: none)
 
 
 class _Version(msgspec.Struct):
@@ -86,22 +89,29 @@ class JobTracker:
         self.started: dict[str, int] = {}  # job -> highest attempt with a Started event
         self.freed_attempt: dict[str, int] = {}  # job -> highest attempt that a Preempted ended
         self.progress: dict[str, float] = {}
+        self.enqueued_at: dict[str, float] = {}  # job -> its place in line (submit time)
         self.invalid: dict[str, tuple[JobSpec, list[FieldError]]] = {}  # until it ends
+        self.traces: dict[str, str] = {}  # live job -> its trace (Submitted.trace, cleaned)
         self.unaddressable = 0  # unsound Submitted events whose job id is no id at all
         self.events_seen = 0
+        self.changed: set[str] = set()  # jobs an event touched since the scheduler looked
 
     def apply(self, ev: LifecycleEvent) -> None:
         self.events_seen += 1
         self._expire()
         job = ev.job_id
+        self.changed.add(job)
         if job in self.terminal:
             return  # a job ends once; anything after (a replay, a late duplicate) is noise
         if isinstance(ev, Submitted):
             if job in self.specs or job in self.invalid:
                 return
             errors = revalidate_submitted(ev)
+            if (trace := clean_traceparent(ev.trace)) and sound_id(job):
+                self.traces[job] = trace  # a refusal joins the job's trace too
             if not errors:
                 self.specs[job] = ev.spec
+                self.enqueued_at[job] = ev.spec.submit_time or ev.time
             elif not sound_id(job):
                 self.unaddressable += 1  # no subject to answer on: the bus dead-letters such
             else:
@@ -120,8 +130,16 @@ class JobTracker:
         elif is_terminal(ev):
             self.terminal[job] = event_type(ev)
             self._ended_at[job] = self.events_seen
-            for d in (self.specs, self.placed, self.started, self.freed_attempt, self.progress):
+            for d in (
+                self.specs,
+                self.placed,
+                self.started,
+                self.freed_attempt,
+                self.progress,
+                self.enqueued_at,
+            ):
                 d.pop(job, None)
+            self.traces.pop(job, None)
             self.noted.pop(job, None)
             self.invalid.pop(job, None)
 
@@ -146,6 +164,10 @@ class JobTracker:
 
     def is_terminal(self, job_id: str) -> bool:
         return job_id in self.terminal
+
+    def trace_of(self, job_id: str) -> str:
+        """The job's traceparent ("" when none): the parent of the placer's decision spans."""
+        return self.traces.get(job_id, "")
 
     def next_attempt(self, job_id: str) -> int:
         """The attempt number the job's next placement gets (1 for a fresh job)."""
@@ -184,6 +206,8 @@ class JobTracker:
                 freed_attempt=self.freed_attempt,
                 progress=self.progress,
                 invalid=self.invalid,
+                enqueued_at=self.enqueued_at,
+                traces=self.traces,
             )
         )
 
@@ -201,5 +225,9 @@ class JobTracker:
         self.placed, self.started = snap.placed, snap.started
         self.freed_attempt, self.progress = snap.freed_attempt, snap.progress
         self.invalid = snap.invalid
+        # a snapshot from before enqueued_at was kept: the submit time the spec carries
+        known = snap.enqueued_at
+        self.enqueued_at = {j: known.get(j, s.submit_time or 0.0) for j, s in self.specs.items()}
+        self.traces = snap.traces
         self.noted = {}
         return self

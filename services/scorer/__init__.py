@@ -1,5 +1,7 @@
-"""The scorer: keeps the set of pending jobs and publishes them ranked, best first.
+"""The scorer: each pending attempt's admission score, and the queue's metrics.
 
-It owns one fact, the ranked queue (KV ``queue``/``ranked``), rebuilt from the LIFECYCLE stream
-at every start; the ranking itself is ``libs.policy.priority.rank``.
+It owns two facts: the admission ``Queued`` lifecycle event (one per attempt, the job's score as
+of its queueing, in the ``scorer.score`` span of the job's trace) and the ``mosaic_scorer_*``
+gauges (queue length, load, regime). The queue's order is the placer's: it is decided where
+placement happens, at each pass's moment and in its state (``services.scorer.service``).
 """

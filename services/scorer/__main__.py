@@ -1,4 +1,7 @@
-"""``python -m services.scorer [--rescore-s S] [--debounce-s S]`` (plus the common flags)."""
+"""``python -m services.scorer [--rescore-s S] [--debounce-s S]`` (plus the common flags).
+
+The flags keep their names (manifests and ``mosaic up`` pass them); a round now scores the
+newcomers and refreshes the gauges instead of re-ranking the queue."""
 
 from __future__ import annotations
 
@@ -19,12 +22,12 @@ if __name__ == "__main__":
         "--rescore-s",
         type=float,
         default=env_float("MOSAIC_SCORER_RESCORE_S", "2"),
-        help="wall seconds between re-rankings when nothing changes (aging, deadlines)",
+        help="wall seconds between rounds when nothing changes (the load gauges)",
     )
     parser.add_argument(
         "--debounce-s",
         type=float,
         default=env_float("MOSAIC_SCORER_DEBOUNCE_S", "0.1"),
-        help="quiet wall seconds after a change before re-ranking",
+        help="quiet wall seconds after a change before scoring the newcomers",
     )
     run_service("scorer", main, parser=parser, validate=_validate)

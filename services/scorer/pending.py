@@ -1,11 +1,19 @@
 """The pending set, folded from lifecycle events. Pure: no I/O, so a replay rebuilds it exactly.
 
+What the scorer needs it for: which attempts still want their admission score
+(``unannounced``), each job's trace, and the queue's length for the gauge. A ``Queued`` without
+a reason is the scorer's own and marks its attempt as announced, so a restart that replays the
+stream announces nothing twice; the placer's ``Queued`` (with a reason to wait) do not count.
+An attempt the placer placed before the scorer got to it still wants its score: the placer no
+longer waits for the scorer, and every attempt's trace has one ``scorer.score`` span. The order
+of the queue is not kept here: the placer's scheduler decides it (``service``).
+
 A job is pending after ``Submitted`` or ``Preempted`` until it is ``Placed`` or ends. A preempted
 job comes back with the next attempt number and the progress of its last checkpoint, and keeps
 its original enqueue time (being preempted is not the job's fault, so it does not lose its age).
 
 The bus is a trust boundary (rule 6): a ``Submitted`` whose spec fails
-``proto.validation.revalidate_spec`` never enters the pending set, since ranking it could make
+``proto.validation.revalidate_spec`` never enters the pending set, since scoring it could make
 every round fail. The scorer does not end the job itself: the placer, the one writer of
 refusals, publishes its ``Failed`` (see ``services.placer.tracker``), which this fold then
 sees like any other end. A checkpoint's progress that is not a fraction in [0, 1] is ignored.
@@ -30,6 +38,7 @@ from collections.abc import Callable
 
 import msgspec
 
+from libs.obs.jobspans import clean_traceparent
 from libs.policy.types import PendingJob
 from proto.events import (
     Checkpointed,
@@ -64,6 +73,7 @@ class PendingSnapshot(msgspec.Struct, kw_only=True):
     terminal: list[tuple[str, int]]  # (job, events seen when it ended), oldest end first
     invalid: list[str]
     queued: dict[str, int]
+    traces: dict[str, str] = {}  # live jobs' traceparents (absent before issue 13: none)
 
 
 class _Version(msgspec.Struct):
@@ -93,9 +103,17 @@ class PendingSet:
         self._terminal: dict[str, int] = {}  # job -> self.events at its end, oldest first
         self._invalid: set[str] = set()  # jobs whose first Submitted was refused
         self._queued: dict[str, int] = {}  # job -> attempt for which Queued is already out
+        # live jobs whose latest attempt awaits its admission Queued (derived, not saved)
+        self._unannounced: dict[str, None] = {}
+        self._traces: dict[str, str] = {}  # live job -> its trace (Submitted.trace, cleaned)
 
     def apply(self, ev: LifecycleEvent) -> bool:
-        """Fold one event in; True when the pending set changed (a re-rank is due)."""
+        """Fold one event in; True when a round is due (the pending set changed, or an attempt
+        now awaits its admission score)."""
+        changed = self._fold(ev)
+        return self._refresh(ev.job_id) or changed
+
+    def _fold(self, ev: LifecycleEvent) -> bool:
         self.events += 1
         self._expire()
         job = ev.job_id
@@ -112,15 +130,21 @@ class PendingSet:
                     self._on_invalid(ev, errors)
                 return False
             self._specs[job] = ev.spec
+            if trace := clean_traceparent(ev.trace):
+                self._traces[job] = trace
             self._enqueued_at[job] = ev.spec.submit_time or ev.time
             if job not in self._placed_attempt:
                 self.pending[job] = PendingJob(ev.spec, self._enqueued_at[job], attempt=1)
                 return True
             return False
         if isinstance(ev, Queued):
-            p = self.pending.get(job)
-            if p is not None:
-                self._queued[job] = p.attempt
+            latest = self._latest_attempt(job)
+            # only the scorer's own admission announcement counts: the placer's carry a reason
+            # (were they counted, an early wait reason would leave the attempt unscored), and
+            # one naming another attempt (published before a Placed and Preempted this fold
+            # has already seen) is not this attempt's
+            if latest and not ev.reason and ev.attempt in (0, latest):
+                self._queued[job] = latest
             return False
         if isinstance(ev, Placed):
             self._placed_attempt[job] = max(ev.attempt, self._placed_attempt.get(job, 0))
@@ -154,23 +178,66 @@ class PendingSet:
             for d in (self._specs, self._enqueued_at, self._placed_attempt, self._progress):
                 d.pop(job, None)
             self._preempted_attempt.pop(job, None)
+            self._traces.pop(job, None)
             self._queued.pop(job, None)
             self._invalid.discard(job)
             return self.pending.pop(job, None) is not None
         return False
 
     def needs_queued_event(self, job_id: str) -> bool:
-        """True when the job's current attempt has not had its ``Queued`` event yet."""
-        p = self.pending.get(job_id)
-        return p is not None and self._queued.get(job_id) != p.attempt
+        """True when the job's latest attempt has not had its admission ``Queued`` yet."""
+        return job_id in self._unannounced
 
-    def mark_queued(self, job_id: str) -> None:
+    def unannounced(self) -> list[PendingJob]:
+        """The attempts awaiting their admission ``Queued``, in the order they became due: the
+        pending ones, and those the placer placed before the scorer got to them (it no longer
+        waits for the scorer), so that every attempt is scored once and every job's trace has
+        its ``scorer.score`` span."""
+        out = []
+        for job in self._unannounced:
+            p = self.pending.get(job)
+            if p is None:
+                p = PendingJob(
+                    self._specs[job],
+                    self._enqueued_at.get(job, 0.0),
+                    attempt=self._placed_attempt[job],
+                    progress=self._progress.get(job, 0.0),
+                )
+            out.append(p)
+        return out
+
+    def mark_queued(self, job_id: str, attempt: int | None = None) -> None:
+        """The job's latest attempt (or ``attempt``, if it still is the latest) has had its
+        admission ``Queued``."""
+        latest = self._latest_attempt(job_id)
+        if latest and attempt in (None, latest):
+            self._queued[job_id] = latest
+        self._refresh(job_id)
+
+    def _latest_attempt(self, job_id: str) -> int:
+        """The live job's pending attempt, else the attempt it was last placed with; 0 for a job
+        that is not live (unknown, refused, ended)."""
         p = self.pending.get(job_id)
         if p is not None:
-            self._queued[job_id] = p.attempt
+            return p.attempt
+        return self._placed_attempt.get(job_id, 0) if job_id in self._specs else 0
+
+    def _refresh(self, job_id: str) -> bool:
+        """Keep ``_unannounced`` in step with the fold; True when the job joined it."""
+        latest = self._latest_attempt(job_id)
+        if latest and self._queued.get(job_id) != latest:
+            joined = job_id not in self._unannounced
+            self._unannounced[job_id] = None
+            return joined
+        self._unannounced.pop(job_id, None)
+        return False
 
     def is_terminal(self, job_id: str) -> bool:
         return job_id in self._terminal
+
+    def trace_of(self, job_id: str) -> str:
+        """The job's traceparent ("" when it has none): the parent of the scorer's spans."""
+        return self._traces.get(job_id, "")
 
     def __len__(self) -> int:
         return len(self.pending)
@@ -202,6 +269,7 @@ class PendingSet:
                 terminal=list(self._terminal.items()),
                 invalid=sorted(self._invalid),
                 queued=self._queued,
+                traces=self._traces,
             )
         )
 
@@ -224,4 +292,8 @@ class PendingSet:
         self._terminal = dict(snap.terminal)
         self._invalid = set(snap.invalid)
         self._queued = snap.queued
+        self._traces = snap.traces
+        self._unannounced = {}
+        for job in self._specs:
+            self._refresh(job)
         return self

@@ -1,14 +1,28 @@
-"""The scorer's shell: lifecycle stream in, ranked queue out (KV ``queue``/``ranked`` + a poke).
+"""The scorer's shell: lifecycle stream in, one admission ``Queued`` per attempt out, and the
+queue's gauges.
 
-Re-ranks shortly after every change (debounced: a burst of 200 submissions is one ranking, not
-200) and every ``rescore_s`` because aging and deadlines move scores even when nothing happens.
+What it owns: the admission score (the job's priority as of its queueing, shown to the user in
+``mosaic queue`` and on the dashboard, and the ``scorer.score`` span of the job's trace, between
+``gateway.submit`` and ``placer.place``) and the queue metrics (``mosaic_scorer_*``). What it no
+longer owns: the queue's order. That is decided where placement happens, as Slurm's priority
+plugin runs inside slurmctld and kube-scheduler's QueueSort is a plugin of the scheduler itself:
+the placer's ``libs.policy.core.Scheduler`` reads its rank epoch at the pass's moment, in the
+pass's state, which is what makes the simulator and the live placer decide the same. A ranked
+list written here would be a second, older opinion of the order, and one KV value holding the
+whole queue cannot grow with the cluster (issue 13: no single value or message holds the queue).
+
+The loop runs shortly after every change (debounced: a burst of 200 submissions is one round,
+not 200) and every ``rescore_s``, which refreshes the gauges (load moves without a lifecycle
+event) and retries an announcement a NATS hiccup lost. A round scores only the newcomers.
 
 The pending set restarts from its snapshot (``libs.bus.snapshot``, object ``scorer.pending``)
 plus the lifecycle events after it, not from the stream's first message: a job pending for
 longer than LIFECYCLE's retention is still known after a restart (its ``Submitted`` may be gone),
 and a restart reads only what came after the last save (every N events or M seconds, and on a
-clean stop). Nothing is published during the replay: ``Queued`` goes out from the ranking loop,
-which starts once the replay caught up, and only for attempts the set has no ``Queued`` for.
+clean stop). Nothing is published during the replay: ``Queued`` goes out from the loop, which
+starts once the replay caught up, and only for attempts the set has no admission ``Queued`` for
+(``PendingSet.needs_queued_event``), so a restart announces nothing twice; the message id
+``queued-<job>-<attempt>`` makes a repeat in JetStream's duplicate window one message anyway.
 """
 
 from __future__ import annotations
@@ -19,7 +33,7 @@ import contextlib
 import time
 from dataclasses import dataclass, field
 
-import msgspec
+from opentelemetry import trace
 from prometheus_client import Gauge
 
 from libs.bus.connection import Bus
@@ -29,31 +43,35 @@ from libs.bus.runtime import ServiceContext
 from libs.bus.snapshot import SnapshotFollower, SnapshotSettings
 from libs.clock import Clock
 from libs.obs.health import Heartbeat
+from libs.obs.jobspans import job_span
 from libs.policy.config import REGIMES, PolicyConfig
 from libs.policy.profiles import ProfileTable
 from proto import subjects
-from proto.decisions import RankedQueue
 from proto.events import LifecycleEvent, Queued, Submitted
 from proto.ledger import Allocation
 from proto.nodes import NodeSpec
 from proto.validation import FieldError, describe
 from proto.validation_records import revalidate_allocation, revalidate_node_spec
+from services.scorer.admission import Admission, AdmissionScore, admission_scores
 from services.scorer.pending import PendingSet
-from services.scorer.ranking import build_queue
 
-QUEUE_LENGTH = Gauge("mosaic_scorer_queue_length", "Pending jobs in the ranked queue.")
+# the names deploy/ (Grafana, alerts) and docs/operations.md refer to
+QUEUE_LENGTH = Gauge("mosaic_scorer_queue_length", "Pending jobs (the scorer's pending set).")
 REGIME = Gauge("mosaic_scorer_regime", "1 for the current load regime, else 0.", ["regime"])
 LOAD = Gauge("mosaic_scorer_load", "Allocated GPU share of the cluster (0..1).")
-RANK_SECONDS = Gauge("mosaic_scorer_rank_seconds", "Wall seconds of the last ranking.")
+RANK_SECONDS = Gauge(
+    "mosaic_scorer_rank_seconds", "Wall seconds of the last round's admission scoring."
+)
 SNAPSHOT_KEY = "scorer.pending"  # the pending set's object in the snapshots bucket
+TRACER = trace.get_tracer("scorer")
 
 
 @dataclass(frozen=True)
 class ScorerSettings:
-    debounce_s: float = 0.1  # quiet time after a change before ranking
+    debounce_s: float = 0.1  # quiet time after a change before a round
     max_delay_s: float = 1.0  # but never later than this after the first change
-    rescore_s: float = 2.0  # wall seconds between rankings when nothing changes
-    wedged_after_s: float = 120.0  # /healthz 503 when the ranking loop made no turn this long
+    rescore_s: float = 2.0  # wall seconds between rounds when nothing changes (the gauges)
+    wedged_after_s: float = 120.0  # /healthz 503 when the loop made no turn this long
     snapshots: SnapshotSettings = field(default_factory=SnapshotSettings)
 
 
@@ -77,23 +95,22 @@ class Scorer:
         self.pending = PendingSet(on_invalid=self._on_invalid)
         self.nodes: dict[str, NodeSpec] = {}
         self.ledger: dict[str, Allocation] = {}
-        self.last_queue: RankedQueue | None = None
+        self.last_round: Admission | None = None
         self.snapshots = SnapshotFollower(
             bus, SNAPSHOT_KEY, subjects.STREAM_LIFECYCLE, self.settings.snapshots
         )
         self._dirty = asyncio.Event()
         self._last_change = 0.0
-        self.heartbeat = Heartbeat("scorer ranking loop", self.settings.wedged_after_s)
+        self.heartbeat = Heartbeat("scorer loop", self.settings.wedged_after_s)
 
     async def start(self) -> None:
         """Mirror nodes and ledger, restore the pending set from its snapshot, replay the
         lifecycle events after it, and wait until caught up."""
-        self.queue_kv = await self.bus.kv(subjects.KV_QUEUE, RankedQueue)
         nodes_kv = await self.bus.kv(subjects.KV_NODES, NodeSpec)
         ledger_kv = await self.bus.kv(subjects.KV_LEDGER, Allocation)
         # one watch per bucket delivers the current values and then every change: a snapshot
-        # followed by a separate watch would miss a key deleted in between, and the ranking
-        # would count a freed allocation as held ("double booking") until the next restart
+        # followed by a separate watch would miss a key deleted in between, and the load would
+        # count a freed allocation as held until the next restart
         await nodes_kv.watch(self._on_node)
         await ledger_kv.watch(self._on_alloc)
         consumer = await self.snapshots.follow(
@@ -104,12 +121,12 @@ class Scorer:
             self.pending.encode,
         )
         if not await wait_caught_up(self.bus, consumer, subjects.STREAM_LIFECYCLE):
-            self.log.warning("replay_incomplete", hint="ranking with what was replayed so far")
+            self.log.warning("replay_incomplete", hint="scoring with what was replayed so far")
         self.log.info("replayed", pending=len(self.pending), events=self.snapshots.handled)
         self._dirty.set()
 
     def _on_invalid(self, ev: Submitted, errors: list[FieldError]) -> None:
-        """Kept out of the queue; the placer publishes its Failed (services.scorer.pending)."""
+        """Kept out of the pending set; the placer publishes its Failed (``pending``)."""
         self.log.warning("invalid_job_from_bus", job_id=ev.job_id, errors=describe(errors))
 
     async def _on_node(self, key: str, value: NodeSpec | None) -> None:
@@ -131,8 +148,8 @@ class Scorer:
             self._dirty.set()
 
     async def run(self, stop: asyncio.Event) -> None:
-        """Rank after changes (debounced) and every ``rescore_s``, until ``stop``. The loop is a
-        health check: no turn for ``wedged_after_s`` (or its death) turns ``/healthz`` 503."""
+        """A round after changes (debounced) and every ``rescore_s``, until ``stop``. The loop is
+        a health check: no turn for ``wedged_after_s`` (or its death) turns ``/healthz`` 503."""
         self.bus.health.register("scorer_loop", self.heartbeat.check)
         try:
             await self._run(stop)
@@ -156,76 +173,61 @@ class Scorer:
                     await asyncio.sleep(s.debounce_s / 2)
             self._dirty.clear()
             try:
-                await self.rank_and_publish()
+                await self.score_and_announce()
             except asyncio.CancelledError:
                 raise
             except Exception as exc:  # NATS hiccup: the next round retries
-                self.log.exception("rank_failed", error=repr(exc))
+                self.log.exception("score_failed", error=repr(exc))
                 await asyncio.sleep(0.5)
 
-    async def rank_and_publish(self) -> RankedQueue | None:
-        """One ranking: emit ``Queued`` for newcomers, write the queue, poke the placer.
-        Skips the write when the queue is and was empty."""
-        jobs = list(self.pending.pending.values())
-        if not jobs and self.last_queue is not None and not self.last_queue.entries:
-            return None
+    async def score_and_announce(self) -> Admission:
+        """One round: score the attempts not yet announced, publish their ``Queued``, set the
+        gauges. The whole pending set is walked only for its tenants, when there are newcomers."""
+        pending = self.pending.pending
+        newcomers = self.pending.unannounced()
         t0 = time.perf_counter()
-        queue = build_queue(
-            jobs,
+        admission = admission_scores(
+            newcomers,
             list(self.nodes.values()),
             list(self.ledger.values()),
             now=self.clock.now(),
             cfg=self.policy,
             profiles=self.profiles,
+            waiting_tenants={p.spec.tenant for p in pending.values()} if newcomers else (),
         )
-        RANK_SECONDS.set(time.perf_counter() - t0)
-        await self._emit_queued(queue)
-        queue = fit_payload(queue, int(self.bus.nc.max_payload * 0.9))
-        if len(queue.entries) < len(jobs):
-            self.log.warning(
-                "queue_truncated", pending=len(jobs), written=len(queue.entries), hint="max_payload"
-            )
-        await self.queue_kv.put(subjects.KV_QUEUE_KEY, queue)
-        # the poke carries the header only: readers take the queue from KV
-        poke = RankedQueue(time=queue.time, load=queue.load, regime=queue.regime)
-        await self.bus.publish(subjects.QUEUE_UPDATED, poke, durable=False)
-        self.last_queue = queue
-        QUEUE_LENGTH.set(len(jobs))
-        LOAD.set(queue.load)
+        if newcomers:
+            RANK_SECONDS.set(time.perf_counter() - t0)
+        await self._announce(admission)
+        self.last_round = admission
+        QUEUE_LENGTH.set(len(self.pending))
+        LOAD.set(admission.load)
         for r in REGIMES:
-            REGIME.labels(r).set(1.0 if r == queue.regime else 0.0)
-        return queue
+            REGIME.labels(r).set(1.0 if r == admission.regime else 0.0)
+        return admission
 
-    async def _emit_queued(self, queue: RankedQueue) -> None:
-        wanted = self.pending.needs_queued_event
-        new = [(i, e) for i, e in enumerate(queue.entries) if wanted(e.spec.id)]
-        if not new:
-            return
+    async def _announce(self, admission: Admission) -> None:
+        now = self.clock.now()
 
-        async def one(rank: int, entry_score: float, job: str) -> None:
-            attempt = self.pending.pending[job].attempt
-            ev = Queued(job_id=job, time=queue.time, rank=rank + 1, score=entry_score)
-            await self.bus.publish(subjects.lifecycle(job), ev, msg_id=f"queued-{job}-{attempt}")
-            self.pending.mark_queued(job)
+        async def one(a: AdmissionScore) -> None:
+            job, attempt = a.job.spec.id, a.job.attempt
+            # no rank: the placer orders the queue
+            ev = Queued(job_id=job, time=now, score=a.score, attempt=attempt)
+            # the job's score decision, once per attempt, in the job's trace
+            with job_span(
+                TRACER,
+                "scorer.score",
+                self.pending.trace_of(job),
+                job=job,
+                attempt=attempt,
+                score=a.score,
+                regime=admission.regime,
+            ):
+                await self.bus.publish(
+                    subjects.lifecycle(job), ev, msg_id=f"queued-{job}-{attempt}"
+                )
+            self.pending.mark_queued(job, attempt)
 
-        await asyncio.gather(*(one(i, e.score, e.spec.id) for i, e in new))
-
-
-def fit_payload(queue: RankedQueue, max_bytes: int) -> RankedQueue:
-    """The queue, cut to its best entries if its JSON would exceed ``max_bytes`` (NATS refuses
-    larger messages). Why cutting the tail is safe: the placer works from the head, and the
-    jobs cut off are still pending here and move up as the head drains."""
-    size = len(msgspec.json.encode(queue))
-    if size <= max_bytes or not queue.entries:
-        return queue
-    per_entry = size / len(queue.entries)
-    keep = max(1, int(max_bytes / per_entry * 0.95))
-    while keep > 1:
-        cut = msgspec.structs.replace(queue, entries=queue.entries[:keep])
-        if len(msgspec.json.encode(cut)) <= max_bytes:
-            return cut
-        keep = int(keep * 0.9)
-    return msgspec.structs.replace(queue, entries=queue.entries[:1])
+        await asyncio.gather(*(one(a) for a in admission.scores))
 
 
 async def main(ctx: ServiceContext) -> None:

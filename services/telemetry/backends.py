@@ -89,6 +89,7 @@ class SimulatedGpuBackend:
         self._temp_c = {n.id: np.full(n.gpu_count, IDLE_C) for n in self.nodes}
         self._load: dict[str, np.ndarray] = {}
         self._mem_gb: dict[str, np.ndarray] = {}
+        self.asleep: set[str] = set()  # hosted nodes whose executor reports them asleep
         self.set_allocations(())
 
     def node_specs(self) -> list[NodeSpec]:
@@ -108,8 +109,31 @@ class SimulatedGpuBackend:
         self._load = {k: np.minimum(v, 1.0) for k, v in load.items()}
         self._mem_gb = mem
 
+    def set_asleep(self, node: str, asleep: bool) -> None:
+        """Issue 13: an asleep node's GPUs are off (no load, no power, cooling to ambient)."""
+        if asleep:
+            self.asleep.add(node)
+        else:
+            self.asleep.discard(node)
+
     def sample(self, now: float) -> list[TelemetrySample]:
-        return [self._sample_node(n, now) for n in self.nodes]
+        return [
+            self._asleep_sample(n, now) if n.id in self.asleep else self._sample_node(n, now)
+            for n in self.nodes
+        ]
+
+    def _asleep_sample(self, node: NodeSpec, now: float) -> TelemetrySample:
+        """Flagged ``asleep``, so no reader takes the cold, powerless GPUs for a fault."""
+        temp = self._temp_c[node.id]
+        temp += (AMBIENT_C - temp) * THERMAL_ALPHA
+        np.maximum(temp, AMBIENT_C, out=temp)
+        gpus = tuple(
+            GpuSample(
+                index=i, util=0.0, mem_used_gb=0.0, temp_c=round(float(temp[i]), 2), power_w=0.0
+            )
+            for i in range(node.gpu_count)
+        )
+        return TelemetrySample(node=node.id, time=now, backend=self.name, gpus=gpus, asleep=True)
 
     def _sample_node(self, node: NodeSpec, now: float) -> TelemetrySample:
         rng = self._rng[node.id]

@@ -1,8 +1,10 @@
 """The telemetry service: put each hosted NodeSpec into KV ``nodes``, then publish
 ``telemetry.<node>`` every ``--interval-s`` wall seconds (plain NATS: the latest sample wins).
 
-The sim backend follows the ledger (KV watch) so busy GPUs look busy; the nvml backend reads the
-machine and ignores the ledger.
+The sim backend follows the ledger (KV watch) so busy GPUs look busy, and its nodes' executor
+reports (``executor.<node>``) so an asleep node's GPUs read as off, in samples flagged
+``asleep`` (issue 13: the placer does not take them, or the node's silence, for a failure). The
+nvml backend reads the machine and ignores both: an asleep machine publishes nothing at all.
 """
 
 from __future__ import annotations
@@ -16,7 +18,7 @@ from libs.bus.nodeargs import add_node_spec_arg, node_specs_from_args
 from libs.bus.refusals import refused
 from proto import subjects
 from proto.ledger import Allocation
-from proto.nodes import NodeSpec
+from proto.nodes import ExecutorReport, NodeSpec
 from proto.validation_records import revalidate_allocation
 from services.telemetry import metrics
 from services.telemetry.backends import (
@@ -116,6 +118,13 @@ async def run_telemetry(ctx: ServiceContext, backend: GpuBackend, interval_s: fl
             sim.set_allocations(ledger.values())
 
         watch = await ledger_kv.watch(on_ledger)
+
+        async def on_report(report: ExecutorReport) -> None:
+            if report.node in hosted:
+                sim.set_asleep(report.node, report.power.state == "asleep")
+
+        for node_id in hosted:
+            await ctx.bus.subscribe(subjects.executor_report(node_id), ExecutorReport, on_report)
     try:
         while not ctx.stop.is_set():
             try:

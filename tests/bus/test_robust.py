@@ -316,7 +316,7 @@ async def test_wedged_handler_is_reported_idle_subscription_is_not(bus: Bus) -> 
         await release.wait()
 
     await bus.subscribe(subjects.TELEMETRY_ALL, TelemetrySample, stuck, wedged_after_s=0.2)
-    await bus.subscribe(subjects.QUEUE_UPDATED, TelemetrySample, stuck, wedged_after_s=0.2)
+    await bus.subscribe(subjects.LEDGER_UPDATED, TelemetrySample, stuck, wedged_after_s=0.2)
     await asyncio.sleep(0.4)  # quiet longer than wedged_after_s: idle is no fault
     assert bus.health.healthy(), bus.health.problems()
     sample = TelemetrySample(node="n", time=1.0, backend="sim", gpus=())

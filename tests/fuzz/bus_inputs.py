@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 from libs.bus.limits import DecodeLimits
 from proto import subjects
 from proto.commands import CheckpointCommand, KillCommand, RunCommand
-from proto.decisions import CandidateScore, Decision, RankedEntry, RankedQueue
+from proto.decisions import CandidateScore, Decision
 from proto.events import LifecycleEvent, Placed, Submitted
 from proto.jobs import CancelRequest, Elastic, JobSpec
 from proto.ledger import Allocation
@@ -156,19 +156,6 @@ TARGETS = [
         ),
         token.map(subjects.executor_report),
         "executor.last",
-    ),
-    Target(
-        "queue",
-        "core",
-        subjects.QUEUE_UPDATED,
-        RankedQueue,
-        (
-            RankedQueue(
-                time=1.0, load=0.5, regime="busy", entries=(RankedEntry(spec=SPEC, score=1.0),)
-            ),
-        ),
-        st.just(subjects.QUEUE_UPDATED),
-        subjects.QUEUE_UPDATED,
     ),
     Target(
         "kv-nodes",

@@ -20,7 +20,6 @@ import msgspec
 from hypothesis import strategies as st
 
 from proto.commands import CheckpointCommand, KillCommand, RunCommand
-from proto.decisions import RankedEntry, RankedQueue
 from proto.events import (
     Cancelled,
     Checkpointed,
@@ -108,7 +107,9 @@ events = st.one_of(
         time=times,
         spec=job_specs(SUBMIT_IDS),
     ),
-    _event(Queued, rank=st.none() | hostile_int, score=st.none() | hostile_float),
+    _event(
+        Queued, rank=st.none() | hostile_int, score=st.none() | hostile_float, attempt=hostile_int
+    ),
     _event(
         Placed,
         gpu_indices=st.lists(hostile_int, max_size=70).map(tuple),
@@ -191,23 +192,6 @@ reports = st.builds(
             pid=st.none() | hostile_int,
         ),
         max_size=20,
-    ).map(tuple),
-)
-
-queues = st.builds(
-    RankedQueue,
-    time=times,
-    load=hostile_float,
-    regime=text,
-    entries=st.lists(
-        st.builds(
-            RankedEntry,
-            spec=job_specs(SUBMIT_IDS + OTHER_IDS),
-            score=hostile_float,
-            terms=st.dictionaries(text, hostile_float, max_size=3),
-            enqueued_at=times,
-        ),
-        max_size=4,
     ).map(tuple),
 )
 
@@ -304,7 +288,6 @@ def _fixed() -> dict[str, tuple[Any, ...]]:
         idle_power_w=10,
         max_power_w=70,
     )
-    sound = JobSpec(id="fz-x1", gpus=1.0, est_runtime_s=60.0)  # sound, but nobody submitted it
     return {
         "lifecycle": (
             Submitted(job_id="fz-s0", time=1.7e9, spec=JobSpec(id="fz-s0", gpus=-1.0)),
@@ -337,17 +320,11 @@ def _fixed() -> dict[str, tuple[Any, ...]]:
                 ),
             ),
         ),
-        "queue.updated": (b'{"time":"soon"}', RankedQueue(time=-1.0, load=math.inf, regime="")),
         "kv nodes": (
             ("fz-n0", node),
             ("fz-n1", msgspec.structs.replace(node, id="fz-n1", gpu_count=10**9)),
         ),
         "kv ledger": (("fz-x0", alloc),),
-        "kv queue": (
-            RankedQueue(
-                time=1.7e9, load=0.0, regime="low", entries=(RankedEntry(spec=sound, score=1e9),)
-            ),
-        ),
         "kv tenants": (("fz-k0", TenantRecord(name="", token_sha256="", created_at=math.inf)),),
     }
 

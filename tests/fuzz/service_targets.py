@@ -23,9 +23,8 @@ class Target:
     name: str
     strategy: st.SearchStrategy[Any]
     send: Callable[[Any, Any], Coroutine[Any, Any, None]]  # publishes one example
-    # whether each batch must leave a trace (a refusal, a dead letter); not for the ranked
-    # queue, which the scorer overwrites and whose entries the placer only takes for jobs
-    # the lifecycle stream showed it (the checker at the end catches one placed otherwise)
+    # whether each batch must leave a trace (a refusal, a dead letter); False for an input
+    # a service may overwrite or ignore without a word (none since the ranked queue went)
     noticed: bool = True
 
 
@@ -54,11 +53,6 @@ TARGETS = [
         lambda s, x: s.core(subjects.executor_report(x[0]), x[1]),
     ),
     Target(
-        "queue.updated",
-        _or_garbage(inp.queues),
-        lambda s, x: s.core(subjects.QUEUE_UPDATED, x),
-    ),
-    Target(
         "kv nodes",
         inp.node_specs | st.tuples(st.sampled_from(inp.FAKE_NODES), inp.garbage),
         lambda s, x: s.kv(subjects.KV_NODES, x[0], x[1]),
@@ -67,12 +61,6 @@ TARGETS = [
         "kv ledger",
         st.tuples(st.sampled_from(inp.OTHER_IDS + inp.KV_KEYS), _or_garbage(inp.allocations)),
         lambda s, x: s.kv(subjects.KV_LEDGER, x[0], x[1]),
-    ),
-    Target(
-        "kv queue",
-        _or_garbage(inp.queues),
-        lambda s, x: s.kv(subjects.KV_QUEUE, subjects.KV_QUEUE_KEY, x),
-        noticed=False,
     ),
     Target(
         "kv tenants",

@@ -8,7 +8,7 @@ service_inputs.py), which only the services' own handlers can refuse. After each
 
 - every service's health is ok (no receive loop died or wedged, the placer holds its lease);
 - no handler raised (``mosaic_handler_errors_total``, handler dead letters) and no round of a
-  service loop failed (``cycle_failed``, ``rank_failed``, ... logged at error level);
+  service loop failed (``cycle_failed``, ``score_failed``, ... logged at error level);
 - hostile input was noticed: records refused (``mosaic_bus_records_refused_total``), dead
   letters, or - for an unsound ``Submitted`` - the placer's ``Failed``;
 - the gateway answers every read below 500, and a valid job submitted over HTTP completes.

@@ -23,8 +23,7 @@ from proto.validation_records import (
 )
 from services.gateway.nodes_view import NodesModel
 from services.placer.cancels import _errors as cancel_errors
-from services.placer.cycle import plan_cycle
-from services.scorer.ranking import build_queue
+from services.scorer.admission import admission_scores
 from tests.services.test_placer import small_cluster
 
 NOW = 1.7e9
@@ -112,30 +111,17 @@ def test_hostile_allocations_samples_reports_are_refused() -> None:
     assert not sound_attempt(0) and not sound_attempt(2**64 - 1) and sound_attempt(1)
 
 
-def test_the_scorer_ranks_with_an_allocation_that_does_not_fit_its_node() -> None:
+def test_the_scorer_scores_with_an_allocation_that_does_not_fit_its_node() -> None:
     """GPU 99 of a 4-GPU node, or a GPU held twice, in the ledger made every ranking raise
-    (``rank_failed``) and the queue froze; such an entry is now left out of the view."""
+    (``rank_failed``) and the queue froze; such an entry is now left out of the view, and the
+    admission scores go out."""
     pending = [PendingJob(JobSpec(id="ok"), NOW)]
     bad = [_alloc(gpu_indices=(99,)), _alloc(job_id="j2"), _alloc(job_id="j3")]  # j3 twice on 0
-    queue = build_queue(
+    got = admission_scores(
         pending, NODES, bad, now=NOW, cfg=PolicyConfig.default(), profiles=ProfileTable.default()
     )
-    assert [e.spec.id for e in queue.entries] == ["ok"]
-
-
-def test_a_placer_cycle_with_an_unsound_ledger_entry_still_places() -> None:
-    """A placer taking over a ledger with a forged entry (GPU 99 on a real node) raised in
-    every cycle; the entry holds nothing now."""
-    ledger = {"j1": _alloc(gpu_indices=(99,))}
-    plan = plan_cycle(
-        [PendingJob(JobSpec(id="ok"), NOW)],
-        NODES,
-        ledger,
-        now=NOW,
-        profiles=ProfileTable.default(),
-        cfg=PolicyConfig.default(),
-    )
-    assert [a.job.spec.id for a in plan.assign] == ["ok"]
+    assert [a.job.spec.id for a in got.scores] == ["ok"]
+    assert math.isfinite(got.scores[0].score) and 0 < got.load < 1  # j2 counted, once
 
 
 def test_a_cancel_without_a_sound_job_id_is_refused() -> None:

@@ -332,40 +332,6 @@ async def test_takeover_finishes_what_a_crashed_placer_left_half_done(nats_url):
     await bus.close()
 
 
-def test_plan_cycle_is_the_policy_decision_without_io():
-    from libs.policy.config import PolicyConfig
-    from libs.policy.profiles import ProfileTable
-    from libs.policy.types import PendingJob
-    from services.placer.cycle import plan_cycle
-    from tests.services._placer_checks import violations
-
-    nodes = demo_cluster()
-    now = time.time()
-    specs = [JobSpec(id=f"p-{i}", gpus=2, gpu_mem_gb=40, host_mem_gb=32) for i in range(20)]
-    specs += [JobSpec(id="never", gpus=16), JobSpec(id="half", gpus=0.5, gpu_mem_gb=8)]
-    pending = [PendingJob(s, now) for s in specs]
-    kw = {"now": now, "profiles": ProfileTable.default(), "cfg": PolicyConfig.default()}
-    plan = plan_cycle(pending, nodes, {}, **kw)
-    assert [r.spec.id for r in plan.refuse] == ["never"]
-    assert plan.refuse[0].reason.startswith("GpuCount")
-    ledger = {a.allocation.job_id: a.allocation for a in plan.assign}
-    # 4 A100 nodes x 8 GPUs hold 16 two-GPU 40 GB jobs; the rest wait; nothing on a T4/V100
-    big = [a for a in plan.assign if a.allocation.gpu_mem_gb == 40]
-    assert len(big) == 16 and all(a.allocation.node.startswith("a100") for a in big)
-    assert {j for j, r in plan.waiting.items()} == {s.id for s in specs[:20]} - set(ledger)
-    assert "half" in ledger and violations(ledger, {n.id: n for n in nodes}) == []
-    assert all(a.runtime_s > 0 and a.candidates for a in plan.assign)
-    # with the ledger applied, nothing more fits for the big jobs; off: no refusal at all
-    again = plan_cycle(
-        [p for p in pending if p.spec.id not in ledger],
-        nodes,
-        ledger,
-        **kw,
-        refuse_never_fits=False,
-    )
-    assert again.refuse == [] and not any(a.allocation.gpu_mem_gb == 40 for a in again.assign)
-
-
 def test_a_failed_warm_up_is_logged_and_the_placer_goes_on():
     """The placer loads the pass's compiled loops in the background at start; if that fails,
     it says so in its log (the first cycle then loads them itself)."""

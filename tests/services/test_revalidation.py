@@ -16,9 +16,6 @@ from libs.bus import Bus
 from libs.clock import Clock
 from libs.obs.logging import get_logger
 from libs.obs.tracing import setup_tracing
-from libs.policy.config import PolicyConfig
-from libs.policy.profiles import ProfileTable
-from libs.policy.types import PendingJob
 from proto import subjects
 from proto.commands import RunCommand
 from proto.decisions import DeadLetter
@@ -29,7 +26,6 @@ from proto.validation import revalidate_command, revalidate_spec
 from services.executor.executor import NodeExecutor
 from services.executor.journal import Journal
 from services.executor.runners import SimRunner
-from services.placer.cycle import plan_cycle
 from services.placer.service import Placer, PlacerSettings
 from services.placer.tracker import JobTracker
 from services.scorer.pending import PendingSet
@@ -155,26 +151,6 @@ def test_the_folds_keep_unsound_specs_out_and_hand_them_to_the_placer():
         pending.apply(ev)
         tracker.apply(ev)
     assert "ok" not in tracker.progress  # an unsound progress is ignored
-
-
-def test_plan_cycle_refuses_an_unsound_queue_entry_instead_of_raising():
-    jobs = [
-        PendingJob(JobSpec(id="neg", gpus=-1.0), NOW),
-        PendingJob(JobSpec(id="nan", est_runtime_s=math.nan), NOW),
-        PendingJob(JobSpec(id="ok", gpus=1.0), NOW),
-    ]
-    plan = plan_cycle(
-        jobs,
-        small_cluster(),
-        {},
-        now=NOW,
-        profiles=ProfileTable.default(),
-        cfg=PolicyConfig.default(),
-    )
-    refused = {r.spec.id: r.reason for r in plan.refuse}
-    assert set(refused) == {"neg", "nan"}
-    assert "gpus" in refused["neg"] and "est_runtime_s" in refused["nan"]
-    assert [a.job.spec.id for a in plan.assign] == ["ok"]
 
 
 def _run_command(**changes: object) -> RunCommand:

@@ -1,0 +1,357 @@
+"""The one scheduler both drivers feed: events in, decisions out (DESIGN rule 1).
+
+The simulator (``libs.sim.baselines.mosaic``) feeds it trace events; the live placer
+(``services.placer``) feeds it what it folds from NATS and commits what it decides to the ledger.
+Neither keeps policy state of its own: the queue (with its rank epochs), the running set (for
+reservations), tenant usage (for DRF), the backfill cadence, the power states and the last
+reason of each waiting job all live here, so the same events give the same placements and
+power decisions whichever driver feeds them. No I/O, no wall clock, no globals.
+
+Events: ``queue_job``, ``cancel_job``, ``start_job`` (a job this scheduler placed, or one the
+driver found running, e.g. in the ledger after a restart), ``end_job``, ``set_cordoned``
+(operator cordons, down nodes: one named hold each), ``set_temp``, ``node_resumed``.
+Decisions: ``schedule_pass`` (the pass: rank, filter, score, pick, reserve/backfill, in
+``libs.policy.scheduler.schedule``), ``power_step`` (suspend/resume), or both at once with
+``tick``. Explanations: ``reason_of``, ``reasons``, ``explain``.
+
+Placements are applied to the view at once (the pass updates it in place); the driver then
+reports each start with ``start_job`` (the simulator when its engine starts the job, the
+placer after its ledger commit) and a commit that failed with ``end_job`` + ``start_job`` of
+what the ledger holds instead.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+
+import numpy as np
+
+from libs.policy import backfill as B
+from libs.policy import filters as F
+from libs.policy import scheduler
+from libs.policy.cadence import BackfillCadence
+from libs.policy.cluster import EPS, ClusterView
+from libs.policy.config import PolicyConfig
+from libs.policy.decisions import (
+    Decisions,
+    Place,
+    WaitExplanation,
+)
+from libs.policy.placement import to_allocation
+from libs.policy.power_state import PowerState, PowerStep
+from libs.policy.priority import regime
+from libs.policy.profiles import ProfileTable
+from libs.policy.queue import PendingQueue
+from libs.policy.reasons import WaitReasons
+from libs.policy.scores import is_green
+from libs.policy.types import CycleResult, PendingJob, RunningJob
+from libs.policy.wait_info import explain_wait
+from libs.policy.wakeups import Wakeups
+from proto.jobs import JobSpec
+from proto.ledger import Allocation
+from proto.nodes import NodeSpec
+
+POWER_HOLD = "power"  # the cordon hold of a suspended or booting node
+
+
+def usage_of(spec: JobSpec) -> np.ndarray:
+    """What a running job holds in ``RESOURCES`` order (GPUs, GPU memory, host memory, CPUs),
+    for dominant-resource fairness. GPU memory is what the job holds on its GPUs: ``gpu_mem_gb``
+    on each (a half-GPU job asking 20 GB holds 0.5 GPUs and 20 GB). One definition for both
+    drivers: they counted fractions differently (the simulator 10 GB, the live placer 20)."""
+    mem = F.whole_gpus(spec) * spec.gpu_mem_gb
+    return np.array([spec.gpus, mem, spec.host_mem_gb, spec.cpus], dtype=float)
+
+
+class Scheduler:
+    """One cluster's scheduling state and decisions (see the module docstring)."""
+
+    def __init__(
+        self,
+        nodes: Sequence[NodeSpec],
+        *,
+        cfg: PolicyConfig,
+        profiles: ProfileTable,
+        now: float = 0.0,
+    ) -> None:
+        """``now``: when the scheduler starts; every node counts as idle since then (so a
+        placer that starts does not suspend every node at once)."""
+        self.cfg = cfg
+        self.profiles = profiles.covering(nodes)
+        self.view = ClusterView.build(nodes)
+        self.queue = PendingQueue()
+        self.running = B.RunningSet()  # kept across passes, as the pass asks
+        self.usage: dict[str, np.ndarray] = {}  # per tenant, RESOURCES order
+        self._held: dict[str, tuple[Allocation, np.ndarray, str]] = {}  # alloc, usage, tenant
+        self._applied: set[tuple] = set()  # placed by a pass, not yet reported started
+        self._never = F.NeverFits(self.view.nodes)  # could some node ever hold a request shape
+        self._holds: dict[str, set[str]] = {}  # node -> why it is cordoned (operator, down...)
+        self._cadence = BackfillCadence(cfg.backfill_interval_s)
+        self._tick_at: float | None = None
+        self.power = PowerState(self.view, cfg, self.profiles, now)
+        self.why = WaitReasons(self.queue, self.view, lambda: self.power.resuming)
+        self._asks: dict[tuple[float, float], int] = {}  # (GPUs, GPU memory) -> jobs queued
+        self.wakeups = Wakeups()  # the instants a driver owes the scheduler (see tick)
+        self.last: CycleResult | None = None
+        self.regime = regime(0.0, cfg)
+
+    # ----- events: jobs --------------------------------------------------------------------
+    def can_ever_place(self, spec: JobSpec) -> bool:
+        """Whether some node of the cluster could hold ``spec`` even empty (per shape)."""
+        return self._never(spec) is None
+
+    def queue_job(self, job: PendingJob) -> None:
+        """A job waits to start (a submission, a retry, a preempted job back in line)."""
+        self.queue.add(job)
+        key = (job.spec.gpus, job.spec.gpu_mem_gb)
+        self._asks[key] = self._asks.get(key, 0) + 1
+        self.why.queued(job.spec.id)
+        # scores.is_green per queued job (fixed per spec), a column that moves with its row
+        self._green_col()[self.queue.position(job.spec.id), 0] = is_green(job.spec, self.cfg)
+
+    def cancel_job(self, job_id: str, now: float) -> None:
+        """The job left: cancelled or failed while pending, or ended while running."""
+        if job_id in self.queue:
+            self.power.left_queue(self.queue.seq()[self.queue.position(job_id)])
+            self._dequeue(job_id)
+        elif job_id in self._held:
+            self.end_job(job_id, now)
+
+    def start_job(self, job_id: str, alloc: Allocation, spec: JobSpec, now: float) -> None:
+        """The job runs with ``alloc``: one this scheduler placed (already on the view) or one
+        the driver found running. Expected end: the allocation's time plus the profile's
+        runtime on that GPU model (what a live placer can know, not the simulator's truth)."""
+        if job_id in self.queue:
+            self.power.left_queue(self.queue.seq()[self.queue.position(job_id)])
+            self._dequeue(job_id)
+        self.why.forget(job_id)
+        key = (alloc.job_id, alloc.node, alloc.gpu_indices)
+        i = self.view.index[alloc.node]
+        if key in self._applied:
+            self._applied.discard(key)
+        else:
+            self.view.allocate(alloc)
+            self.power.node_taken(i)
+        vec = usage_of(spec)
+        self._held[job_id] = (alloc, vec, spec.tenant)
+        cur = self.usage.get(spec.tenant)
+        self.usage[spec.tenant] = vec.copy() if cur is None else cur + vec
+        model = self.view.nodes[i].gpu_model
+        est_end = alloc.time + self.profiles.runtime_s(spec, model)
+        self.running.add(RunningJob(spec, i, alloc.gpu_indices, alloc.gpu_share, est_end))
+
+    def end_job(self, job_id: str, now: float) -> None:
+        """The job's attempt stopped (completed, failed, preempted, killed): free what it held."""
+        alloc, vec, tenant = self._held.pop(job_id)
+        self.view.release(alloc)
+        i = self.view.index[alloc.node]
+        if self.view.whole_free[i] >= self.view.gpu_total[i]:
+            self.power.node_emptied(i, now)
+        self.usage[tenant] = np.maximum(self.usage[tenant] - vec, 0.0)
+        self.running.remove(job_id)
+
+    def _dequeue(self, job_id: str) -> None:
+        spec = self.queue.remove(job_id).spec
+        key = (spec.gpus, spec.gpu_mem_gb)
+        n = self._asks[key] - 1
+        if n:
+            self._asks[key] = n
+        else:
+            del self._asks[key]
+        self.why.forget(job_id)
+
+    def unplace(self, alloc: Allocation, now: float) -> None:
+        """A placement of the last pass that the driver could not commit (the ledger holds
+        another, or the lease was lost): give its resources back; the job stays queued."""
+        key = (alloc.job_id, alloc.node, alloc.gpu_indices)
+        if key not in self._applied:
+            return
+        self._applied.discard(key)
+        self.view.release(alloc)
+        i = self.view.index[alloc.node]
+        if self.view.whole_free[i] >= self.view.gpu_total[i]:
+            self.power.node_emptied(i, now)
+
+    def holds(self, job_id: str) -> Allocation | None:
+        entry = self._held.get(job_id)
+        return entry[0] if entry is not None else None
+
+    # ----- events: nodes -------------------------------------------------------------------
+    def set_cordoned(self, node_id: str, why: str, on: bool) -> None:
+        """Hold ``node_id`` out of placement for ``why`` (an operator cordon, a node that went
+        silent, power) or release that hold; the node is cordoned while any hold remains."""
+        holds = self._holds.setdefault(node_id, set())
+        before = bool(holds)
+        holds.add(why) if on else holds.discard(why)
+        if bool(holds) != before:
+            self.view.set_cordoned(node_id, bool(holds))
+
+    def cordoned(self, why: str) -> set[str]:
+        return {n for n, h in self._holds.items() if why in h}
+
+    def set_temp(self, node_id: str, temp_c: float) -> None:
+        if node_id in self.view.index and self.view.temp_c[self.view.index[node_id]] != temp_c:
+            self.view.set_temp(node_id, temp_c)
+
+    def node_resumed(self, node_id: str, now: float) -> None:
+        """A booting node is up: it takes jobs again."""
+        self.power.resumed(self.view.index[node_id], now)
+        self.set_cordoned(node_id, POWER_HOLD, False)
+
+    def power_fact(self, node_id: str, state: str, now: float) -> None:
+        """What a node says of its power ("awake", "asleep", "waking"), where it differs from
+        what this scheduler decided: a node that refused to suspend (it was busy), a node
+        already asleep when this scheduler was built (a placer restart), a node woken by
+        someone else. The scheduler takes the node's word."""
+        i = self.view.index.get(node_id)
+        if i is None:
+            return
+        p = self.power
+        if state == "awake" and (p.suspended[i] or p.resuming[i]):
+            p.suspended[i] = False
+            self.node_resumed(node_id, now)
+        elif state == "asleep" and not (p.suspended[i] or p.resuming[i]):
+            p.suspended[i] = True
+            self.set_cordoned(node_id, POWER_HOLD, True)
+        elif state == "waking" and not p.resuming[i]:
+            p.suspended[i], p.resuming[i] = False, True
+            self.set_cordoned(node_id, POWER_HOLD, True)
+
+    def power_state(self, node_id: str) -> str:
+        """This scheduler's idea of a node's power: "awake", "asleep" or "waking"."""
+        i = self.view.index[node_id]
+        if self.power.resuming[i]:
+            return "waking"
+        return "asleep" if self.power.suspended[i] else "awake"
+
+    # ----- decisions -----------------------------------------------------------------------
+    def schedule_pass(self, now: float) -> list[Place]:
+        """One pass: what starts now. Backfill below a blocked head on the cadence
+        (``PolicyConfig.backfill_interval_s``); the blocked jobs of a backfill pass become the
+        power stage's demand."""
+        full = self._cadence.take(now)
+        res = scheduler.schedule(
+            self.queue,
+            self.view,
+            self.running,
+            now=now,
+            tenant_usage=self.usage,
+            profiles=self.profiles,
+            cfg=self.cfg,
+            reasons=False,
+            backfill=full,
+            walked_limit=self.cfg.power_demand_cap,  # all the resume decision reads
+        )
+        self.last = res
+        self.regime = res.regime
+        # a pass that did not backfill and left jobs waiting: pass again when backfill is due
+        waiting = len(self.queue) > len(res.assignments)
+        self._tick_at = self._cadence.next_s if waiting and not full else None
+        if self.cfg.power_saving and full:
+            self.power.note_blocked(res, self.queue, self._green_col()[:, 0])
+        self.why.note(res, full)
+        out: list[Place] = []
+        for pj, placement in res.assignments:
+            alloc = to_allocation(pj.spec, placement, now, pj.attempt)
+            self._applied.add((alloc.job_id, alloc.node, alloc.gpu_indices))
+            out.append(Place(pj, placement, alloc))
+        return out
+
+    def next_pass_s(self) -> float | None:
+        """When a pass is due without an event (the next backfill), or None."""
+        return self._tick_at
+
+    def power_step(self, now: float) -> PowerStep:
+        """Which nodes to suspend and resume now (view indices); the decided nodes are held
+        (cordoned) in the view until ``node_resumed``."""
+        if not self.cfg.power_saving:
+            return PowerStep((), (), None)
+        step = self.power.step(now, self.queue)
+        ids = self.view.node_ids
+        for i in step.suspend + step.resume:
+            self.set_cordoned(ids[i], POWER_HOLD, True)
+        return step
+
+    def could_place_now(self) -> bool:
+        """Could any queued request fit somewhere now: the simulator engine's test before a
+        pass, on this view (a cheap necessary condition, never wrong in the "no" direction).
+
+        Free GPUs are counted on every node, asleep ones included, as the engine counts them;
+        a request wider than the narrowest node counts once that many whole GPUs are free in
+        all; others need a node with that much GPU memory per GPU and that many whole GPUs
+        free (or that share of one GPU, for a fraction)."""
+        if not self._asks:
+            return False
+        v = self.view
+        if float(v.gpu_free.sum()) <= EPS:
+            return False
+        narrowest = int(v.gpu_total.min())
+        total_free = int(v.whole_free.sum())
+        share = v.gpu_free.max(axis=1)
+        for gpus, mem in sorted(self._asks):
+            if gpus > narrowest:
+                if total_free >= gpus:
+                    return True
+                continue
+            tier = v.gpu_mem_gb >= mem - EPS
+            if not tier.any():
+                continue
+            if gpus < 1.0:
+                if float(share[tier].max()) >= gpus - EPS:
+                    return True
+            elif int(v.whole_free[tier].max()) >= gpus:
+                return True
+        return False
+
+    def tick(self, now: float, *, woke: bool = True) -> Decisions:
+        """One instant, as the simulator's engine runs one: the pass when something happened
+        that may let a job start (``woke``: an arrival, an end, a node awake, a hold released)
+        or a backfill instant is due, and something could fit; then the power stage. The
+        instants the driver owes the scheduler next are in ``wakeups`` (``next_tick_s``)."""
+        woke = self.wakeups.due(now) or woke
+        places: list[Place] = []
+        passed = False
+        if woke and self.could_place_now():
+            places = self.schedule_pass(now)
+            passed = True
+            self.wakeups.after_pass(now, self._tick_at)
+        step = self.power_step(now)
+        self.wakeups.after_power(now, step.next_s)
+        ids = self.view.node_ids
+        return Decisions(
+            places=places,
+            suspend=tuple(ids[i] for i in step.suspend),
+            wake=tuple(ids[i] for i in step.resume),
+            next_tick_s=self.wakeups.next_s(),
+            passed=passed,
+            regime=self.regime,
+        )
+
+    # ----- reasons (libs.policy.reasons) ---------------------------------------------------
+    def reason_of(self, job_id: str) -> str:
+        """Why a queued job waits (``decisions.WAIT_REASONS`` or a filter's refusal code)."""
+        return self.why.of(job_id)
+
+    def reasons(self) -> dict[str, str]:
+        """Every queued job's reason (jobs never tried wait on Priority)."""
+        return self.why.all()
+
+    def reason_changes(self, limit: int) -> dict[str, str]:
+        """Up to ``limit`` queued jobs whose reason changed since last asked (see
+        ``reasons.WaitReasons.changes``)."""
+        return self.why.changes(limit)
+
+    def explain(self, job_id: str, now: float) -> WaitExplanation | None:
+        """A queued job's wait with numbers (rank, score terms, best node, reservation)."""
+        job = self.queue.get(job_id)
+        if job is None:
+            return None
+        return explain_wait(self, job, now)
+
+    def _green_col(self) -> np.ndarray:
+        """float[len(queue), 1]: 1.0 for a green job (``scores.is_green``), by queue row."""
+        return self.queue.column("green", 1, (self.cfg,))
+
+    # ----- for drivers that rebuild --------------------------------------------------------
+    def running_allocations(self) -> Iterable[Allocation]:
+        return (a for a, _, _ in self._held.values())

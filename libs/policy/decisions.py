@@ -1,0 +1,59 @@
+"""What ``core.Scheduler`` decides, as plain records both drivers apply the same way.
+
+Not wire types: the simulator applies them to its ledger, the live placer turns them into
+ledger entries and node commands (``proto``) at its edge.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from libs.policy.types import PendingJob, Placement
+from proto.ledger import Allocation
+
+# Why a job waits, in Slurm's vocabulary (``squeue`` REASON), plus Mosaic's own:
+PRIORITY = "Priority"  # a higher-ranked job waits first; this one was not reached
+RESOURCES = "Resources"  # it fits the cluster, not now
+NODE_WAKING = "NodeWaking"  # a node that could hold it is booting
+CORDONED = "Cordoned"  # only cordoned (or down, or asleep) nodes could hold it
+RESERVED = "Reserved"  # starting it would delay a reservation held for a blocked job
+WAIT_REASONS = (PRIORITY, RESOURCES, NODE_WAKING, CORDONED, RESERVED)
+
+
+@dataclass(frozen=True, slots=True)
+class Place:
+    """Start ``job`` with ``allocation`` (already applied to the scheduler's view)."""
+
+    job: PendingJob
+    placement: Placement
+    allocation: Allocation
+
+
+@dataclass(frozen=True, slots=True)
+class Decisions:
+    """One tick: jobs to start (in commit order), nodes to suspend and to wake, and when the
+    scheduler wants a tick again without an event (None: only on an event)."""
+
+    places: list[Place] = field(default_factory=list)
+    suspend: tuple[str, ...] = ()
+    wake: tuple[str, ...] = ()
+    next_tick_s: float | None = None
+    passed: bool = False  # whether a scheduling pass ran (else only the power stage)
+    regime: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class WaitExplanation:
+    """``mosaic explain`` of a pending job, with numbers (like ``sprio`` and ``squeue -j``)."""
+
+    job_id: str
+    reason: str
+    rank: int  # 1 = next in line
+    queued: int  # jobs pending in all
+    score: float
+    terms: dict[str, float]
+    regime: str
+    best_node: str | None = None  # the node closest to holding it now
+    lacks: str = ""  # what that node lacks, in words with numbers
+    reservation_node: str | None = None
+    expected_start_s: float | None = None  # when its reservation expects to start it

@@ -1,0 +1,131 @@
+"""How the placer turns a tick's decisions into facts: ledger entries, their announcements and
+audit records, power commands, and the wait reasons it tells. A mixin of ``Placer`` (it reads
+the placer's bus, tracer, ledger, tracker, feed and settings), apart so the service module
+stays the shell: start-up, the lease and the cycle's order of steps.
+"""
+
+from __future__ import annotations
+
+import asyncio
+
+from opentelemetry import trace
+from prometheus_client import Counter
+
+from libs.bus.connection import Bus
+from libs.bus.errors import KeyExists
+from libs.obs.tracing import span_trace_id
+from libs.policy.config import PolicyConfig
+from libs.policy.core import Scheduler
+from libs.policy.decisions import Decisions, Place
+from proto import subjects
+from proto.decisions import CandidateScore, Decision
+from proto.ledger import Allocation
+from services.placer.announce import SERVICE
+from services.placer.cycle import audit_candidates, chosen_only
+from services.placer.feed import PowerFacts, SchedulerFeed
+from services.placer.power import NodePower
+from services.placer.settings import PlacerSettings
+from services.placer.tracker import JobTracker
+
+PLACED = Counter("mosaic_placer_placements_total", "Allocations committed.")
+
+
+class Committer:
+    bus: Bus
+    tracer: trace.Tracer
+    policy: PolicyConfig
+    settings: PlacerSettings
+    ledger: dict[str, Allocation]
+    ledger_kv: object
+    tracker: JobTracker
+    feed: SchedulerFeed
+    waiting: dict[str, str]
+    placed_count: int
+    _unannounced: set[str]
+    node_power: NodePower
+    active: bool  # the Placer's property
+
+    async def _commit_all(self, sched: Scheduler, decisions: Decisions, before, now: float) -> int:
+        """Commit the tick's placements in order; give back any that cannot be committed."""
+        placed = 0
+        explained = 0
+        for p in decisions.places:
+            if not self.active:  # lost the lease mid-cycle: the new holder decides
+                sched.unplace(p.allocation, now)
+                continue
+            if before is not None and explained < self.settings.explain_per_cycle:
+                cands = audit_candidates(p, before, sched.profiles, self.policy)
+                explained += 1
+            else:
+                cands = chosen_only(p.placement)
+            if before is not None:
+                before.allocate(p.allocation)
+            if await self._commit(p, cands):
+                sched.start_job(p.allocation.job_id, p.allocation, p.job.spec, now)
+                placed += 1
+            else:  # the ledger holds another allocation: the next sync takes the ledger's
+                sched.unplace(p.allocation, now)
+                self.feed.touch(p.allocation.job_id)
+        return placed
+
+    def power_facts(self) -> PowerFacts:
+        """The nodes' own word on their power, for the scheduler (``feed.PowerFacts``): a node
+        that refused to suspend is awake."""
+        p = self.node_power
+        states = {n: "asleep" for n in p.asleep()} | {n: "waking" for n in p.waking()}
+        woke = [n for n, _ in p.awake_events()] + [n for n, _ in p.refusal_events()]
+        return PowerFacts(states, tuple(woke))
+
+    def node_holds(self, down: set[str]) -> dict[str, set[str]]:
+        """Why nodes are held out of placement now: down (a silent executor), cordoned (by an
+        operator, ``services.placer.cordons``, or by a node label)."""
+        return {"down": down, "cordoned": set(self.cordons.ids(self.nodes.values()))}
+
+    async def _tell_reasons(self, sched: Scheduler) -> None:
+        """Publish the waits whose reason changed (a bounded number per cycle)."""
+        news = sched.reason_changes(self.settings.reasons_per_cycle)
+        for job in [j for j in self.waiting if j not in sched.queue]:
+            del self.waiting[job]
+        if news:
+            self.waiting.update(news)
+            await self._explain_waiting(news, sched)
+
+    async def _commit(self, p: Place, candidates: tuple[CandidateScore, ...]) -> bool:
+        """Create the ledger entry of ``p`` and announce it; False when the ledger already
+        holds this job (placed by a predecessor: its entry is taken instead)."""
+        job, alloc = p.allocation.job_id, p.allocation
+        try:
+            await self.ledger_kv.create(job, alloc)
+        except KeyExists:  # placed already (by a predecessor): take the ledger's word for it
+            e = await self.ledger_kv.get(job)
+            if e is not None:
+                self.ledger[job] = e.value
+            return False
+        self.ledger[job] = alloc
+        self._unannounced.add(job)  # until every message is out (a NATS error retries it)
+        self.tracker.note_placed(job, alloc.attempt)
+        PLACED.inc()
+        self.placed_count += 1
+        attrs = {"job": job, "node": alloc.node, "score": p.placement.score}
+        with self._job_span("placer.place", job, attrs) as span:  # in the job's trace
+            await self._publish_placed(alloc)
+            decision = Decision(
+                job_id=job,
+                time=alloc.time,
+                action="place",
+                service=SERVICE,
+                node=alloc.node,
+                reason=f"score {p.placement.score:.3f}",
+                candidates=candidates,
+                trace_id=span_trace_id(span),
+            )
+            await asyncio.gather(
+                self._publish_run(alloc, None, p.job.progress),
+                self.bus.publish(
+                    subjects.decisions(SERVICE),
+                    decision,
+                    msg_id=f"decision-place-{job}-{alloc.attempt}",
+                ),
+            )
+        self._unannounced.discard(job)
+        return True
