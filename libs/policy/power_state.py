@@ -160,7 +160,7 @@ class PowerState:
 
     def _due(self, now: float) -> tuple[np.ndarray, bool, bool, float]:
         """(nodes due to sleep, any asleep, any due, when the next awake idle node becomes due
-        or inf): one compiled pass over the nodes (``kernels.power_due``)."""
+        or inf): one compiled pass over the nodes (``fast.power_due``)."""
         return K.power_due(
             now,
             self.idle_since,

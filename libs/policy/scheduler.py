@@ -91,14 +91,19 @@ def schedule(
         backfill=backfill, reasons=reasons, max_free=(max_whole, max_share),
     )  # fmt: skip
     stop_at = len(rr.order)
+    step_behind, try_row, seen = p.behind_head_step, p.try_row, p.seen
+    assigned, cap = p.assignments, cfg.max_places_per_pass
     for pos, i in enumerate(walked):
-        if p.full() or (p.head is not None and not p.behind_head_step()):
+        # p.full(), spelt out: this runs once per walked row
+        full = p.max_share < EPS or len(assigned) >= cap
+        if full or (p.head is not None and not step_behind()):
             stop_at = pos
             break
         if not walked.bulk:
-            p.seen.append(i)
-            p.maybe_bulk(walked_limit)
-        p.try_row(i)
+            seen.append(i)
+            if p.can_bulk and p.head is not None:
+                p.maybe_bulk(walked_limit)
+        try_row(i)
     if p.head is not None and p.reservation is None and want_reservation:
         p.reserve_head()
     waiting = p.waiting

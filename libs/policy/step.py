@@ -90,6 +90,50 @@ class Pass:
     """One pass's state and its step per walked row (``try_row``). The view is updated in place
     by every start."""
 
+    __slots__ = (
+        "_combined",
+        "_resv_held",
+        "_resv_mask",
+        "assignments",
+        "backfill",
+        "behind_head",
+        "can_bulk",
+        "cfg",
+        "codes",
+        "ctx",
+        "dead",
+        "extra_heads",
+        "extras",
+        "failed",
+        "head",
+        "is_queue",
+        "jobs",
+        "max_extra",
+        "max_share",
+        "max_whole",
+        "n_extra_done",
+        "now",
+        "pending",
+        "profiles",
+        "q",
+        "rel",
+        "rel_owned",
+        "reservation",
+        "reserved_tried",
+        "resv_fail",
+        "running",
+        "seen",
+        "shape_ids",
+        "shape_keys",
+        "shape_of",
+        "shape_specs",
+        "slow_fail",
+        "started",
+        "view",
+        "waiting",
+        "walked",
+    )
+
     def __init__(
         self,
         pending: Sequence[PendingJob],
@@ -254,8 +298,17 @@ class Pass:
         spec = job.spec
         key = (spec.gpus, spec.gpu_mem_gb, spec.host_mem_gb, spec.cpus, spec.constraints)
         why = self.failed.get(key)
-        if why is None and self._larger_than_free(spec, key):
-            why = "Resources"  # (a job that never fits: place() reports the precise reason)
+        g = spec.gpus
+        if why is None and (
+            g > self.max_share + EPS if g < 1.0 - EPS else round(g) > self.max_whole
+        ):
+            # larger than any free block: it waits on Resources if some node could ever hold
+            # it (else place() reports the precise never-fits reason)
+            ever = self.view.shape_memo.ever_fits.get(key)
+            if ever is None:
+                ever = F.can_ever_fit(spec, self.view)
+            if ever:
+                why = "Resources"
         if why is not None:
             self.waiting[spec.id] = why
             if why == "Resources":
@@ -269,7 +322,8 @@ class Pass:
         held = False  # the slow-GPU guard holds some GPU models off for this row
         too = 0
         if spec.est_runtime_s >= self.cfg.slow_guard_runtime_s:
-            self._need_codes()
+            if self.codes is None:
+                self._need_codes()
             too = self.codes.row(i)
             if too:
                 if (key, too) in self.slow_fail:  # same shape, same slow models: refused
@@ -290,16 +344,6 @@ class Pass:
             self._start(job, res)
         else:
             self._refused(i, job, key, res, held)
-
-    def _larger_than_free(self, spec, key: tuple) -> bool:
-        """Scalar pre-check: larger than any free block, though some node could hold it."""
-        g = spec.gpus
-        if g > self.max_share + EPS if g < 1.0 - EPS else round(g) > self.max_whole:
-            ever = self.view.shape_memo.ever_fits.get(key)
-            if ever is None:
-                ever = F.can_ever_fit(spec, self.view)
-            return bool(ever)
-        return False
 
     def _blocked(self, job: PendingJob) -> None:
         """A job waits on Resources: the head backfill protects, or one of the extra ones."""
