@@ -92,6 +92,7 @@ class Pass:
 
     __slots__ = (
         "_combined",
+        "_largest",
         "_resv_held",
         "_resv_mask",
         "assignments",
