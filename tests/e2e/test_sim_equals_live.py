@@ -50,6 +50,7 @@ from services.placer.service import Placer
 from services.placer.settings import PlacerSettings
 from tests.services._gateway_auth import ADMIN, admin_token_file
 from tests.services._scorer_util import lifecycle_events, poll, put_nodes
+from tests.services.test_gateway import _healthy
 
 SHAPES = ((0.25, 4.0), (0.5, 8.0), (1, 16.0), (1, 30.0), (2, 16.0), (4, 40.0), (8, 60.0))
 CLASSES = ("cnn", "rnn", "transformer", "recommendation", "other")
@@ -214,14 +215,6 @@ async def live(nats_url: str, tmp_path) -> AsyncIterator[Live]:
             await pbus.close()
             await bus.close()
     assert codes == [0, 0]
-
-
-async def _healthy(http: aiohttp.ClientSession, base: str) -> bool:
-    try:
-        async with http.get(f"{base}/healthz") as r:
-            return r.status == 200
-    except aiohttp.ClientError:
-        return False
 
 
 async def lived(live: Live, jobs: list[tuple[float, JobSpec]]) -> Record:
