@@ -22,6 +22,17 @@ ROOT = Path(__file__).resolve().parent.parent
 TRACES = ROOT.parent / "shared" / "traces"
 
 
+@pytest.fixture(scope="session", autouse=True)
+def compiled_loops() -> None:
+    """Compile the pass's numba loops once, into their on-disk cache, before any test starts
+    services: on a fresh clone every service process would otherwise compile them itself, at
+    once, and a placer busy compiling for a minute fails tests that time its recovery (the
+    chaos test's 90 s). Production images warm the cache the same way (``NUMBA_CACHE_DIR``)."""
+    from libs.policy.warmup import warm_up
+
+    warm_up()
+
+
 @pytest.fixture
 def nats_server(tmp_path: Path) -> Iterator[NatsServer]:
     """A fresh nats-server with JetStream in a temporary directory, per test."""
