@@ -35,7 +35,6 @@ from libs.policy.config import PolicyConfig
 from libs.policy.decisions import (
     Decisions,
     Place,
-    WaitExplanation,
 )
 from libs.policy.placement import to_allocation
 from libs.policy.power_state import PowerState, PowerStep
@@ -47,6 +46,7 @@ from libs.policy.scores import is_green
 from libs.policy.types import CycleResult, PendingJob, RunningJob
 from libs.policy.wait_info import explain_wait
 from libs.policy.wakeups import Wakeups
+from proto.decisions import WaitNumbers
 from proto.jobs import JobSpec
 from proto.ledger import Allocation
 from proto.nodes import NodeSpec
@@ -54,13 +54,28 @@ from proto.nodes import NodeSpec
 POWER_HOLD = "power"  # the cordon hold of a suspended or booting node
 
 
-def usage_of(spec: JobSpec) -> np.ndarray:
-    """What a running job holds in ``RESOURCES`` order (GPUs, GPU memory, host memory, CPUs),
-    for dominant-resource fairness. GPU memory is what the job holds on its GPUs: ``gpu_mem_gb``
-    on each (a half-GPU job asking 20 GB holds 0.5 GPUs and 20 GB). One definition for both
-    drivers: they counted fractions differently (the simulator 10 GB, the live placer 20)."""
-    mem = F.whole_gpus(spec) * spec.gpu_mem_gb
-    return np.array([spec.gpus, mem, spec.host_mem_gb, spec.cpus], dtype=float)
+def usage_of(alloc: Allocation) -> np.ndarray:
+    """What an allocation holds in ``RESOURCES`` order (GPUs, GPU memory, host memory, CPUs),
+    for dominant-resource fairness: its GPU share on each of its GPUs and the GPU memory it
+    holds on each (a half-GPU job asking 20 GB holds 0.5 GPUs and 20 GB). One definition for
+    the scheduler and the scorer's admission score (the drivers used to count fractions
+    differently)."""
+    n = len(alloc.gpu_indices)
+    return np.array(
+        [n * alloc.gpu_share, n * alloc.gpu_mem_gb, alloc.host_mem_gb, alloc.cpus], dtype=float
+    )
+
+
+def tenant_usage(allocations: Iterable[Allocation]) -> dict[str, np.ndarray]:
+    """Per tenant, the sum of its allocations' ``usage_of`` (an allocation without its spec
+    counts for the tenant "default")."""
+    usage: dict[str, np.ndarray] = {}
+    for a in allocations:
+        tenant = a.spec.tenant if a.spec is not None else "default"
+        vec = usage_of(a)
+        cur = usage.get(tenant)
+        usage[tenant] = vec if cur is None else cur + vec
+    return usage
 
 
 class Scheduler:
@@ -132,7 +147,7 @@ class Scheduler:
         else:
             self.view.allocate(alloc)
             self.power.node_taken(i)
-        vec = usage_of(spec)
+        vec = usage_of(alloc)
         self._held[job_id] = (alloc, vec, spec.tenant)
         cur = self.usage.get(spec.tenant)
         self.usage[spec.tenant] = vec.copy() if cur is None else cur + vec
@@ -341,7 +356,7 @@ class Scheduler:
         ``reasons.WaitReasons.changes``)."""
         return self.why.changes(limit)
 
-    def explain(self, job_id: str, now: float) -> WaitExplanation | None:
+    def explain(self, job_id: str, now: float) -> WaitNumbers | None:
         """A queued job's wait with numbers (rank, score terms, best node, reservation)."""
         job = self.queue.get(job_id)
         if job is None:

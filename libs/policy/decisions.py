@@ -40,20 +40,3 @@ class Decisions:
     next_tick_s: float | None = None
     passed: bool = False  # whether a scheduling pass ran (else only the power stage)
     regime: str = ""
-
-
-@dataclass(frozen=True, slots=True)
-class WaitExplanation:
-    """``mosaic explain`` of a pending job, with numbers (like ``sprio`` and ``squeue -j``)."""
-
-    job_id: str
-    reason: str
-    rank: int  # 1 = next in line
-    queued: int  # jobs pending in all
-    score: float
-    terms: dict[str, float]
-    regime: str
-    best_node: str | None = None  # the node closest to holding it now
-    lacks: str = ""  # what that node lacks, in words with numbers
-    reservation_node: str | None = None
-    expected_start_s: float | None = None  # when its reservation expects to start it

@@ -37,6 +37,11 @@ class WaitReasons:
         self._dirty: set[str] = set()  # queued jobs whose reason may differ from _told
         self._was_waking = False
 
+    @property
+    def told(self) -> dict[str, str]:
+        """Queued job -> the reason last handed out by ``changes`` (read-only by convention)."""
+        return self._told
+
     def queued(self, job_id: str) -> None:
         self._dirty.add(job_id)
 

@@ -14,10 +14,10 @@ import numpy as np
 
 from libs.policy import filters as F
 from libs.policy.cluster import EPS
-from libs.policy.decisions import WaitExplanation
 from libs.policy.priority import score_arrays
 from libs.policy.queue import QueueArrays
 from libs.policy.types import PendingJob
+from proto.decisions import WaitNumbers
 
 if TYPE_CHECKING:
     from libs.policy.core import Scheduler
@@ -76,7 +76,7 @@ def closest_node(sched: Scheduler, job: PendingJob) -> tuple[str | None, str]:
     return node, "nothing now: the policy holds the job back (see its reason)"
 
 
-def explain_wait(sched: Scheduler, job: PendingJob, now: float) -> WaitExplanation:
+def explain_wait(sched: Scheduler, job: PendingJob, now: float) -> WaitNumbers:
     """The wait of queued ``job`` now (see the module docstring)."""
     q = sched.queue
     row = q.position(job.spec.id)
@@ -103,9 +103,7 @@ def explain_wait(sched: Scheduler, job: PendingJob, now: float) -> WaitExplanati
     score = float(q.cached_scores()[row])
     if not np.isfinite(score):
         score = float(fresh[0])
-    return WaitExplanation(
-        job_id=job.spec.id,
-        reason=sched.reason_of(job.spec.id),
+    return WaitNumbers(
         rank=queue_rank(sched, row, score),
         queued=len(q),
         score=round(score, 6),

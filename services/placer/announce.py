@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import math
+from collections.abc import Mapping
 from contextlib import AbstractContextManager
 from functools import cached_property
 from typing import Any
@@ -26,7 +27,7 @@ from libs.policy.core import Scheduler
 from libs.policy.profiles import ProfileTable
 from proto import subjects
 from proto.commands import RunCommand
-from proto.decisions import Decision, WaitNumbers
+from proto.decisions import Decision
 from proto.events import Cancelled, Failed, Placed, Preempted, Queued
 from proto.ledger import Allocation
 from proto.nodes import NodeSpec
@@ -36,24 +37,6 @@ from services.placer.tracker import JobTracker
 
 SERVICE = "placer"
 REFUSED = Counter("mosaic_placer_refusals_total", "Jobs failed because no node can hold them.")
-
-
-def wait_numbers(sched: Scheduler, job: str, now: float) -> WaitNumbers | None:
-    """``core.Scheduler.explain`` as the audit record carries it."""
-    w = sched.explain(job, now)
-    if w is None:
-        return None
-    return WaitNumbers(
-        rank=w.rank,
-        queued=w.queued,
-        score=w.score,
-        terms=w.terms,
-        regime=w.regime,
-        best_node=w.best_node,
-        lacks=w.lacks,
-        reservation_node=w.reservation_node,
-        expected_start_s=w.expected_start_s,
-    )
 
 
 class Announcer:
@@ -66,7 +49,7 @@ class Announcer:
     tracker: JobTracker
     ended_here: set[str]
     cancelling: set[str]
-    waiting: dict[str, str]
+    waiting: Mapping[str, str]
     settings: PlacerSettings
 
     @cached_property
@@ -117,7 +100,7 @@ class Announcer:
                 service=SERVICE,
                 reason=reason,
                 trace_id=trace_id,
-                wait=wait_numbers(sched, job, now) if job in explained else None,
+                wait=sched.explain(job, now) if job in explained else None,
             )
             await asyncio.gather(
                 self.bus.publish(subjects.lifecycle(job), ev, msg_id=f"queued-{tag}"),

@@ -7,6 +7,7 @@ stays the shell: start-up, the lease and the cycle's order of steps.
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Mapping
 
 from opentelemetry import trace
 from prometheus_client import Counter
@@ -39,7 +40,7 @@ class Committer:
     ledger_kv: object
     tracker: JobTracker
     feed: SchedulerFeed
-    waiting: dict[str, str]
+    waiting: Mapping[str, str]
     placed_count: int
     _unannounced: set[str]
     node_power: NodePower
@@ -84,10 +85,7 @@ class Committer:
     async def _tell_reasons(self, sched: Scheduler) -> None:
         """Publish the waits whose reason changed (a bounded number per cycle)."""
         news = sched.reason_changes(self.settings.reasons_per_cycle)
-        for job in [j for j in self.waiting if j not in sched.queue]:
-            del self.waiting[job]
         if news:
-            self.waiting.update(news)
             await self._explain_waiting(news, sched)
 
     async def _commit(self, p: Place, candidates: tuple[CandidateScore, ...]) -> bool:

@@ -16,6 +16,7 @@ import asyncio
 import contextlib
 import dataclasses
 import time
+from collections.abc import Mapping
 
 from opentelemetry import trace
 from prometheus_client import Gauge, Histogram
@@ -99,7 +100,6 @@ class Placer(Committer, Announcer, NodeWatch, Cancels):
         # Failed/Cancelled we published, before they echo back (each leaves the scheduler)
         self.ended_here: set[str] = TouchingSet(self.feed.touch)
         self.cancelling: set[str] = set()  # running jobs we sent a kill for
-        self.waiting: dict[str, str] = {}  # job -> why it waits (Slurm-style reason), as told
         self.next_tick_s: float | None = None  # the next instant the scheduler is owed
         self._pass_due = True  # something happened since the last pass
         self._nodes_changed = time.monotonic()
@@ -173,6 +173,13 @@ class Placer(Committer, Announcer, NodeWatch, Cancels):
         if isinstance(ev, Submitted | Preempted) or is_terminal(ev):
             self._pass_due = True  # new work, or resources to free (the cycle does it)
             self._kick.set()
+
+    @property
+    def waiting(self) -> Mapping[str, str]:
+        """Job -> why it waits (Slurm-style reason), as last told: the scheduler's own record
+        (``reasons.WaitReasons.told``), so it is never a second copy to keep in step."""
+        sched = self.feed.sched
+        return sched.why.told if sched is not None else {}
 
     # --- the lease -------------------------------------------------------------------------
     @property

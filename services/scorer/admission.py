@@ -16,10 +16,9 @@ import contextlib
 from collections.abc import Collection, Iterable, Sequence
 from dataclasses import dataclass
 
-import numpy as np
-
-from libs.policy.cluster import RESOURCES, ClusterView
+from libs.policy.cluster import ClusterView
 from libs.policy.config import PolicyConfig
+from libs.policy.core import tenant_usage
 from libs.policy.priority import regime, score_arrays
 from libs.policy.profiles import ProfileTable
 from libs.policy.queue import QueueArrays
@@ -45,18 +44,6 @@ class Admission:
     load: float
     regime: str
     scores: list[AdmissionScore]
-
-
-def tenant_usage(allocations: Iterable[Allocation]) -> dict[str, np.ndarray]:
-    """What each tenant holds now, in ``RESOURCES`` order (GPUs, GPU memory, host memory, CPUs),
-    for dominant-resource fairness."""
-    usage: dict[str, np.ndarray] = {}
-    for a in allocations:
-        tenant = a.spec.tenant if a.spec is not None else "default"
-        n = len(a.gpu_indices)
-        v = np.array([n * a.gpu_share, n * a.gpu_mem_gb, a.host_mem_gb, a.cpus], dtype=float)
-        usage[tenant] = usage.get(tenant, np.zeros(len(RESOURCES))) + v
-    return usage
 
 
 def cluster_view(nodes: Sequence[NodeSpec], allocations: Iterable[Allocation]) -> ClusterView:
