@@ -17,7 +17,6 @@ which idle nodes are suspended; a second wave that wakes them.
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import random
 from collections.abc import AsyncIterator
@@ -27,7 +26,7 @@ import aiohttp
 import msgspec
 import pytest
 
-from libs.bus import Bus, ServiceConfig, serve
+from libs.bus import Bus
 from libs.bus.server import free_port
 from libs.bus.steps import StepController
 from libs.clock import SteppedClock
@@ -49,7 +48,7 @@ from services.gateway.service import main as gateway_main
 from services.placer.service import Placer
 from services.placer.settings import PlacerSettings
 from tests.services._gateway_auth import ADMIN, admin_token_file
-from tests.services._scorer_util import lifecycle_events, poll, put_nodes
+from tests.services._scorer_util import lifecycle_events, poll, put_nodes, start_in_process
 from tests.services.test_gateway import _healthy
 
 SHAPES = ((0.25, 4.0), (0.5, 8.0), (1, 16.0), (1, 30.0), (2, 16.0), (4, 40.0), (8, 60.0))
@@ -132,44 +131,28 @@ class Live:
     done: set[str]
 
 
-def _serve(name: str, main, url: str, stop: asyncio.Event, **args) -> asyncio.Task[int]:
-    cfg = ServiceConfig(nats_url=url, log_format="json", log_level="warning")
-    return asyncio.create_task(
-        serve(
-            name,
-            main,
-            cfg,
-            args=argparse.Namespace(**args),
-            stop=stop,
-            install_signals=False,
-            clock=SteppedClock(epoch=0.0),
-        )
-    )
-
-
 @pytest.fixture
 async def live(nats_url: str, tmp_path) -> AsyncIterator[Live]:
     nodes = demo_cluster()
     bus = await Bus.connect(nats_url, "test")
     await bus.ensure_topology()
     await put_nodes(bus, nodes)
-    stop = asyncio.Event()
     port = free_port()
-    tasks = [
-        _serve(
+    services = [
+        start_in_process(
             "gateway",
             gateway_main,
             nats_url,
-            stop,
+            clock=SteppedClock(epoch=0.0),
             http_host="127.0.0.1",
             http_port=port,
             admin_token_file=str(admin_token_file()),
         ),
-        _serve(
+        start_in_process(
             "executor",
             executor_main,
             nats_url,
-            stop,
+            clock=SteppedClock(epoch=0.0),
             mode="sim",
             node_spec=[msgspec.json.encode(n).decode() for n in nodes],
             log_dir=str(tmp_path / "logs"),
@@ -209,8 +192,7 @@ async def live(nats_url: str, tmp_path) -> AsyncIterator[Live]:
         finally:
             placer_stop.set()
             await placer_task
-            stop.set()
-            codes = await asyncio.gather(*tasks)
+            codes = [await s.close() for s in services]
             await controller.stop()
             await pbus.close()
             await bus.close()

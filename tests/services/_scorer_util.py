@@ -15,6 +15,7 @@ import msgspec
 from nats.js import api
 
 from libs.bus import Bus, ServiceConfig, serve
+from libs.clock import Clock
 from proto import subjects
 from proto.events import LifecycleEvent, Submitted
 from proto.jobs import JobSpec
@@ -53,11 +54,16 @@ class InProcess:
             return -1
 
 
-def start_in_process(name: str, main: Any, url: str, **args: Any) -> InProcess:
+def start_in_process(
+    name: str, main: Any, url: str, *, clock: Clock | None = None, **args: Any
+) -> InProcess:
+    """``main`` served in this event loop with ``args`` as its command line (``clock``: the
+    service's clock, e.g. a ``SteppedClock``; default the environment's)."""
     stop = asyncio.Event()
     cfg = ServiceConfig(nats_url=url, log_format="json", log_level="warning")
+    namespace = argparse.Namespace(**args)
     task = asyncio.create_task(
-        serve(name, main, cfg, args=argparse.Namespace(**args), stop=stop, install_signals=False)
+        serve(name, main, cfg, args=namespace, stop=stop, install_signals=False, clock=clock)
     )
     return InProcess(task, stop)
 
