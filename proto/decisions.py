@@ -40,6 +40,7 @@ class Decision(msgspec.Struct, frozen=True, kw_only=True):
     filtered: dict[str, str] = {}  # node -> why it could not take the job
     trace_id: str | None = None
     wait: WaitNumbers | None = None  # a ``wait``: where the job stands, with numbers
+    intent: str = ""  # the proto.intents id this decision answers (a committed or refused move)
 
 
 class DeadLetter(msgspec.Struct, frozen=True, kw_only=True):

@@ -139,6 +139,14 @@ def clock_ack(participant: str) -> str:
     return f"{CLOCK_ACK_PREFIX}.{participant}"
 
 
+def intents(service: str) -> str:
+    """intents.<service>: proto.intents.Intent from the defragmenter or the thermal guard."""
+    return f"{INTENTS_PREFIX}.{service}"
+
+
+CONSUMER_INTENTS = "placer-intents"  # the placer's durable consumer of STREAM_INTENTS
+
+
 def decisions(service: str) -> str:
     return f"{DECISIONS_PREFIX}.{service}"
 
