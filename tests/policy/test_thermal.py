@@ -133,9 +133,7 @@ def test_never_migrates_a_job_the_predicate_refuses(samples, window, per_window,
     guard = ThermalGuard(ThermalConfig(window=window, max_moves_per_window=per_window))
     spell: list[MigrateAction] = []  # the migrations of the current hot spell
     for i, t in enumerate(samples):
-        acts = guard.observe(
-            "n0", t, float(i), jobs, lambda j: int(j.job_id[1:]) not in refused
-        )
+        acts = guard.observe("n0", t, float(i), jobs, lambda j: int(j.job_id[1:]) not in refused)
         if any(isinstance(a, HoldAction) and a.on and not a.renewal for a in acts):
             spell = []
         moves = [a for a in acts if isinstance(a, MigrateAction)]
@@ -237,7 +235,7 @@ def test_heat_profile_from_label_or_override() -> None:
     m = ThermalModel()
     assert float(m.steady_c(365.0, 400.0, 1.4)) > 85.0 > float(m.steady_c(365.0, 400.0, 1.0))
     bad = NodeSpec(**{**_fields(spec), "labels": {HEAT_LABEL: "hot"}})
-    with pytest.raises(ValueError, match="a100-0.*mosaic/heat"):
+    with pytest.raises(ValueError, match=r"a100-0.*mosaic/heat"):
         heat_factor(bad)
     with pytest.raises(ValueError, match=r"\[0.1, 5"):
         heat_factor(spec, math.inf)

@@ -166,8 +166,7 @@ class ThermalGuard:
         state.detected_s = state.over_since_s
         state.asked = set()
         reason = (
-            f"hot: a GPU at or above {c.threshold_c:g} C for {c.window} samples "
-            f"(peak {peak:.1f} C)"
+            f"hot: a GPU at or above {c.threshold_c:g} C for {c.window} samples (peak {peak:.1f} C)"
         )
         hold = HoldAction(node, True, self.ttl_s(state), reason, state.detected_s)
         return [hold, *self._migrations(node, state, temps_c, jobs, movable)]
