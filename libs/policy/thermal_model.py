@@ -38,12 +38,20 @@ import math
 from dataclasses import dataclass
 
 import numpy as np
+from numpy.typing import ArrayLike
 
 from proto.nodes import NodeSpec
 
 HEAT_LABEL = "mosaic/heat"  # a node's heat profile, e.g. "1.4" (see heat_factor)
 HEAT_MIN, HEAT_MAX = 0.1, 5.0
 THROTTLE_SPEED = 0.5  # speed of a GPU in hardware slowdown (NVML: clocks / 2 or more)
+UTIL_PER_SHARE = 0.9  # utilization of a GPU share a job holds (the sim backend's mean)
+
+
+def gpu_power_w(idle_w: ArrayLike, max_w: ArrayLike, util: ArrayLike) -> np.ndarray:
+    """A GPU's draw at ``util`` (0..1): idle plus the dynamic range times utilization."""
+    idle = np.asarray(idle_w, dtype=float)
+    return idle + (np.asarray(max_w, dtype=float) - idle) * np.asarray(util, dtype=float)
 
 
 @dataclass(frozen=True, slots=True)
@@ -65,24 +73,25 @@ class ThermalModel:
         if not self.slowdown_c > self.ambient_c:
             raise ValueError("slowdown_c must be above ambient_c")
 
-    def c_per_w(self, max_power_w: float) -> float:
-        """Degrees of rise per watt for a GPU of this board power (0 W: no rise)."""
-        if not max_power_w > 0:
-            return 0.0
-        return (self.full_load_c - self.ambient_c) / max_power_w
+    def c_per_w(self, max_power_w: ArrayLike) -> np.ndarray:
+        """Degrees of rise per watt for GPUs of this board power (0 W: no rise)."""
+        m = np.asarray(max_power_w, dtype=float)
+        rise = self.full_load_c - self.ambient_c
+        return np.where(m > 0, rise / np.where(m > 0, m, 1.0), 0.0)
 
-    def steady_c(self, power_w: np.ndarray | float, max_power_w: float, heat: float = 1.0):
-        """The temperature a GPU settles at under a constant ``power_w``."""
+    def steady_c(self, power_w: ArrayLike, max_power_w: ArrayLike, heat: ArrayLike = 1.0):
+        """The temperature a GPU settles at under a constant ``power_w``. Every argument may be
+        an array (they broadcast: the simulator passes nodes x GPUs at once)."""
         return self.ambient_c + self.c_per_w(max_power_w) * np.asarray(power_w) * heat
 
     def step(
         self,
-        temp_c: np.ndarray,
-        power_w: np.ndarray | float,
+        temp_c: ArrayLike,
+        power_w: ArrayLike,
         dt_s: float,
         *,
-        max_power_w: float,
-        heat: float = 1.0,
+        max_power_w: ArrayLike,
+        heat: ArrayLike = 1.0,
     ) -> np.ndarray:
         """Temperatures after ``dt_s`` seconds at a constant ``power_w`` (a new array)."""
         steady = self.steady_c(power_w, max_power_w, heat)

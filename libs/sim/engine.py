@@ -50,6 +50,7 @@ from libs.sim.state import (
 from proto.nodes import NodeSpec
 
 ARRIVE, FINISH, OOM, RESUBMIT, RESUMED, POWER, TICK = 0, 1, 2, 3, 4, 5, 6
+SAMPLE = 8  # a thermal sample instant (libs.sim.thermal)
 STANDBY_W_PER_GPU = 0.0  # a powered-down node's GPUs draw nothing (host power not modelled)
 
 
@@ -99,6 +100,7 @@ class Engine:
         runtimes: np.ndarray | None = None,
         samples: int = 2000,
         progress: Callable[[float], None] | None = None,
+        thermal: Any = None,
     ):
         self.cluster = SimCluster(nodes)
         self.policy = policy
@@ -151,6 +153,9 @@ class Engine:
         self._tick = getattr(policy, "next_pass_s", None)
         self._next_tick = float("inf")
         policy.attach(SimContext(self.cluster, models, profiles, self.jobs))
+        self._thermal = thermal  # libs.sim.thermal.SimThermal: heat, throttling, the guard
+        if thermal is not None:
+            thermal.attach(self, lambda at: self._push(at, SAMPLE, 0))
 
     # ----- events --------------------------------------------------------------------------
     def _push(self, t: float, kind: int, job: int, token: int = 0) -> None:
@@ -235,6 +240,8 @@ class Engine:
         self.running[job.idx] = job
         self._push(now + duration, OOM if oom else FINISH, job.idx, job.token)
         self.policy.started(job, now)
+        if self._thermal is not None:
+            self._thermal.wake(now)
 
     def _stop(self, job: SimJob, now: float) -> None:
         """Release an attempt's resources and account its GPU time and energy."""
@@ -257,7 +264,7 @@ class Engine:
             self._up_at[idx] = np.nan
             self.policy.power_resumed(self.cluster.nodes[idx].id, t)  # type: ignore[attr-defined]
             return True
-        if kind == POWER:
+        if kind in (POWER, SAMPLE):
             return False
         if kind == TICK:
             if self._next_tick <= t:
@@ -278,6 +285,11 @@ class Engine:
             return True
         if token != job.token or job.state != RUNNING:
             return False  # stale
+        if kind == FINISH and self._thermal is not None:  # throttled: work left to make up
+            late_s = self._thermal.deferral_s(idx)
+            if late_s > 0:
+                self._push(t + late_s, FINISH, idx, token)
+                return False
         self._stop(job, t)
         if kind == FINISH:
             self._terminate(job, COMPLETED, t)
@@ -323,6 +335,8 @@ class Engine:
         self._seq = len(self.jobs)
         heapq.heapify(self._heap)
         t0 = self._heap[0][0] if self._heap else 0.0
+        if self._thermal is not None:
+            self._thermal.start(t0)
         last_submit = max((j.submit_s for j in self.jobs), default=t0)
         step = max(1.0, (last_submit - t0) / max(1, self._samples))
         s_t: list[float] = []
@@ -351,6 +365,8 @@ class Engine:
                     busy_alloc += a * dt
                 t_prev = t
             wake = False
+            if self._thermal is not None:  # temperatures up to t, a sample when one is due
+                wake = self._thermal.at(t)
             while heap and heap[0][0] == t:
                 _, _, kind, idx, token = heapq.heappop(heap)
                 events += 1

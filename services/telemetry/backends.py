@@ -17,7 +17,7 @@ from typing import Any, Protocol
 
 import numpy as np
 
-from libs.policy.thermal_model import ThermalModel, heat_factor
+from libs.policy.thermal_model import UTIL_PER_SHARE, ThermalModel, gpu_power_w, heat_factor
 from proto.gpus import CATALOG, canonical_model
 from proto.ledger import Allocation
 from proto.nodes import GpuSample, NodeSpec, TelemetrySample
@@ -172,11 +172,11 @@ class SimulatedGpuBackend:
         rng = self._rng[node.id]
         load = self._load[node.id]
         busy = load > 0
-        efficiency = np.clip(rng.normal(0.9, 0.04, node.gpu_count), 0.6, 1.0)
+        efficiency = np.clip(rng.normal(UTIL_PER_SHARE, 0.04, node.gpu_count), 0.6, 1.0)
         util = np.where(
             busy, load * efficiency, np.clip(rng.normal(0.0, 0.005, node.gpu_count), 0, 0.02)
         )
-        power_w = node.idle_power_w + (node.max_power_w - node.idle_power_w) * util
+        power_w = gpu_power_w(node.idle_power_w, node.max_power_w, util)
         power_w = np.maximum(
             0.0, power_w + rng.normal(0.0, 0.01 * node.max_power_w, node.gpu_count)
         )
