@@ -274,6 +274,15 @@ def sim(
     max_jobs: Annotated[int | None, typer.Option("--max-jobs")] = None,
     load: Annotated[float | None, typer.Option("--load")] = None,
     throughputs: Annotated[Path | None, typer.Option("--throughputs")] = None,
+    hot_nodes: Annotated[
+        str | None, typer.Option("--hot-nodes", help="hot-node scenario: nodes that run hot")
+    ] = None,
+    hot_share: Annotated[
+        float | None, typer.Option("--hot-share", help="or this share of the nodes")
+    ] = None,
+    hot_heat: Annotated[
+        float | None, typer.Option("--hot-heat", help="their heat factor (default 1.5)")
+    ] = None,
 ) -> None:
     """Replay a trace through the simulator under several policies and compare them."""
     try:
@@ -307,6 +316,7 @@ def sim(
                 load=load,
                 throughputs=throughputs,
                 progress=progress,
+                hot=_hot_scenario(hot_nodes, hot_share, hot_heat),
             )
         except (ValueError, FileNotFoundError) as exc:
             raise UsageProblem(str(exc)) from None
@@ -314,6 +324,16 @@ def sim(
     for part in rendered if isinstance(rendered, list | tuple) else [rendered]:
         out.print(part)
     out.print(f"results in {out_dir}", highlight=False)
+
+
+def _hot_scenario(names: str | None, share: float | None, heat: float | None):
+    """``mosaic sim``'s hot-node scenario (``libs.sim.thermal``), or None."""
+    from libs.sim.thermal import HotNodes
+
+    try:
+        return HotNodes.parse(names, share, heat)
+    except ValueError as exc:
+        raise UsageProblem(str(exc)) from None
 
 
 @app.command()

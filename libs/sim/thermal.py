@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Collection, Mapping, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 import numpy as np
@@ -310,3 +310,32 @@ def sim_thermal_for(
 
 def totals_of(runs: Collection[SimThermal]) -> list[dict[str, Any]]:
     return [r.totals.as_dict() for r in runs]
+
+
+def without_guard(policy: Any) -> Any:
+    """A fresh instance of ``policy`` with the same config but the guard off (the comparison
+    run of a hot-node scenario), or None for a policy without a thermal config."""
+    cfg = getattr(policy, "cfg", None)
+    if cfg is None or not hasattr(cfg, "thermal") or not cfg.thermal.enabled:
+        return None
+    off = replace(cfg, thermal=replace(cfg.thermal, enabled=False))
+    return type(policy)(off)
+
+
+def guard_report(
+    scenario: HotNodes, nodes: Sequence[NodeSpec], on: SimThermal, off: SimThermal
+) -> dict[str, Any]:
+    """``results.json``'s ``thermal``: the scenario, the run with the guard and the one
+    without, and what the guard avoided (throttled GPU-hours, work lost to throttling)."""
+    a, b = on.totals.as_dict(), off.totals.as_dict()
+    return {
+        **scenario.describe(nodes),
+        "throttle_speed": THROTTLE_SPEED,
+        "slowdown_c": on.model.slowdown_c,
+        "threshold_c": on.cfg.threshold_c,
+        "with_guard": a,
+        "without_guard": b,
+        "migrations": a["migrations"],
+        "throttled_gpu_h_avoided": b["throttled_gpu_h"] - a["throttled_gpu_h"],
+        "throttle_lost_h_avoided": (b["throttle_lost_s"] - a["throttle_lost_s"]) / 3600.0,
+    }

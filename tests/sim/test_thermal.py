@@ -80,3 +80,20 @@ def test_hot_nodes_option() -> None:
         HotNodes.parse(None, 1.5, None)
     with pytest.raises(ValueError, match=r"heat factor of hot-0 must be in \[0.1, 5"):
         SimThermal(NODES, heat={"hot-0": 9.0})
+
+
+def test_mosaic_sim_reports_the_hot_node_scenario() -> None:
+    from libs.sim.runner import run_simulation
+
+    hot = HotNodes.parse("a100-0,a100-1", None, None)
+    r = run_simulation("synthetic:150", "demo", 0, ["fifo", "mosaic"], None, load=0.9, hot=hot)
+    t = r["thermal"]
+    assert t["hot_nodes"] == ["a100-0", "a100-1"] and t["throttle_speed"] == THROTTLE_SPEED
+    assert t["with_guard"]["holds"] >= 1 and t["without_guard"]["holds"] == 0
+    assert t["throttled_gpu_h_avoided"] == pytest.approx(
+        t["without_guard"]["throttled_gpu_h"] - t["with_guard"]["throttled_gpu_h"]
+    )
+    assert t["throttled_gpu_h_avoided"] >= 0
+    assert r["policies"]["fifo"]["thermal"]["throttled_gpu_h"] > 0  # heat hits every policy
+    plain = run_simulation("synthetic:150", "demo", 0, ["mosaic"], None, load=0.9)
+    assert "thermal" not in plain and "thermal" not in plain["policies"]["mosaic"]
