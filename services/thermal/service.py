@@ -56,7 +56,7 @@ class ThermalService:
         self.guard = ThermalGuard(cfg or ThermalConfig())
         self.nodes: dict[str, NodeSpec] = {}
         self.ledger: dict[str, Allocation] = {}
-        self.published: list[tuple[str, str]] = []  # (intent kind, id): what this run sent
+        self.by_node: dict[str, dict[str, Allocation]] = {}  # node -> job -> its allocation
         self._watches: list = []
 
     async def start(self) -> None:
@@ -80,16 +80,21 @@ class ThermalService:
 
     async def _on_alloc(self, key: str, value: Allocation | None) -> None:
         errs = [] if value is None else revalidate_allocation(value)
-        if value is None or refused(self.bus, "allocation", errs, key=key):
-            self.ledger.pop(key, None)
-        else:
+        old = self.ledger.pop(key, None)
+        if old is not None:
+            on = self.by_node.get(old.node, {})
+            on.pop(key, None)
+            if not on:
+                self.by_node.pop(old.node, None)
+        if value is not None and not refused(self.bus, "allocation", errs, key=key):
             self.ledger[key] = value
+            self.by_node.setdefault(value.node, {})[key] = value
 
     def jobs_on(self, node: str) -> list[NodeJob]:
+        """What runs on ``node`` (the ledger, indexed by node: a sample costs its own jobs)."""
         return [
             NodeJob(a.job_id, a.attempt, tuple(a.gpu_indices))
-            for a in self.ledger.values()
-            if a.node == node
+            for a in self.by_node.get(node, {}).values()
         ]
 
     def movable(self, job: NodeJob) -> bool:
@@ -140,7 +145,6 @@ class ThermalService:
                 decision = audit(intent, trace_id=span_trace_id(span))
                 await self.bus.publish(subjects.decisions(NAME), decision)
             metrics.INTENTS.labels(kind).inc()
-            self.published.append((kind, intent.id))
             self.log.info(
                 "thermal_intent", intent=kind, node=action.node, id=intent.id, reason=action.reason
             )
