@@ -236,7 +236,7 @@ class SimThermal:
         on_node: dict[str, list] | None = None
         for i, node in enumerate(self.ids):
             state = guard.nodes.get(node)
-            quiet = state is None or (not state.hot and state.over_run == 0)
+            quiet = state is None or (not state.hot and not any(state.over_run))
             if quiet and peaks[i] < cfg.threshold_c:
                 continue  # nothing can happen on a cool node (only its last time would move)
             jobs: list[NodeJob] = []

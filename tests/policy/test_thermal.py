@@ -94,6 +94,14 @@ def test_release_needs_a_window_below_clear() -> None:
     assert not guard.is_hot("n0")
 
 
+def test_the_window_is_one_gpus() -> None:
+    """Spikes taking turns on different GPUs are noise, not a hot GPU."""
+    guard = ThermalGuard()
+    turns = [[90.0, 60.0, 60.0], [60.0, 90.0, 60.0], [60.0, 60.0, 90.0]] * 3
+    assert all(step == [] for step in feed(guard, turns))
+    assert not guard.is_hot("n0")
+
+
 def test_stale_or_repeated_samples_are_ignored() -> None:
     guard = ThermalGuard()
     for _ in range(5):
@@ -176,8 +184,8 @@ def test_holds_alternate_and_need_a_full_window(samples, window):
                 state = a.on
                 recent = samples[max(0, i - window + 1) : i + 1]
                 assert len(recent) == window
-                if a.on:
-                    assert all(max(s) >= cfg.threshold_c for s in recent)
+                if a.on:  # one GPU over the threshold in every sample of the window
+                    assert any(all(s[g] >= cfg.threshold_c for s in recent) for g in range(4))
                 else:
                     assert all(max(s) < cfg.clear_c for s in recent)
 

@@ -4,9 +4,9 @@ The decision, as a small state machine per node fed one sample at a time (node, 
 temperatures, time), the same for ``services/thermal`` (telemetry every 5 s) and the simulator
 (``libs.sim.thermal``, at its sample instants):
 
-- **cool -> hot**: some GPU reads at or above ``threshold_c`` in ``window`` consecutive
-  samples. One hot sample is noise (a reading spike, a burst of work); a window of them is a
-  trend. The node is held (``HoldAction(on=True)``: no new work) and its jobs migrate.
+- **cool -> hot**: a GPU reads at or above ``threshold_c`` in ``window`` consecutive
+  samples (the same GPU). One hot sample is noise (a reading spike, a burst of work); a window
+  of them is a trend. The node is held (``HoldAction(on=True)``: no new work) and its jobs migrate.
 - **while hot**: the hold is renewed every ``window`` samples (its TTL covers
   ``hold_ttl_windows`` windows of the node's sample cadence, so a dead guard's hold lapses), and
   each window, while some GPU is still at or above the threshold, up to
@@ -77,8 +77,8 @@ class NodeState:
     hot: bool = False
     last_s: float | None = None
     interval_s: float = 0.0  # the last gap between two samples
-    over_run: int = 0  # consecutive samples with a GPU >= threshold
-    over_since_s: float = 0.0  # time of the first sample of that run
+    over_run: list[int] = field(default_factory=list)  # per GPU: consecutive samples >= threshold
+    over_since_s: list[float] = field(default_factory=list)  # per GPU: that run's first sample
     clear_run: int = 0  # consecutive samples with every GPU < clear_c (while hot)
     since_window: int = 0  # samples since the hold was set or renewed (while hot)
     detected_s: float = 0.0
@@ -146,24 +146,40 @@ class ThermalGuard:
         state.last_s = time_s
         peak = max(temps_c, default=float("-inf"))
         over = peak >= self.cfg.threshold_c
-        if over:
-            if state.over_run == 0:
-                state.over_since_s = time_s
-            state.over_run += 1
-        else:
-            state.over_run = 0
+        self._count_runs(state, temps_c, time_s)
         if not state.hot:
             return self._maybe_heat(node, state, peak, temps_c, jobs, movable)
         return self._while_hot(node, state, peak, over, temps_c, jobs, movable)
 
+    def _count_runs(self, state: NodeState, temps_c: Sequence[float], time_s: float) -> None:
+        """Each GPU's run of consecutive over-threshold samples (a GPU added later starts at 0)."""
+        n = len(temps_c)
+        if len(state.over_run) != n:
+            state.over_run = (state.over_run + [0] * n)[:n]
+            state.over_since_s = (state.over_since_s + [time_s] * n)[:n]
+        for g, t in enumerate(temps_c):
+            if t >= self.cfg.threshold_c:
+                if state.over_run[g] == 0:
+                    state.over_since_s[g] = time_s
+                state.over_run[g] += 1
+            else:
+                state.over_run[g] = 0
+
+    def sustained(self, state: NodeState) -> bool:
+        """Some GPU has been at or above the threshold for a whole window."""
+        return any(r >= self.cfg.window for r in state.over_run)
+
     def _maybe_heat(self, node, state, peak, temps_c, jobs, movable) -> list[Action]:
         c = self.cfg
-        if state.over_run < c.window:
+        if not self.sustained(state):
             return []
         state.hot = True
         state.clear_run = 0
         state.since_window = 0
-        state.detected_s = state.over_since_s
+        # the start of the first GPU's completed window: detection-to-intent starts there
+        state.detected_s = min(
+            s for r, s in zip(state.over_run, state.over_since_s, strict=True) if r >= c.window
+        )
         state.asked = set()
         reason = (
             f"hot: a GPU at or above {c.threshold_c:g} C for {c.window} samples (peak {peak:.1f} C)"
@@ -176,7 +192,7 @@ class ThermalGuard:
         state.clear_run = state.clear_run + 1 if peak < c.clear_c else 0
         if state.clear_run >= c.window:
             state.hot = False
-            state.over_run = 0
+            state.over_run = [0] * len(state.over_run)
             state.asked = set()
             reason = f"cooled: every GPU below {c.clear_c:g} C for {c.window} samples"
             return [HoldAction(node, False, 0.0, reason, state.detected_s)]
