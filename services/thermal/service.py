@@ -120,34 +120,50 @@ class ThermalService:
 
     async def publish(self, actions: list[Action], *, sample_s: float) -> None:
         """Each action: its intent and its audit record, in one span. The window that made a
-        node hot (a hold that is no renewal, and its migrations) is timed from detection."""
+        node hot (a hold that is no renewal, and its migrations) is timed from detection.
+
+        An intent that cannot be published (NATS away) is logged and not lost for good: a
+        migration is forgotten as asked, so the next window asks again, and a hold is renewed
+        every window anyway. The sample itself was sound, so it is not dead-lettered."""
         fresh = any(isinstance(a, HoldAction) and a.on and not a.renewal for a in actions)
         for action in actions:
-            kind = "migrate" if isinstance(action, MigrateAction) else "hold"
-            if isinstance(action, HoldAction) and not action.on:
-                kind = "release"
-            with TRACER.start_as_current_span(
-                f"thermal.{kind}",
-                attributes={"node": action.node, "reason": action.reason},
-            ) as span:
-                now = self.clock.now()
-                tp = traceparent_of(span)
+            try:
+                await self._publish_one(action, fresh=fresh, sample_s=sample_s)
+            except Exception as exc:
+                self.log.warning(
+                    "thermal_intent_failed", node=action.node, reason=action.reason, error=repr(exc)
+                )
                 if isinstance(action, MigrateAction):
-                    span.set_attribute("job", action.job_id)
-                    intent = move_intent(action, now=now, trace=tp)
-                else:
-                    intent = hold_intent(action, now=now, sample_s=sample_s, trace=tp)
-                await self.bus.publish(subjects.intents(NAME), intent, msg_id=intent.id)
-                if fresh and kind != "release":
-                    latency_s = self.clock.wall_seconds(self.clock.now() - action.detected_s)
-                    metrics.DETECTION_TO_INTENT.labels(kind).observe(max(0.0, latency_s))
-                    span.set_attribute("detection_to_intent_s", latency_s)
-                decision = audit(intent, trace_id=span_trace_id(span))
-                await self.bus.publish(subjects.decisions(NAME), decision)
-            metrics.INTENTS.labels(kind).inc()
-            self.log.info(
-                "thermal_intent", intent=kind, node=action.node, id=intent.id, reason=action.reason
-            )
+                    state = self.guard.nodes.get(action.node)
+                    if state is not None:
+                        state.asked.discard((action.job_id, action.attempt))
+
+    async def _publish_one(self, action: Action, *, fresh: bool, sample_s: float) -> None:
+        kind = "migrate" if isinstance(action, MigrateAction) else "hold"
+        if isinstance(action, HoldAction) and not action.on:
+            kind = "release"
+        with TRACER.start_as_current_span(
+            f"thermal.{kind}",
+            attributes={"node": action.node, "reason": action.reason},
+        ) as span:
+            now = self.clock.now()
+            tp = traceparent_of(span)
+            if isinstance(action, MigrateAction):
+                span.set_attribute("job", action.job_id)
+                intent = move_intent(action, now=now, trace=tp)
+            else:
+                intent = hold_intent(action, now=now, sample_s=sample_s, trace=tp)
+            await self.bus.publish(subjects.intents(NAME), intent, msg_id=intent.id)
+            if fresh and kind != "release":
+                latency_s = self.clock.wall_seconds(self.clock.now() - action.detected_s)
+                metrics.DETECTION_TO_INTENT.labels(kind).observe(max(0.0, latency_s))
+                span.set_attribute("detection_to_intent_s", latency_s)
+            decision = audit(intent, trace_id=span_trace_id(span))
+            await self.bus.publish(subjects.decisions(NAME), decision)
+        metrics.INTENTS.labels(kind).inc()
+        self.log.info(
+            "thermal_intent", intent=kind, node=action.node, id=intent.id, reason=action.reason
+        )
 
 
 def config_from_args(args: argparse.Namespace) -> ThermalConfig:
