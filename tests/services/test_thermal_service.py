@@ -17,6 +17,7 @@ from proto.jobs import JobSpec
 from proto.ledger import Allocation
 from proto.nodes import GpuSample, NodeSpec, TelemetrySample
 from services.thermal.service import main
+from tests.obs._spans import OtlpReceiver, exporting_to
 from tests.services._scorer_util import connect, poll, put_nodes, start_in_process
 
 NODE = NodeSpec(
@@ -62,6 +63,22 @@ def latency_count(intent: str) -> float:
 
 
 async def test_hot_node_is_held_its_movable_job_migrated_and_released_after_cooling(nats_url):
+    with OtlpReceiver() as receiver:
+        with exporting_to(receiver):
+            intents, decisions = await _hot_then_cool(nats_url)
+        spans = list(receiver.spans)  # flushed on leaving exporting_to, over real OTLP/HTTP
+    # each decision explains itself: a span per intent, in the trace its audit record names
+    hold_span = next(s for s in spans if s.name == "thermal.hold")
+    move_span = next(s for s in spans if s.name == "thermal.migrate")
+    assert hold_span.attributes["node"] == NODE.id
+    assert move_span.attributes["job"] == "ckpt"
+    assert hold_span.attributes["detection_to_intent_s"] >= 10.0
+    assert decisions[0].trace_id == hold_span.trace_id
+    assert intents[1].trace == f"00-{move_span.trace_id}-{move_span.span_id}-01"
+    assert any(s.name == "thermal.release" for s in spans)
+
+
+async def _hot_then_cool(nats_url: str) -> tuple[list[Intent], list[Decision]]:
     bus = await connect(nats_url)
     intents: list[Intent] = []
     decisions: list[Decision] = []
@@ -135,6 +152,7 @@ async def test_hot_node_is_held_its_movable_job_migrated_and_released_after_cool
     finally:
         assert await svc.close() == 0
         await bus.close()
+    return intents, decisions
 
 
 async def test_a_restarted_guard_asks_the_same_move_once(nats_url):
