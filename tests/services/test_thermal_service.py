@@ -74,7 +74,7 @@ async def test_hot_node_is_held_its_movable_job_migrated_and_released_after_cool
     assert move_span.attributes["job"] == "ckpt"
     assert hold_span.attributes["detection_to_intent_s"] >= 10.0
     assert decisions[0].trace_id == hold_span.trace_id
-    assert intents[1].trace == f"00-{move_span.trace_id}-{move_span.span_id}-01"
+    assert intents[1].trace.startswith(f"00-{move_span.trace_id}-{move_span.span_id}-")
     assert any(s.name == "thermal.release" for s in spans)
 
 
