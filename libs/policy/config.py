@@ -51,6 +51,36 @@ def _size_mix() -> tuple[tuple[float, float], ...]:
 
 
 @dataclass(frozen=True, slots=True)
+class PreemptConfig:
+    """Moving running jobs (``libs.policy.stages.preempt``): who may be moved, how often, and the
+    priority-protection rule. The simulator charges ``checkpoint_cost_s`` per move; the live
+    executor takes what the job's save takes."""
+
+    enabled: bool = True  # the priority-protection rule (protected jobs are never moved anyway)
+    resume_bound_s: float = 1800.0  # a moved job must be able to start again within this
+    min_interval_s: float = 3600.0  # a job is not moved twice within this window
+    min_run_s: float = 300.0  # nor in the first minutes of an attempt (it would gain nothing)
+    protect_priority: int = 8  # a blocked job of at least this priority may preempt
+    priority_gap: int = 3  # ... jobs of at most its priority minus this
+    min_wait_s: float = 600.0  # ... once it has waited this long
+    # ... when the GPU-seconds lost are at most this times the GPU-seconds it has waited
+    lost_per_wait: float = 1.0
+    at_risk_share: float = 0.1  # share of an attempt's run a move counts as at risk ...
+    lost_work_cap_s: float = 1800.0  # ... of at most this much run
+    checkpoint_cost_s: float = 30.0  # time a checkpoint takes (sim) / is expected to take
+    max_per_pass: int = 4  # moves the scheduler decides per pass
+
+    def __post_init__(self) -> None:
+        for name in ("resume_bound_s", "min_interval_s", "min_run_s", "min_wait_s"):
+            if not getattr(self, name) >= 0:
+                raise ValueError(f"preempt.{name} must be >= 0")
+        if not self.lost_per_wait >= 0 or not self.checkpoint_cost_s >= 0:
+            raise ValueError("preempt.lost_per_wait and preempt.checkpoint_cost_s must be >= 0")
+        if self.max_per_pass < 0 or self.priority_gap < 0:
+            raise ValueError("preempt.max_per_pass and preempt.priority_gap must be >= 0")
+
+
+@dataclass(frozen=True, slots=True)
 class PolicyConfig:
     """All policy coefficients. Build variants with ``dataclasses.replace(cfg, ...)``."""
 
@@ -188,6 +218,8 @@ class PolicyConfig:
     power_demand_cap: int = 256  # blocked jobs (in rank order) the resume decision looks at
     max_places_per_pass: int = 1_000_000  # cap on placements per pass (live placer may lower it)
     explain_top_k: int = 5  # candidates kept in an explained placement
+    # --- moving jobs (libs.policy.stages.preempt; issue 14) ---
+    preempt: PreemptConfig = field(default_factory=PreemptConfig)
 
     @classmethod
     def default(cls) -> PolicyConfig:
@@ -207,7 +239,11 @@ class PolicyConfig:
         out: dict[str, Any] = {}
         for f in dataclasses.fields(self):
             v = getattr(self, f.name)
-            out[f.name] = v.as_dict() if isinstance(v, RegimeWeights) else v
+            if isinstance(v, RegimeWeights):
+                v = v.as_dict()
+            elif dataclasses.is_dataclass(v) and not isinstance(v, type):
+                v = dataclasses.asdict(v)
+            out[f.name] = v
         out["size_mix"] = [list(p) for p in self.size_mix]
         return out
 
