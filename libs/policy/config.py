@@ -51,6 +51,37 @@ def _size_mix() -> tuple[tuple[float, float], ...]:
 
 
 @dataclass(frozen=True, slots=True)
+class DefragConfig:
+    """The defragmenter's settings (``libs.policy.stages.defrag.plan_moves``, issue 14).
+
+    Why a record of its own: the live defragmenter and the simulator read the same numbers, and
+    ``--set defrag.enabled=true`` names them. ``enabled`` switches the simulator's use of the
+    plan (the live service has its own switch: whether it runs). ``max_moves`` caps one plan
+    (a plan that moves more jobs than this is not worth the churn). ``candidate_nodes``: how many
+    nodes a plan tries to clear for one blocked job (those with the most free or movable
+    capacity first); it bounds the plan's cost on large clusters. ``checkpoint_interval_s``:
+    how often a checkpointable job is assumed to save (the lost work of a move is the time since
+    the last save); ``checkpoint_cost_s``: the time a move costs the moved job (save, stop,
+    restore), counted by the simulator with each migration.
+    """
+
+    enabled: bool = False
+    max_moves: int = 8
+    candidate_nodes: int = 16
+    checkpoint_interval_s: float = 1800.0
+    checkpoint_cost_s: float = 60.0
+
+    def as_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    def __post_init__(self) -> None:
+        if self.max_moves < 0 or self.candidate_nodes < 1:
+            raise ValueError("defrag: need max_moves >= 0 and candidate_nodes >= 1")
+        if not (self.checkpoint_interval_s > 0 and self.checkpoint_cost_s >= 0):
+            raise ValueError("defrag: need checkpoint_interval_s > 0 and checkpoint_cost_s >= 0")
+
+
+@dataclass(frozen=True, slots=True)
 class PolicyConfig:
     """All policy coefficients. Build variants with ``dataclasses.replace(cfg, ...)``."""
 
@@ -188,6 +219,8 @@ class PolicyConfig:
     power_demand_cap: int = 256  # blocked jobs (in rank order) the resume decision looks at
     max_places_per_pass: int = 1_000_000  # cap on placements per pass (live placer may lower it)
     explain_top_k: int = 5  # candidates kept in an explained placement
+    # --- fragmentation and defragmentation (issue 14) ---
+    defrag: DefragConfig = field(default_factory=DefragConfig)
 
     @classmethod
     def default(cls) -> PolicyConfig:
@@ -207,7 +240,7 @@ class PolicyConfig:
         out: dict[str, Any] = {}
         for f in dataclasses.fields(self):
             v = getattr(self, f.name)
-            out[f.name] = v.as_dict() if isinstance(v, RegimeWeights) else v
+            out[f.name] = v.as_dict() if isinstance(v, RegimeWeights | DefragConfig) else v
         out["size_mix"] = [list(p) for p in self.size_mix]
         return out
 
