@@ -81,6 +81,37 @@ class PreemptConfig:
 
 
 @dataclass(frozen=True, slots=True)
+class DefragConfig:
+    """The defragmenter's settings (``libs.policy.stages.defrag.plan_moves``, issue 14).
+
+    Why a record of its own: the live defragmenter and the simulator read the same numbers, and
+    ``--set defrag.enabled=true`` names them. ``enabled`` switches the simulator's use of the
+    plan (the live service has its own switch: whether it runs). ``max_moves`` caps one plan
+    (a plan that moves more jobs than this is not worth the churn). ``candidate_nodes``: how many
+    nodes a plan tries to clear for one blocked job (those with the most free or movable
+    capacity first); it bounds the plan's cost on large clusters. ``checkpoint_interval_s``:
+    how often a checkpointable job is assumed to save (the lost work of a move is the time since
+    the last save); ``checkpoint_cost_s``: the time a move costs the moved job (save, stop,
+    restore), counted by the simulator with each migration.
+    """
+
+    enabled: bool = False
+    max_moves: int = 8
+    candidate_nodes: int = 16
+    checkpoint_interval_s: float = 1800.0
+    checkpoint_cost_s: float = 60.0
+
+    def as_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    def __post_init__(self) -> None:
+        if self.max_moves < 0 or self.candidate_nodes < 1:
+            raise ValueError("defrag: need max_moves >= 0 and candidate_nodes >= 1")
+        if not (self.checkpoint_interval_s > 0 and self.checkpoint_cost_s >= 0):
+            raise ValueError("defrag: need checkpoint_interval_s > 0 and checkpoint_cost_s >= 0")
+
+
+@dataclass(frozen=True, slots=True)
 class PolicyConfig:
     """All policy coefficients. Build variants with ``dataclasses.replace(cfg, ...)``."""
 
@@ -220,6 +251,8 @@ class PolicyConfig:
     explain_top_k: int = 5  # candidates kept in an explained placement
     # --- moving jobs (libs.policy.stages.preempt; issue 14) ---
     preempt: PreemptConfig = field(default_factory=PreemptConfig)
+    # --- fragmentation and defragmentation (issue 14) ---
+    defrag: DefragConfig = field(default_factory=DefragConfig)
 
     @classmethod
     def default(cls) -> PolicyConfig:
