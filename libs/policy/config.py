@@ -32,6 +32,50 @@ class RegimeWeights:
         return dataclasses.asdict(self)
 
 
+@dataclass(frozen=True, slots=True)
+class ThermalConfig:
+    """The thermal guard (``libs.policy.stages.thermal``; issue 14), live and in the simulator.
+
+    A GPU at or above ``threshold_c`` for ``window`` consecutive samples makes its node hot:
+    the guard holds it (no new work) and migrates at most ``max_moves_per_window`` of its
+    movable jobs per window, hottest GPU first. The node is released when every GPU has read
+    below ``clear_c`` for ``window`` consecutive samples (hysteresis: a GPU hovering at the
+    threshold does not flap the hold). The hold is renewed every window while the node is hot
+    and lasts ``hold_ttl_windows`` windows of the node's sample cadence (at least
+    ``hold_ttl_min_s``), so a guard that dies leaves no node held for long. ``threshold_c``
+    defaults to ``PolicyConfig.thermal_max_c``, the placement filter's limit: a node the guard
+    drains is one the filter already refuses new work.
+
+    ``enabled``: the simulator runs the guard (the live service runs it when deployed).
+    ``sim_sample_s``: the simulator's telemetry cadence (the live one is the telemetry
+    service's ``--interval-s``, 5 s by default).
+    """
+
+    enabled: bool = True
+    threshold_c: float = 85.0
+    clear_c: float = 75.0
+    window: int = 3  # consecutive samples
+    max_moves_per_window: int = 2  # migrations per node per window
+    hold_ttl_windows: float = 4.0
+    hold_ttl_min_s: float = 60.0
+    sim_sample_s: float = 60.0
+
+    def __post_init__(self) -> None:
+        if not self.clear_c < self.threshold_c:
+            raise ValueError("thermal.clear_c must be below thermal.threshold_c (hysteresis)")
+        if self.window < 1:
+            raise ValueError(f"thermal.window must be >= 1 sample, got {self.window}")
+        if self.max_moves_per_window < 0:
+            raise ValueError("thermal.max_moves_per_window must be >= 0")
+        if not (self.hold_ttl_windows >= 1 and self.hold_ttl_min_s > 0):
+            raise ValueError("thermal.hold_ttl_windows must be >= 1, hold_ttl_min_s > 0")
+        if not self.sim_sample_s > 0:
+            raise ValueError("thermal.sim_sample_s must be > 0")
+
+    def as_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+
 def _low() -> RegimeWeights:
     return RegimeWeights(fair_share=0.7, energy=0.1, deadline=0.1, priority=0.1)
 
@@ -199,6 +243,7 @@ class PolicyConfig:
     # --- thermal ---
     thermal_max_c: float = 85.0  # a node at or above this takes no new job
     thermal_ambient_c: float = 30.0  # headroom is measured from here to thermal_max_c
+    thermal: ThermalConfig = field(default_factory=ThermalConfig)  # the guard (issue 14)
     # --- scheduling pass (libs.policy.scheduler / backfill) ---
     backfill: bool = True
     # blocked jobs protected by a reservation per pass: the head and the next ones that cannot
