@@ -1,13 +1,13 @@
 """The defragmenter's shell: ledger, nodes and the lifecycle in, move intents out.
 
-Every ``interval_s`` it rebuilds the cluster as the ledger says it is, takes the jobs that wait
-on Resources (they fit the cluster, not now), and asks ``libs.policy.stages.defrag.plan_moves``
-(the definition the simulator runs too) for the cheapest moves after which they fit, moving
-only what ``libs.policy.stages.preempt`` allows. Each move becomes a ``MoveIntent`` on
-``intents.defrag`` (rule 2: the placer checks and commits it, or refuses it with a reason) and
-an audit record on ``decisions.defrag``, in the blocked job's trace. The intent id names the
-attempt, so a restarted defragmenter that plans the same move again is deduplicated by
-JetStream, and an attempt is asked for once per process.
+Every ``interval_s`` it rebuilds the cluster as the ledger says it is, takes the jobs that
+wait (highest priority first; the plan skips those that fit now), and asks
+``libs.policy.stages.defrag.plan_moves`` (the definition the simulator runs too) for the
+cheapest moves after which they fit, moving only what ``libs.policy.stages.preempt`` allows.
+Each move becomes a ``MoveIntent`` on ``intents.defrag`` (rule 2: the placer checks and
+commits it, or refuses it with a reason) and an audit record on ``decisions.defrag``. The
+intent id names the attempt, so a restarted defragmenter that plans the same move again is
+deduplicated by JetStream, and an attempt is asked for once per process.
 
 It also exports the cluster's fragmentation as FGD measures it (``stages.frag``): the GPUs
 free now that the workload seen so far could not use.

@@ -1,8 +1,8 @@
 """The defragmenter's read model: the jobs that wait, why, and when each job last moved.
 
 Folded from the lifecycle stream. A job waits from its ``Submitted`` (or a ``Preempted``) until
-its ``Placed`` or its end; the placer's ``Queued`` events carry why it waits, and only jobs that
-wait on ``Resources`` (they fit the cluster, not now) are what a defragmentation plan can help.
+its ``Placed`` or its end; the placer's ``Queued`` events carry why it waits (a job held by a
+cordon or a booting node is no defragmentation's business).
 A ``Checkpointed`` says the job was just moved (the protection rules' rate limit reads it).
 Pure: fed events, no I/O.
 """
@@ -12,7 +12,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from libs.policy.decisions import RESOURCES
+from libs.policy.decisions import CORDONED, NODE_WAKING
 from libs.policy.types import PendingJob
 from proto.events import (
     Checkpointed,
@@ -65,7 +65,10 @@ class WaitingJobs:
             self.moved_at.pop(job, None)
 
     def blocked(self, limit: int) -> list[PendingJob]:
-        """Up to ``limit`` jobs waiting on Resources, highest priority then longest wait."""
-        rows = [w for w in self.jobs.values() if w.reason == RESOURCES]
+        """Up to ``limit`` waiting jobs, highest priority then longest wait, except those held
+        by a cordon or a booting node (moving jobs would not help them). Whether one is blocked
+        by fragments is the plan's to say (``plan_moves`` skips a job that fits now): a job the
+        placer never tried (a full cluster) still says Priority."""
+        rows = [w for w in self.jobs.values() if w.reason not in (CORDONED, NODE_WAKING)]
         rows.sort(key=lambda w: (-w.spec.priority, w.since, w.spec.id))
         return [PendingJob(w.spec, w.since) for w in rows[:limit]]
