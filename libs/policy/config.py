@@ -113,6 +113,15 @@ class PreemptConfig:
     lost_work_cap_s: float = 1800.0  # ... of at most this much run
     checkpoint_cost_s: float = 30.0  # time a checkpoint takes (sim) / is expected to take
     max_per_pass: int = 4  # moves the scheduler decides per pass
+    interval_s: float = 60.0  # the rule looks at most this often (a plan is a search)
+    # a moved job is first in line again: its place counts as resume_credit_s older (aging at
+    # 0.025/h: +4.2 for a week, above any fresh score), so the resume bound the plan checked
+    # is kept (measured on the first 8k Philly jobs: without it p99 resume delay was 20 h)
+    resume_credit_s: float = 7 * 86_400.0
+    # whether a victim's resume may count on GPUs of running jobs expected to end within the
+    # bound. Off: expected ends are estimates (measured on the first 8k Philly jobs, counting
+    # them let the p99 resume delay reach 7 h); a victim must have room elsewhere now
+    resume_counts_ends: bool = False
 
     def __post_init__(self) -> None:
         for name in ("resume_bound_s", "min_interval_s", "min_run_s", "min_wait_s"):

@@ -41,7 +41,8 @@ from libs.policy.profiles import ProfileTable
 from libs.policy.queue import COLUMNS, PendingQueue
 from libs.policy.reasons import WaitReasons
 from libs.policy.scores import is_green
-from libs.policy.types import CycleResult, PendingJob, RunningJob
+from libs.policy.stages import preempt as P
+from libs.policy.types import CycleResult, PendingJob, Placement, RunningJob
 from libs.policy.wait_info import explain_wait
 from libs.policy.wakeups import Wakeups
 from proto.decisions import WaitNumbers
@@ -50,8 +51,9 @@ from proto.ledger import Allocation
 from proto.nodes import NodeSpec
 
 POWER_HOLD = "power"  # the cordon hold of a suspended or booting node
+ROOM_HOLD = "room:"  # + job id: a node moves are clearing for that job (``_fill_rooms``)
 COL_PRIO, COL_ENQ = COLUMNS.index("prio"), COLUMNS.index("enq")
-BLOCKED_LOOKED_AT = 16  # blocked jobs, in rank order, the priority-protection rule looks at
+BLOCKED_LOOKED_AT = 4  # blocked jobs, in rank order, the priority-protection rule looks at
 
 
 def usage_of(alloc: Allocation) -> np.ndarray:
@@ -110,7 +112,9 @@ class Scheduler:
         self.last: CycleResult | None = None
         self._preempt_due_s = now  # the priority-protection rule looks again from then
         self.regime = regime(0.0, cfg)
-        self.moves = MoveBook()  # running attempts' history, ordered moves (stages.preempt)
+        self.moves = MoveBook(
+            len(self.view.node_ids)
+        )  # running attempts' history, ordered moves (stages.preempt)
 
     # ----- events: jobs --------------------------------------------------------------------
     def can_ever_place(self, spec: JobSpec) -> bool:
@@ -134,6 +138,7 @@ class Scheduler:
         elif job_id in self._held:
             self.end_job(job_id, now)
         self.moves.forget(job_id)
+        self._release_room(job_id)
 
     def start_job(self, job_id: str, alloc: Allocation, spec: JobSpec, now: float) -> None:
         """The job runs with ``alloc``: one this scheduler placed (already on the view) or one
@@ -143,6 +148,7 @@ class Scheduler:
             self.power.left_queue(self.queue.seq()[self.queue.position(job_id)])
             self._dequeue(job_id)
         self.why.forget(job_id)
+        self._release_room(job_id)
         key = (alloc.job_id, alloc.node, alloc.gpu_indices)
         i = self.view.index[alloc.node]
         if key in self._applied:
@@ -174,11 +180,16 @@ class Scheduler:
         return self.moves.ended(job_id, i)
 
     def moved_job(self, job: PendingJob, preempted_at: float) -> PendingJob:
-        """``job`` as it waits again after a move at ``preempted_at``: with its resume deadline
-        (``PreemptConfig.resume_bound_s`` later), which the rank stage's urgency reads."""
-        bound = self.cfg.preempt.resume_bound_s
+        """``job`` as it waits again after a move at ``preempted_at``: first in line (its place
+        counts ``resume_credit_s`` older) and with its resume deadline (``resume_bound_s``
+        later), which the rank stage's urgency reads."""
+        pc = self.cfg.preempt
         return PendingJob(
-            job.spec, job.enqueued_at, job.attempt, job.progress, resume_by=preempted_at + bound
+            job.spec,
+            job.enqueued_at - pc.resume_credit_s,  # first in line (PreemptConfig.resume_credit_s)
+            job.attempt,
+            job.progress,
+            resume_by=preempted_at + pc.resume_bound_s,
         )
 
     def _dequeue(self, job_id: str) -> None:
@@ -282,11 +293,45 @@ class Scheduler:
             self.power.note_blocked(res, self.queue, self._green_col()[:, 0])
         self.why.note(res, full)
         out: list[Place] = []
-        for pj, placement in res.assignments:
+        rooms = self._fill_rooms(res, now)
+        for pj, placement in [*res.assignments, *rooms]:
             alloc = to_allocation(pj.spec, placement, now, pj.attempt)
             self._applied.add((alloc.job_id, alloc.node, alloc.gpu_indices))
             out.append(Place(pj, placement, alloc))
         return out
+
+    # ----- rooms: the node moves cleared, held for the job they were for ----------------------
+    def _fill_rooms(self, res: CycleResult, now: float) -> list[tuple[PendingJob, Placement]]:
+        """After the pass: each job moves made room for starts in its room once the moved jobs
+        are gone (``stages.preempt.room_placement``), unless the pass placed it elsewhere. A
+        room lapses after the resume bound, or when its node is held for another reason."""
+        out = []
+        placed = {pj.spec.id for pj, _ in res.assignments}
+        for job_id, (node, until) in list(self.moves.rooms.items()):
+            pj = self.queue.get(job_id)
+            i = self.view.index[node]
+            others = [h for h in self._holds.get(node, ()) if not h.startswith(ROOM_HOLD)]
+            saving = job_id in self.moves.moving  # a moved job's room waits for its save
+            if until < now or others or (pj is None and not saving):
+                self._release_room(job_id)
+                continue
+            if pj is None or job_id in placed:
+                continue
+            placement = P.room_placement(pj.spec, self.view, i)
+            if placement is not None:  # applied at once, as the pass applies its own
+                self.view.allocate(to_allocation(pj.spec, placement, now, pj.attempt))
+                self.power.node_taken(i)
+                out.append((pj, placement))
+        return out
+
+    def _hold_rooms(self) -> None:
+        for job_id, (node, _) in self.moves.rooms.items():
+            self.set_cordoned(node, ROOM_HOLD + job_id, True)
+
+    def _release_room(self, job_id: str) -> None:
+        room = self.moves.rooms.pop(job_id, None)
+        if room is not None:
+            self.set_cordoned(room[0], ROOM_HOLD + job_id, False)
 
     def next_pass_s(self) -> float | None:
         """When a pass is due without an event (the next backfill), or None."""
@@ -294,16 +339,16 @@ class Scheduler:
 
     def preempt_step(self, now: float) -> list[MoveOrder]:
         """The moves of the priority-protection rule (``stages.preempt.priority_plan``), at
-        most once per backfill interval: for the waiting jobs of protected priority that have
-        waited long enough, highest priority then longest wait first, none that a pass just
-        placed or that a move under way already makes room for. The victims keep running
-        (and holding) until the driver reports them ended."""
+        most once per ``PreemptConfig.interval_s``: for the waiting jobs of protected priority
+        that have waited long enough, highest priority then longest wait first, none that a
+        pass just placed or that a move under way already makes room for. The victims keep
+        running (and holding) until the driver reports them ended."""
         pc = self.cfg.preempt
         if not pc.enabled or not self.moves.movers or now < self._preempt_due_s:
             return []
         if not len(self.queue):
             return []
-        self._preempt_due_s = now + max(self.cfg.backfill_interval_s, 1.0)
+        self._preempt_due_s = now + max(pc.interval_s, 1.0)
         t = self.queue.table()
         prio, enq = t[:, COL_PRIO], t[:, COL_ENQ]
         rows = np.flatnonzero((prio >= pc.protect_priority) & (enq <= now - pc.min_wait_s))
@@ -312,9 +357,11 @@ class Scheduler:
         rows = rows[np.lexsort((enq[rows], -prio[rows]))][: BLOCKED_LOOKED_AT * 2]
         skip = {k[0] for k in self._applied} | {m.for_job for m in self.moves.moving.values()}
         blocked = [self.queue[r] for r in rows.tolist() if self.queue[r].spec.id not in skip]
-        return self.moves.plan_priority(
+        moves = self.moves.plan_priority(
             blocked[:BLOCKED_LOOKED_AT], self.view, self.running, now, self.cfg
         )
+        self._hold_rooms()
+        return moves
 
     def next_move_s(self, now: float) -> float | None:
         """When a waiting job of protected priority reaches ``min_wait_s`` after ``now`` (the
@@ -335,8 +382,11 @@ class Scheduler:
         return self.moves.check(job_id, attempt, node, self.view, self.running, now, self.cfg)
 
     def order_move(self, move: MoveOrder, now: float) -> MoveOrder:
-        """Record an accepted move (``check_move`` said yes): the job is being moved now."""
-        return self.moves.order(move, now)
+        """Record an accepted move (``check_move`` said yes): the job is being moved now; a
+        move for another job holds the node it clears for that job (``_fill_rooms``)."""
+        out = self.moves.order(move, now, self.cfg.preempt.resume_bound_s)
+        self._hold_rooms()
+        return out
 
     def power_step(self, now: float) -> PowerStep:
         """Which nodes to suspend and resume now (view indices); the decided nodes are held

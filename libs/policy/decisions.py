@@ -44,6 +44,7 @@ class MoveOrder:
     for_job: str = ""
     intent: str = ""
     source: str = "scheduler"
+    to_node: str = ""  # where the moved job resumes (held for it while it saves), "" unknown
 
 
 @dataclass(frozen=True, slots=True)

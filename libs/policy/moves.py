@@ -10,13 +10,44 @@ arrive (``started``, ``ended``); ``core.Scheduler`` owns one and asks it for dec
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 
-from libs.policy.cluster import ClusterView
+import numpy as np
+
+from libs.policy.backfill import RunningSet
+from libs.policy.cluster import EPS, ClusterView
 from libs.policy.config import PolicyConfig
 from libs.policy.decisions import MoveOrder
 from libs.policy.stages import preempt as P
 from libs.policy.types import PendingJob, RunningJob
+
+
+def soon_free(view: ClusterView, running: RunningSet, now: float, bound_s: float) -> np.ndarray:
+    """``stages.preempt.whole_free_within`` read off a ``RunningSet``: only nodes whose
+    earliest expected end falls within the bound are walked, in end order (tested equal to
+    the definition, ``tests/policy/test_preempt.py``)."""
+    soon = view.whole_free.astype(float)
+    if bound_s < 0:
+        return soon
+    horizon = now + bound_s
+    first = running.first_end_array(len(view.node_ids))
+    for i in np.flatnonzero(first <= horizon).tolist():
+        for r in running.on_node(i):
+            if r.expected_end > horizon:
+                break
+            if r.gpu_share >= 1.0 - EPS:
+                soon[i] += len(r.gpu_indices)
+    return soon
+
+
+def _ends_bound(cfg: PolicyConfig) -> float:
+    """How far ahead a resume may count on expected ends (``resume_counts_ends``)."""
+    pc = cfg.preempt
+    return pc.resume_bound_s if pc.resume_counts_ends else -1.0
+
+
+def _level(job: RunningJob) -> int:
+    return min(max(job.spec.priority, 0), P.PRIORITY_LEVELS - 1)
 
 
 def could_ever_move(job: RunningJob) -> bool:
@@ -26,12 +57,16 @@ def could_ever_move(job: RunningJob) -> bool:
 
 
 class MoveBook:
-    def __init__(self) -> None:
+    def __init__(self, n_nodes: int) -> None:
         self.facts: dict[str, P.MoveFacts] = {}  # running job -> its attempt's history
         self.moved_at: dict[str, float] = {}  # job -> when it was last moved (across attempts)
         self.movers: dict[int, dict[str, RunningJob]] = {}  # node -> could-ever-move jobs
         self.attempts: dict[str, tuple[int, str]] = {}  # running job -> (attempt, node id)
         self.moving: dict[str, MoveOrder] = {}  # ordered, not yet ended
+        # job -> (the node moves are clearing for it, until when the room is held)
+        self.rooms: dict[str, tuple[str, float]] = {}
+        # GPUs the could-ever-move jobs hold, per priority and node (stages.preempt's bound)
+        self.movable_gpus = np.zeros((P.PRIORITY_LEVELS, n_nodes))
 
     # ----- events --------------------------------------------------------------------------
     def started(self, job: RunningJob, attempt: int, node: str, at: float) -> None:
@@ -40,6 +75,7 @@ class MoveBook:
         self.attempts[jid] = (attempt, node)
         if could_ever_move(job):
             self.movers.setdefault(job.node_index, {})[jid] = job
+            self.movable_gpus[_level(job), job.node_index] += P.gpus_held(job)
 
     def ended(self, job_id: str, node_index: int) -> MoveOrder | None:
         """The attempt stopped; the order that stopped it, if it was a move."""
@@ -47,9 +83,14 @@ class MoveBook:
         self.attempts.pop(job_id, None)
         d = self.movers.get(node_index)
         if d is not None:
-            d.pop(job_id, None)
+            job = d.pop(job_id, None)
+            if job is not None:
+                m = self.movable_gpus
+                k = _level(job)
+                m[k, node_index] = max(0.0, m[k, node_index] - P.gpus_held(job))
             if not d:
                 del self.movers[node_index]
+                self.movable_gpus[:, node_index] = 0.0  # no rounding dust on an empty node
         return self.moving.pop(job_id, None)
 
     def forget(self, job_id: str) -> None:
@@ -63,7 +104,7 @@ class MoveBook:
         attempt: int,
         node: str,
         view: ClusterView,
-        running: Iterable[RunningJob],
+        running: RunningSet,
         now: float,
         cfg: PolicyConfig,
     ) -> str:
@@ -78,18 +119,25 @@ class MoveBook:
         job = self.movers.get(view.index[node], {}).get(job_id)
         if job is None:
             return "neither checkpointable nor elastic, or an inference job"
-        return P.may_move(job, self.facts, view, running, now, cfg)
+        soon = soon_free(view, running, now, _ends_bound(cfg))
+        return P.may_move(job, self.facts, view, soon, now, cfg)
 
-    def order(self, move: MoveOrder, now: float) -> MoveOrder:
+    def order(self, move: MoveOrder, now: float, room_s: float) -> MoveOrder:
+        """Record a move decided or accepted now; a move that makes room for a job (``for_job``)
+        holds the node it clears for that job for ``room_s``."""
         self.moving[move.job_id] = move
         self.moved_at[move.job_id] = now
+        if move.for_job:
+            self.rooms[move.for_job] = (move.node, now + room_s)
+        if move.to_node:
+            self.rooms[move.job_id] = (move.to_node, now + room_s)
         return move
 
     def plan_priority(
         self,
         blocked: Sequence[PendingJob],
         view: ClusterView,
-        running: Iterable[RunningJob],
+        running: RunningSet,
         now: float,
         cfg: PolicyConfig,
     ) -> list[MoveOrder]:
@@ -97,12 +145,22 @@ class MoveBook:
         movers = {
             i: [r for jid, r in d.items() if jid not in self.moving] for i, d in self.movers.items()
         }
-        plan = P.priority_plan(blocked, movers, list(running), view, self.facts, now, cfg)
+        soon = soon_free(view, running, now, _ends_bound(cfg))
+        plan = P.priority_plan(blocked, movers, self.movable_gpus, soon, view, self.facts, now, cfg)
         if plan is None:
             return []
         out = []
+        to = dict(plan.rooms)
         for v in plan.victims:
             attempt, node = self.attempts[v.job_id]
-            mo = MoveOrder(v.job_id, attempt, node, "preempt", plan.reason, for_job=plan.for_job)
-            out.append(self.order(mo, now))
+            mo = MoveOrder(
+                v.job_id,
+                attempt,
+                node,
+                "preempt",
+                plan.reason,
+                for_job=plan.for_job,
+                to_node=to.get(v.job_id, ""),
+            )
+            out.append(self.order(mo, now, cfg.preempt.resume_bound_s))
         return out

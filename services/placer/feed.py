@@ -132,7 +132,6 @@ class SchedulerFeed:
         ledger: Mapping[str, Allocation],
         gone: Set[str],
         nodes: Mapping[str, NodeSpec],
-        resume_bound_s: float,
     ) -> Allocation | PendingJob | None:
         spec = tracker.specs.get(job)
         if spec is None or job in gone or tracker.is_terminal(job):
@@ -145,19 +144,11 @@ class SchedulerFeed:
                 and not revalidate_allocation(alloc, nodes[alloc.node], key=job)
                 else None
             )  # a forged entry (GPU 99) holds nothing and is no placement either
-        pj = PendingJob(
+        return PendingJob(
             spec,
             tracker.enqueued_at.get(job, spec.submit_time or 0.0),
             attempt=tracker.next_attempt(job),
             progress=tracker.progress.get(job, 0.0),
-        )
-        moved = tracker.moved_at.get(job)
-        return (
-            pj
-            if moved is None
-            else PendingJob(
-                pj.spec, pj.enqueued_at, pj.attempt, pj.progress, resume_by=moved + resume_bound_s
-            )
         )
 
     def _sync_job(
@@ -171,8 +162,10 @@ class SchedulerFeed:
         settled: bool,
         never: list[JobSpec],
     ) -> None:
-        bound = self.cfg.preempt.resume_bound_s
-        want = self._wanted(job, tracker, ledger, gone, self._by_id, bound)
+        want = self._wanted(job, tracker, ledger, gone, self._by_id)
+        moved = tracker.moved_at.get(job)
+        if isinstance(want, PendingJob) and moved is not None:  # checkpointed: as it moved
+            want = sched.moved_job(want, moved)
         held = sched.holds(job)
         queued = sched.queue.get(job)
         if want is None:

@@ -26,6 +26,7 @@ lost work is Mosaic's own (Slurm preempts whenever the QOS allows).
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
@@ -33,11 +34,13 @@ import numpy as np
 
 from libs.policy.cluster import EPS, ClusterView
 from libs.policy.config import PolicyConfig, PreemptConfig
-from libs.policy.stages.filter import STATIC, frac_slot_ok, is_fractional, whole_gpus
-from libs.policy.types import PendingJob, RunningJob
+from libs.policy.filters import static_mask
+from libs.policy.stages.filter import frac_slot_ok, is_fractional, whole_gpus
+from libs.policy.types import PendingJob, Placement, RunningJob
 from proto.jobs import JobSpec
 
 PRIORITY_RULE = "priority-protection"
+PRIORITY_LEVELS = 10  # JobSpec.priority is 0-9 (proto.validation)
 
 
 @dataclass(frozen=True, slots=True)
@@ -65,6 +68,7 @@ class PriorityPlan:
     node: str
     victims: tuple[Victim, ...]
     reason: str
+    rooms: tuple[tuple[str, str], ...] = ()  # (victim, node it resumes on)
 
 
 def gpus_held(job: RunningJob) -> float:
@@ -100,10 +104,9 @@ def lost_gpu_s(job: RunningJob, facts: MoveFacts | None, now: float, pc: Preempt
 
 
 def _static_ok(spec: JobSpec, view: ClusterView) -> np.ndarray:
-    ok = np.ones(len(view.node_ids), dtype=bool)
-    for _, f in STATIC:
-        ok &= f(spec, view)
-    return ok
+    """Nodes whose shape could ever hold ``spec`` (``filters.static_mask``: the filter stage's
+    static rules, memoised per request shape), as a copy the caller may change."""
+    return static_mask(spec, view).copy()
 
 
 def fits_after_release(
@@ -131,100 +134,79 @@ def fits_after_release(
     return int(whole.sum()) >= whole_gpus(spec)
 
 
-def resume_feasible(
-    job: RunningJob,
+def whole_free_within(
+    view: ClusterView, running: Iterable[RunningJob], now: float, bound_s: float
+) -> np.ndarray:
+    """float[N]: whole GPUs each node has free now, plus those held by running jobs expected
+    to end within ``bound_s`` (``RunningJob.expected_end``; a negative bound: none, free now
+    only, ``PreemptConfig.resume_counts_ends``): the room a moved job could resume in before
+    its deadline. Host memory and CPUs are not counted (GPUs are what runs out)."""
+    soon = view.whole_free.astype(float)
+    if bound_s < 0:
+        return soon
+    horizon = now + bound_s
+    for r in running:
+        if r.expected_end <= horizon and r.gpu_share >= 1.0 - EPS:
+            soon[r.node_index] += len(r.gpu_indices)
+    return soon
+
+
+def resume_rooms(
+    victims: Sequence[RunningJob],
     view: ClusterView,
-    running: Iterable[RunningJob],
-    now: float,
+    soon_free: np.ndarray,
     cfg: PolicyConfig,
     *,
     exclude: int | None = None,
-) -> bool:
-    """Could ``job`` start again within the resume bound if moved now? Yes when it fits on
-    some other available node now, or on a node where the running work expected to end
-    within the bound frees enough (``RunningJob.expected_end``). ``exclude``: the node being
-    cleared (its room is for someone else); the node the job leaves never counts."""
-    spec = job.spec
-    ok = _static_ok(spec, view) & ~view.cordoned & ~(view.temp_c >= cfg.thermal_max_c)
-    if exclude is not None:
-        ok[exclude] = False
-    ok[job.node_index] = False
-    if not ok.any():
-        return False
-    if (ok & f_free_now(spec, view)).any():
-        return True
-    by_node: dict[int, list[RunningJob]] = {}
-    horizon = now + cfg.preempt.resume_bound_s
-    for r in running:
-        if r.expected_end <= horizon and ok[r.node_index]:
-            by_node.setdefault(r.node_index, []).append(r)
-    return any(fits_after_release(spec, view, i, rs) for i, rs in by_node.items())
-
-
-def f_free_now(spec: JobSpec, view: ClusterView) -> np.ndarray:
-    """bool[N]: nodes whose free GPUs, host memory and CPUs hold ``spec`` now."""
-    if is_fractional(spec):
-        gpu = frac_slot_ok(spec, view).any(axis=1)
-    else:
-        gpu = view.whole_free >= whole_gpus(spec)
-    host = view.host_mem_free_gb >= spec.host_mem_gb - EPS
-    return gpu & host & (view.cpus_free >= spec.cpus - EPS)
-
-
-def resume_all_feasible(
-    victims: Sequence[RunningJob],
-    view: ClusterView,
-    running: Iterable[RunningJob],
-    now: float,
-    cfg: PolicyConfig,
-    *,
-    exclude: int,
-) -> bool:
-    """``resume_feasible`` for a plan's victims together: each whole-GPU victim (widest first)
-    takes its room on another node as it fits now (the room it takes is not there for the
-    next); a victim that finds none must pass ``resume_feasible``'s within-the-bound test on
-    its own. Fractional victims are checked one by one."""
-    whole = view.whole_free.astype(float).copy()
-    host = view.host_mem_free_gb.copy()
-    cpus = view.cpus_free.copy()
+) -> dict[str, int] | None:
+    """Where each of ``victims`` starts again (job id -> node index), so that all of them can
+    resume within the bound if moved now; None when one cannot. Never the node a victim leaves
+    nor ``exclude`` (the node being cleared). Each victim, widest first, takes its room from
+    ``soon_free`` (``whole_free_within``), best fit, so two victims never count the same GPUs;
+    a fractional one needs a GPU slot with its share free now, or a whole GPU. The scheduler
+    holds these rooms for the victims while they save (``core.Scheduler``'s room holds)."""
+    soon = soon_free.copy()
     avail = ~view.cordoned & ~(view.temp_c >= cfg.thermal_max_c)
-    avail[exclude] = False
-    run = list(running)
-    for v in sorted(victims, key=lambda r: -gpus_held(r)):
+    if exclude is not None:
+        avail[exclude] = False
+    rooms: dict[str, int] = {}
+    for v in sorted(victims, key=lambda r: (-gpus_held(r), r.spec.id)):
         spec = v.spec
-        if is_fractional(spec):
-            if not resume_feasible(v, view, run, now, cfg, exclude=exclude):
-                return False
-            continue
-        ok = avail & _static_ok(spec, view) & (whole >= whole_gpus(spec))
-        ok &= (host >= spec.host_mem_gb - EPS) & (cpus >= spec.cpus - EPS)
+        ok = avail & _static_ok(spec, view)
         ok[v.node_index] = False
-        hit = np.flatnonzero(ok)
-        if len(hit):
-            i = int(hit[np.argmin(whole[hit])])  # best fit: keep big holes for big jobs
-            whole[i] -= whole_gpus(spec)
-            host[i] -= spec.host_mem_gb
-            cpus[i] -= spec.cpus
-        elif not resume_feasible(v, view, run, now, cfg, exclude=exclude):
-            return False
-    return True
+        if is_fractional(spec):
+            slot = np.flatnonzero(ok & frac_slot_ok(spec, view).any(axis=1))
+            if len(slot):
+                rooms[spec.id] = int(slot[0])
+                continue
+            need = 1.0
+        else:
+            need = float(whole_gpus(spec))
+        hit = np.flatnonzero(ok & (soon >= need - EPS))
+        if not len(hit):
+            return None
+        i = int(hit[np.argmin(soon[hit])])  # best fit: keep big holes for big jobs
+        soon[i] -= need
+        rooms[spec.id] = i
+    return rooms
 
 
 def may_move(
     job: RunningJob,
     facts: Mapping[str, MoveFacts],
     view: ClusterView,
-    running: Iterable[RunningJob],
+    soon_free: np.ndarray,
     now: float,
     cfg: PolicyConfig,
     *,
     exclude: int | None = None,
 ) -> str:
-    """Every rule at once: "" when ``job`` may be moved now, else why not."""
+    """Every rule at once: "" when ``job`` may be moved now, else why not. ``soon_free``:
+    ``whole_free_within`` for the resume bound."""
     why = protection(job, facts.get(job.spec.id), now, cfg.preempt)
     if why:
         return why
-    if not resume_feasible(job, view, running, now, cfg, exclude=exclude):
+    if resume_rooms((job,), view, soon_free, cfg, exclude=exclude) is None:
         bound = cfg.preempt.resume_bound_s
         return f"could not resume within {bound:.0f} s (no room for it elsewhere)"
     return ""
@@ -238,7 +220,11 @@ def movable_predicate(
     cfg: PolicyConfig,
 ) -> Callable[[RunningJob], bool]:
     """``may_move`` as the predicate planners take (the defragmenter, the thermal guard)."""
-    return lambda job: not may_move(job, facts, view, running, now, cfg)
+    pc = cfg.preempt
+    soon = whole_free_within(
+        view, running, now, pc.resume_bound_s if pc.resume_counts_ends else -1.0
+    )
+    return lambda job: not may_move(job, facts, view, soon, now, cfg)
 
 
 def _node_victims(
@@ -261,7 +247,8 @@ def _node_victims(
 def priority_plan(
     blocked: Sequence[PendingJob],
     movers: Mapping[int, Sequence[RunningJob]],
-    running: Iterable[RunningJob],
+    movable_gpus: np.ndarray,
+    soon_free: np.ndarray,
     view: ClusterView,
     facts: Mapping[str, MoveFacts],
     now: float,
@@ -270,26 +257,27 @@ def priority_plan(
     """The priority-protection rule (module docstring) for the best-ranked eligible job of
     ``blocked`` (in rank order), or None when no plan passes the trade-off. ``movers``: per
     node index, its running jobs that are checkpointable or elastic and not inference (the
-    only ones a plan may stop); ``running``: every running job (for resume bounds)."""
+    only ones a plan may stop); ``movable_gpus``: float[PRIORITY_LEVELS, N], the GPUs they
+    hold per priority and node (a cheap bound: a node where no plan can exist is skipped);
+    ``soon_free``: ``whole_free_within`` the resume bound.
+
+    Per job, the nodes are tried cheapest plan first; the first whose victims can all resume
+    within the bound (``resume_rooms``) is the plan."""
     pc = cfg.preempt
     if not pc.enabled or not movers:
         return None
+    free_gpus = view.gpu_free.sum(axis=1)
     for pj in blocked:
         spec = pj.spec
         waited_s = now - pj.enqueued_at
-        if spec.priority < pc.protect_priority or waited_s < pc.min_wait_s:
-            continue
         top = spec.priority - pc.priority_gap
-        # per node, the GPUs movers of priority <= top hold: a cheap bound that skips nodes
-        # where no plan can exist
-        freeable = np.zeros(len(view.node_ids))
-        for i, rs in movers.items():
-            freeable[i] = sum(gpus_held(r) for r in rs if r.spec.priority <= top)
+        if spec.priority < pc.protect_priority or waited_s < pc.min_wait_s or top < 0:
+            continue
         need = spec.gpus if is_fractional(spec) else float(whole_gpus(spec))
         ok = _static_ok(spec, view) & ~view.cordoned & ~(view.temp_c >= cfg.thermal_max_c)
-        ok &= view.gpu_free.sum(axis=1) + freeable >= need - EPS
+        ok &= free_gpus + movable_gpus[: top + 1].sum(axis=0) >= need - EPS
         budget = pc.lost_per_wait * waited_s * max(spec.gpus, 0.01)
-        best: tuple[float, int, list[RunningJob]] | None = None
+        options: list[tuple[float, int, list[RunningJob]]] = []
         for i in np.flatnonzero(ok).tolist():
             cands = [
                 (r.spec.priority, lost_gpu_s(r, facts.get(r.spec.id), now, pc), r)
@@ -301,23 +289,62 @@ def priority_plan(
             if victims is None:
                 continue
             cost = sum(lost_gpu_s(r, facts.get(r.spec.id), now, pc) for r in victims)
-            if cost > budget or (best is not None and cost >= best[0]):
-                continue
-            if not resume_all_feasible(victims, view, running, now, cfg, exclude=i):
-                continue  # the victims could not all resume within the bound: not this node
-            best = (cost, i, victims)
-        if best is None:
-            continue
-        cost, i, victims = best
-        node = view.node_ids[i]
-        names = ", ".join(f"{r.spec.id} (priority {r.spec.priority})" for r in victims)
-        reason = (
-            f"{PRIORITY_RULE}: {spec.id} (priority {spec.priority}, waited {waited_s:.0f} s) "
-            f"needs {spec.gpus:g} GPUs on {node}; stopping {names} loses {cost:.0f} GPU-s "
-            f"<= {pc.lost_per_wait:g} x its wait ({budget:.0f} GPU-s)"
-        )
-        out = tuple(
-            Victim(r.spec.id, node, lost_gpu_s(r, facts.get(r.spec.id), now, pc)) for r in victims
-        )
-        return PriorityPlan(for_job=spec.id, node=node, victims=out, reason=reason)
+            if cost <= budget:
+                options.append((cost, i, victims))
+        options.sort(key=lambda o: (o[0], o[1]))
+        for cost, i, victims in options:
+            rooms = resume_rooms(victims, view, soon_free, cfg, exclude=i)
+            if rooms is not None:
+                plan = _plan(pj, view.node_ids[i], victims, cost, budget, waited_s, facts, now, pc)
+                to = tuple((j, view.node_ids[n]) for j, n in sorted(rooms.items()))
+                return dataclasses.replace(plan, rooms=to)
     return None
+
+
+def _plan(
+    pj: PendingJob,
+    node: str,
+    victims: list[RunningJob],
+    cost: float,
+    budget: float,
+    waited_s: float,
+    facts: Mapping[str, MoveFacts],
+    now: float,
+    pc: PreemptConfig,
+) -> PriorityPlan:
+    spec = pj.spec
+    names = ", ".join(f"{r.spec.id} (priority {r.spec.priority})" for r in victims)
+    reason = (
+        f"{PRIORITY_RULE}: {spec.id} (priority {spec.priority}, waited {waited_s:.0f} s) "
+        f"needs {spec.gpus:g} GPUs on {node}; stopping {names} loses {cost:.0f} GPU-s "
+        f"<= {pc.lost_per_wait:g} x its wait ({budget:.0f} GPU-s)"
+    )
+    out = tuple(
+        Victim(r.spec.id, node, lost_gpu_s(r, facts.get(r.spec.id), now, pc)) for r in victims
+    )
+    return PriorityPlan(for_job=spec.id, node=node, victims=out, reason=reason)
+
+
+def room_placement(spec: JobSpec, view: ClusterView, i: int) -> Placement | None:
+    """Where a job that moves made room for starts: on node ``i``, the node they cleared (held
+    for it meanwhile, ``core.Scheduler``'s room hold, so no other job takes the room first).
+    A gang takes the lowest-numbered whole free GPUs with its memory, as ``placement.place``
+    does; a fraction the best-fit GPU. None while it does not fit there yet (the moved jobs'
+    checkpoints are still being saved)."""
+    if not static_mask(spec, view)[i]:
+        return None
+    if view.host_mem_free_gb[i] < spec.host_mem_gb - EPS or view.cpus_free[i] < spec.cpus - EPS:
+        return None
+    free, mem = view.gpu_free[i], view.gpu_mem_free_gb[i]
+    slots = view.gpu_exists[i] & (mem >= spec.gpu_mem_gb - EPS)
+    if is_fractional(spec):
+        ok = np.flatnonzero(slots & (free >= spec.gpus - EPS))
+        if not len(ok):
+            return None
+        g = int(ok[np.argmin(free[ok])])
+        return Placement(i, view.node_ids[i], (g,), float(spec.gpus), 0.0, {})
+    ok = np.flatnonzero(slots & (free >= 1.0 - EPS))
+    k = whole_gpus(spec)
+    if len(ok) < k:
+        return None
+    return Placement(i, view.node_ids[i], tuple(int(g) for g in ok[:k]), 1.0, 0.0, {})
