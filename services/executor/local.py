@@ -259,20 +259,41 @@ class LocalRunner:
         return Outcome(False, f"{what}: {_last_line(Path(launch.log_path))}".rstrip(": "))
 
     async def stop(self, entry: Entry) -> None:
-        """SIGTERM to the job's process group, SIGKILL after ``KILL_GRACE_S``; only while its
-        wrapper is the process the journal names (a reused pid is left alone)."""
+        """SIGTERM to the job's process group, SIGKILL after ``KILL_GRACE_S``; only when its
+        wrapper is the process the journal names (a reused pid is left alone).
+
+        The group, not only the wrapper, is waited for: a job that ignores SIGTERM outlives
+        the shell and the wrapper that SIGTERM ends (the wrapper then writes its status and
+        exits), and would hold its GPUs unseen. Its pid cannot be reused as a group id while
+        any member of the group lives, so signalling the group until it is empty is safe."""
         launch = entry.launch
-        if launch is None or launch.pid <= 0:
+        if launch is None or launch.pid <= 0 or not alive(launch):
+            self._reap(launch)
             return
         for sig, grace_s in ((signal.SIGTERM, KILL_GRACE_S), (signal.SIGKILL, 5.0)):
-            if not alive(launch):
+            if not self._group_alive(launch):
                 break
             with contextlib.suppress(ProcessLookupError, PermissionError):
                 os.killpg(launch.pid, sig)
             deadline = time.monotonic() + grace_s
-            while alive(launch) and time.monotonic() < deadline:
+            while self._group_alive(launch) and time.monotonic() < deadline:
                 await asyncio.sleep(0.05)
-        child = self._children.pop(launch.pid, None)
+        self._reap(launch)
+
+    def _group_alive(self, launch: Launch) -> bool:
+        child = self._children.get(launch.pid)
+        if child is not None:
+            child.poll()  # a zombie wrapper still counts as a member of its group
+        try:
+            os.killpg(launch.pid, 0)
+        except ProcessLookupError:
+            return False
+        except PermissionError:
+            return True
+        return True
+
+    def _reap(self, launch: Launch | None) -> None:
+        child = self._children.pop(launch.pid, None) if launch is not None else None
         if child is not None:
             child.poll()  # reap it (it is gone, or SIGKILL is on its way)
 
