@@ -77,7 +77,7 @@ async def test_a_command_may_set_the_cost_and_name_the_attempt(sim) -> None:
     assert len(h.of("c2")) == 3 and h.of("nobody-runs-this") == []
 
 
-async def test_an_unsound_checkpoint_command_is_dead_lettered(sim) -> None:
+async def test_unsound_checkpoint_commands_and_signals_are_dead_lettered(sim) -> None:
     bus, h, _ = sim
     await run(bus, JobSpec(id="c3"), runtime_s=1_000)
     await h.wait("c3", 1)
@@ -87,8 +87,13 @@ async def test_an_unsound_checkpoint_command_is_dead_lettered(sim) -> None:
     assert type(completed).__name__ == "Completed"
     msg = await bus.js.get_last_msg(subjects.STREAM_DLQ, "dlq.>")
     assert b"attempt: must be >= 1" in msg.data
+    await run(bus, JobSpec(id="c4", checkpoint_signal="SIGKILL"))  # a run with no such signal
+    await asyncio.sleep(0.5)
+    assert h.of("c4") == []  # never started: a job it could not checkpoint
+    msg = await bus.js.get_last_msg(subjects.STREAM_DLQ, "dlq.>")
+    assert b"allocation.spec.checkpoint_signal: must be one of" in msg.data
     info = await bus.js.stream_info(subjects.STREAM_DLQ)
-    assert info.state.messages == 2
+    assert info.state.messages == 3
 
 
 @pytest.fixture
