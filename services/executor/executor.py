@@ -14,7 +14,9 @@ events that were about to go out are re-published (JetStream drops the repeats).
 run command for a journaled attempt is ignored, so no attempt runs twice. Every
 ``report_interval_s`` wall seconds, and at once after a start and after each job starts or
 ends, an ``ExecutorReport`` lists the running attempts with this process's ``boot_id``, so the
-placer can reconcile its ledger with what runs and notice a restart.
+placer can reconcile its ledger with what runs and notice a restart. A checkpoint command
+(``services.executor.checkpoint``) replaces an attempt's run by its checkpoint, journaled
+like the rest, and the attempt is reported until its ``Checkpointed``/``Preempted`` are out.
 
 Known limits: an attempt whose journal file is unreadable, or a node whose state directory is
 lost, is not re-adopted; it disappears from the node's reports and the placer's reconciliation
