@@ -58,9 +58,10 @@ def estimate_progress(entry: Entry, now: float) -> float:
 
 
 def checkpoint_events(
-    entry: Entry, end: CheckpointEnd, node: NodeSpec, now: float
+    entry: Entry, end: CheckpointEnd, node: NodeSpec, now: float, *, local: bool
 ) -> tuple[LifecycleEvent, ...]:
-    """What a finished checkpoint publishes (see the module docstring)."""
+    """What a finished checkpoint publishes (see the module docstring); ``local``: the job
+    was a process (local mode), not a simulation."""
     ck = entry.checkpoint
     assert ck is not None
     at = end.time if end.time is not None else now
@@ -71,7 +72,6 @@ def checkpoint_events(
         runtime_s = max(0.0, at - entry.started_at)
         energy = energy_kwh(node, entry.cmd, runtime_s)
         return (Completed(**same, runtime_s=runtime_s, energy_kwh=energy),)
-    local = entry.launch is not None
     if report is not None and report.progress is not None:
         progress = min(MAX_PROGRESS, report.progress)
         how = f"progress reported by the job ({describe_report(report)})"
@@ -154,12 +154,12 @@ class Checkpoints:
             end = await self.runner.checkpoint(entry)
         except asyncio.CancelledError:
             raise  # a kill while checkpointing: on_stop reports it
-        except Exception as exc:
+        except Exception:  # stopped all the same, and reported with the estimate
             self.log.exception("checkpoint_failed", job_id=entry.job_id)
             await self.runner.stop(entry)
-            end = CheckpointEnd(in_grace=False, status=None)
-            self.log.warning("checkpoint_fallback", job_id=entry.job_id, error=repr(exc))
-        events = checkpoint_events(entry, end, self.node, self.clock.now())
+            end = CheckpointEnd(in_grace=False)
+        local = self.runner.outlives_executor
+        events = checkpoint_events(entry, end, self.node, self.clock.now(), local=local)
         # no await between this pop and _finish marking the attempt ending (it is reported)
         self.running.pop(entry.job_id, None)
         self._report_now.set()

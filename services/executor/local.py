@@ -300,22 +300,26 @@ class LocalRunner:
     async def checkpoint(self, entry: Entry) -> CheckpointEnd:
         """Send the checkpoint signal to the job's process group (again after an executor
         restart: a job must treat repeats as one), wait until it exits or its grace ends, then
-        ``stop`` it (SIGTERM, SIGKILL) if it has not, and read its last progress record."""
+        ``stop`` it (SIGTERM, SIGKILL) if it has not, and read its last progress record.
+
+        A job that ended while no executor watched (it saved and exited during a restart) is
+        not signalled: its status and its progress file say how it ended."""
         ck, launch = entry.checkpoint, entry.launch
         assert ck is not None
-        if launch is None or launch.pid <= 0:
-            return CheckpointEnd(in_grace=False)
-        if alive(launch) and time.time() < ck.grace_until:
-            with contextlib.suppress(ProcessLookupError, PermissionError):
-                os.killpg(launch.pid, getattr(signal, ck.signal))
-        while alive(launch) and time.time() < ck.grace_until:
-            await asyncio.sleep(POLL_S)
-        in_grace = not alive(launch)
-        await self.stop(entry)
-        report = read_progress(Path(launch.work_dir) / PROGRESS_FILE)
-        return CheckpointEnd(
-            report=report, status=read_status(Path(launch.rc_path)), in_grace=in_grace
-        )
+        stem = file_stem(entry.job_id, entry.attempt)
+        work_dir = Path(launch.work_dir) if launch is not None else self.work_root / stem
+        in_grace = True
+        if launch is not None and launch.pid > 0:
+            if alive(launch) and time.time() < ck.grace_until:
+                with contextlib.suppress(ProcessLookupError, PermissionError):
+                    os.killpg(launch.pid, getattr(signal, ck.signal))
+            while alive(launch) and time.time() < ck.grace_until:
+                await asyncio.sleep(POLL_S)
+            in_grace = not alive(launch)
+            await self.stop(entry)
+        status = read_status(Path(launch.rc_path)) if launch is not None else None
+        report = read_progress(work_dir / PROGRESS_FILE)
+        return CheckpointEnd(report=report, status=status, in_grace=in_grace)
 
 
 def _last_line(path: Path, max_chars: int = 300) -> str:

@@ -77,25 +77,32 @@ while True:
 
 
 @pytest.mark.skipif(PYTHON is None, reason="no python3 in /usr/bin:/bin for jobs")
-@pytest.mark.parametrize("when", ["while it saves", "before the signal went out"])
+@pytest.mark.parametrize(
+    "when", ["while it saves", "after it saved and exited", "before the signal went out"]
+)
 async def test_a_local_checkpoint_cut_by_a_crash_keeps_the_jobs_progress(
     local_node: Node,  # noqa: F811
     when: str,
 ) -> None:
-    """ "while it saves": the executor dies after the signal, the job goes on saving; the next
-    executor waits for it. "before the signal went out": the journal has the checkpoint but
-    the job never heard of it (the crash fell between the two); the next executor signals."""
+    """Three crashes. While it saves: the executor dies after the signal, the job goes on
+    saving, and the next executor waits for it. After it saved and exited: the job is done
+    before the next executor starts, which reads its status and progress file without
+    signalling anything. Before the signal went out: the journal has the checkpoint but the
+    job never heard of it (the crash fell between the two), so the next executor signals."""
     n = local_node
     await n.start()
     spec = JobSpec(id="m2", command=SLOW_SAVER.format(root=ROOT, save_s=3), checkpoint_grace_s=60)
     await run(n.bus, spec, runtime_s=600_000)
     await n.h.wait("m2", 1)
     await until(lambda: (progress_record(n.work_root, "m2", 1) or {}).get("steps", 0) >= 3)
-    if when == "while it saves":
+    rc = Journal(n.state_dir / T4.id).rc_path("m2", 1)
+    if when != "before the signal went out":
         await checkpoint(n.bus, "m2", "thermal")
         await until(lambda: journaled_checkpoint(n, "m2") is not None)
         await asyncio.sleep(0.3)  # the signal is out; the save has begun
         n.crash()
+        if when == "after it saved and exited":
+            await until(rc.exists, timeout_s=20)  # its wrapper wrote its status and exited
     else:
         n.crash()
         journal = Journal(n.state_dir / T4.id)
