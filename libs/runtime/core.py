@@ -75,19 +75,20 @@ class Runtime:
         self.saved = False
         self._progress: float | None = None
         self._writer = ProgressWriter(progress_file or env.get("MOSAIC_PROGRESS_FILE"))
+        # everything that can refuse a setting first, so a refusal leaves nothing installed
         name = signal_name or env.get("MOSAIC_CHECKPOINT_SIGNAL") or DEFAULT_SIGNAL
         self.signal = CheckpointSignal(name, self.checkpoint if immediate else None)
-        self.signal.install()
         every_s = empty_cache_every_s or _env_float("MOSAIC_EMPTY_CACHE_EVERY_S", None)
         self.cache = CacheReleaser(every_s) if every_s else None
-        if self.cache is not None:
-            self.cache.start()
         port = metrics_port
         if port is None:
             port = int(_env_float("MOSAIC_TASK_METRICS_PORT", 0) or 0)  # 0: off
         host = metrics_host or env.get("MOSAIC_TASK_METRICS_HOST") or "127.0.0.1"
         serve = metrics_port is not None or bool(port)  # an explicit 0 takes a free port
         self.exporter = Exporter(self.metrics, port, host) if serve else None
+        if self.cache is not None:
+            self.cache.start()
+        self.signal.install()
 
     # --- what the job calls -------------------------------------------------------------
 

@@ -149,3 +149,15 @@ def test_a_progress_record_is_replaced_whole(tmp_path: Path) -> None:
     assert w.write({"progress": 0.3}, force=True)
     assert json.loads((tmp_path / "p.json").read_text())["progress"] == 0.3
     assert [p.name for p in tmp_path.iterdir()] == ["p.json"]  # no temporary file left
+
+
+def test_the_cache_timer_is_inert_without_torch_and_refuses_a_bad_period(tmp_path: Path) -> None:
+    """No torch in this process: asking for the timer starts nothing (a job on a machine
+    without torch runs the same code); a period that is no period is refused by name."""
+    rt = runtime.start(checkpoint_dir=str(tmp_path / "c"), empty_cache_every_s=0.01)
+    try:
+        assert rt.cache is not None and not rt.cache.active
+    finally:
+        rt.close()
+    with pytest.raises(ValueError, match="empty_cache_every_s"):
+        runtime.start(checkpoint_dir=str(tmp_path / "c"), empty_cache_every_s=-1.0)
