@@ -32,15 +32,13 @@ from libs.policy import scheduler
 from libs.policy.cadence import BackfillCadence
 from libs.policy.cluster import EPS, ClusterView
 from libs.policy.config import PolicyConfig
-from libs.policy.decisions import (
-    Decisions,
-    Place,
-)
+from libs.policy.decisions import Decisions, MoveOrder, Place
+from libs.policy.moves import MoveBook
 from libs.policy.placement import to_allocation
 from libs.policy.power_state import PowerState, PowerStep
 from libs.policy.priority import regime
 from libs.policy.profiles import ProfileTable
-from libs.policy.queue import PendingQueue
+from libs.policy.queue import COLUMNS, PendingQueue
 from libs.policy.reasons import WaitReasons
 from libs.policy.scores import is_green
 from libs.policy.types import CycleResult, PendingJob, RunningJob
@@ -52,6 +50,8 @@ from proto.ledger import Allocation
 from proto.nodes import NodeSpec
 
 POWER_HOLD = "power"  # the cordon hold of a suspended or booting node
+COL_PRIO, COL_ENQ = COLUMNS.index("prio"), COLUMNS.index("enq")
+BLOCKED_LOOKED_AT = 16  # blocked jobs, in rank order, the priority-protection rule looks at
 
 
 def usage_of(alloc: Allocation) -> np.ndarray:
@@ -108,7 +108,9 @@ class Scheduler:
         self._asks: dict[tuple[float, float], int] = {}  # (GPUs, GPU memory) -> jobs queued
         self.wakeups = Wakeups()  # the instants a driver owes the scheduler (see tick)
         self.last: CycleResult | None = None
+        self._preempt_due_s = now  # the priority-protection rule looks again from then
         self.regime = regime(0.0, cfg)
+        self.moves = MoveBook()  # running attempts' history, ordered moves (stages.preempt)
 
     # ----- events: jobs --------------------------------------------------------------------
     def can_ever_place(self, spec: JobSpec) -> bool:
@@ -131,6 +133,7 @@ class Scheduler:
             self._dequeue(job_id)
         elif job_id in self._held:
             self.end_job(job_id, now)
+        self.moves.forget(job_id)
 
     def start_job(self, job_id: str, alloc: Allocation, spec: JobSpec, now: float) -> None:
         """The job runs with ``alloc``: one this scheduler placed (already on the view) or one
@@ -153,10 +156,14 @@ class Scheduler:
         self.usage[spec.tenant] = vec.copy() if cur is None else cur + vec
         model = self.view.nodes[i].gpu_model
         est_end = alloc.time + self.profiles.runtime_s(spec, model)
-        self.running.add(RunningJob(spec, i, alloc.gpu_indices, alloc.gpu_share, est_end))
+        rj = RunningJob(spec, i, alloc.gpu_indices, alloc.gpu_share, est_end)
+        self.running.add(rj)
+        self.moves.started(rj, alloc.attempt, alloc.node, alloc.time)
 
-    def end_job(self, job_id: str, now: float) -> None:
-        """The job's attempt stopped (completed, failed, preempted, killed): free what it held."""
+    def end_job(self, job_id: str, now: float) -> MoveOrder | None:
+        """The job's attempt stopped (completed, failed, preempted, killed): free what it held.
+        Returns the move that stopped it, if one did (the driver requeues the job with
+        ``requeue_moved``)."""
         alloc, vec, tenant = self._held.pop(job_id)
         self.view.release(alloc)
         i = self.view.index[alloc.node]
@@ -164,6 +171,15 @@ class Scheduler:
             self.power.node_emptied(i, now)
         self.usage[tenant] = np.maximum(self.usage[tenant] - vec, 0.0)
         self.running.remove(job_id)
+        return self.moves.ended(job_id, i)
+
+    def moved_job(self, job: PendingJob, preempted_at: float) -> PendingJob:
+        """``job`` as it waits again after a move at ``preempted_at``: with its resume deadline
+        (``PreemptConfig.resume_bound_s`` later), which the rank stage's urgency reads."""
+        bound = self.cfg.preempt.resume_bound_s
+        return PendingJob(
+            job.spec, job.enqueued_at, job.attempt, job.progress, resume_by=preempted_at + bound
+        )
 
     def _dequeue(self, job_id: str) -> None:
         spec = self.queue.remove(job_id).spec
@@ -276,6 +292,52 @@ class Scheduler:
         """When a pass is due without an event (the next backfill), or None."""
         return self._tick_at
 
+    def preempt_step(self, now: float) -> list[MoveOrder]:
+        """The moves of the priority-protection rule (``stages.preempt.priority_plan``), at
+        most once per backfill interval: for the waiting jobs of protected priority that have
+        waited long enough, highest priority then longest wait first, none that a pass just
+        placed or that a move under way already makes room for. The victims keep running
+        (and holding) until the driver reports them ended."""
+        pc = self.cfg.preempt
+        if not pc.enabled or not self.moves.movers or now < self._preempt_due_s:
+            return []
+        if not len(self.queue):
+            return []
+        self._preempt_due_s = now + max(self.cfg.backfill_interval_s, 1.0)
+        t = self.queue.table()
+        prio, enq = t[:, COL_PRIO], t[:, COL_ENQ]
+        rows = np.flatnonzero((prio >= pc.protect_priority) & (enq <= now - pc.min_wait_s))
+        if not len(rows):
+            return []
+        rows = rows[np.lexsort((enq[rows], -prio[rows]))][: BLOCKED_LOOKED_AT * 2]
+        skip = {k[0] for k in self._applied} | {m.for_job for m in self.moves.moving.values()}
+        blocked = [self.queue[r] for r in rows.tolist() if self.queue[r].spec.id not in skip]
+        return self.moves.plan_priority(
+            blocked[:BLOCKED_LOOKED_AT], self.view, self.running, now, self.cfg
+        )
+
+    def next_move_s(self, now: float) -> float | None:
+        """When a waiting job of protected priority reaches ``min_wait_s`` after ``now`` (the
+        earliest), so a full cluster, where no event may come for hours, still looks then."""
+        pc = self.cfg.preempt
+        if not pc.enabled or not self.moves.movers or not len(self.queue):
+            return None
+        t = self.queue.table()
+        at = t[:, COL_ENQ] + pc.min_wait_s
+        later = at[(t[:, COL_PRIO] >= pc.protect_priority) & (at > now)]
+        return float(later.min()) if len(later) else None
+
+    def check_move(self, job_id: str, attempt: int, node: str, now: float) -> str:
+        """The verdict on a move someone asks for (an intent of the defragmenter or the
+        thermal guard): "" when ``stages.preempt`` allows it now, else why not."""
+        if node not in self.view.index:
+            return f"unknown node {node!r}"
+        return self.moves.check(job_id, attempt, node, self.view, self.running, now, self.cfg)
+
+    def order_move(self, move: MoveOrder, now: float) -> MoveOrder:
+        """Record an accepted move (``check_move`` said yes): the job is being moved now."""
+        return self.moves.order(move, now)
+
     def power_step(self, now: float) -> PowerStep:
         """Which nodes to suspend and resume now (view indices); the decided nodes are held
         (cordoned) in the view until ``node_resumed``."""
@@ -325,16 +387,21 @@ class Scheduler:
         instants the driver owes the scheduler next are in ``wakeups`` (``next_tick_s``)."""
         woke = self.wakeups.due(now) or woke
         places: list[Place] = []
+        moves: list[MoveOrder] = []
         passed = False
         if woke and self.could_place_now():
             places = self.schedule_pass(now)
             passed = True
             self.wakeups.after_pass(now, self._tick_at)
+        if woke:  # a full cluster places nothing, and is where priority protection matters
+            moves = self.preempt_step(now)
+            self.wakeups.after_pass(now, self.next_move_s(now))
         step = self.power_step(now)
         self.wakeups.after_power(now, step.next_s)
         ids = self.view.node_ids
         return Decisions(
             places=places,
+            moves=tuple(moves),
             suspend=tuple(ids[i] for i in step.suspend),
             wake=tuple(ids[i] for i in step.resume),
             next_tick_s=self.wakeups.next_s(),

@@ -132,6 +132,7 @@ class SchedulerFeed:
         ledger: Mapping[str, Allocation],
         gone: Set[str],
         nodes: Mapping[str, NodeSpec],
+        resume_bound_s: float,
     ) -> Allocation | PendingJob | None:
         spec = tracker.specs.get(job)
         if spec is None or job in gone or tracker.is_terminal(job):
@@ -144,11 +145,19 @@ class SchedulerFeed:
                 and not revalidate_allocation(alloc, nodes[alloc.node], key=job)
                 else None
             )  # a forged entry (GPU 99) holds nothing and is no placement either
-        return PendingJob(
+        pj = PendingJob(
             spec,
             tracker.enqueued_at.get(job, spec.submit_time or 0.0),
             attempt=tracker.next_attempt(job),
             progress=tracker.progress.get(job, 0.0),
+        )
+        moved = tracker.moved_at.get(job)
+        return (
+            pj
+            if moved is None
+            else PendingJob(
+                pj.spec, pj.enqueued_at, pj.attempt, pj.progress, resume_by=moved + resume_bound_s
+            )
         )
 
     def _sync_job(
@@ -162,7 +171,8 @@ class SchedulerFeed:
         settled: bool,
         never: list[JobSpec],
     ) -> None:
-        want = self._wanted(job, tracker, ledger, gone, self._by_id)
+        bound = self.cfg.preempt.resume_bound_s
+        want = self._wanted(job, tracker, ledger, gone, self._by_id, bound)
         held = sched.holds(job)
         queued = sched.queue.get(job)
         if want is None:
@@ -205,6 +215,7 @@ class SchedulerFeed:
             rows = sorted(range(len(old.queue)), key=lambda r: seq[r])
             order = [old.queue[r].spec.id for r in rows]
         sched = Scheduler(nodes, cfg=self.cfg, profiles=self.profiles, now=now)
+        sched.moves.moved_at.update(tracker.moved_at)  # the move rate limit outlives a rebuild
         self.sched, self._nodes = sched, nodes
         self._by_id = {n.id: n for n in nodes}
         self.rebuilds += 1
