@@ -46,7 +46,15 @@ from services.executor.journal import Checkpoint, Entry
 from services.executor.progress import describe as describe_report
 from services.executor.runners import CheckpointEnd, energy_kwh
 
-CHECKPOINT_COST_S = 30.0  # Mosaic seconds a simulated checkpoint takes by default
+
+def default_checkpoint_cost_s() -> float:
+    """The policy's checkpoint cost (Mosaic seconds), so a live simulated node pays what the
+    simulator charges a move (``PreemptConfig.checkpoint_cost_s``, 30 s)."""
+    from libs.policy.config import PolicyConfig
+
+    return PolicyConfig.default().preempt.checkpoint_cost_s
+
+
 MAX_PROGRESS = 0.999  # a resumed attempt always has something left to run
 
 

@@ -54,7 +54,7 @@ from proto.nodes import NodeSpec
 from proto.power import PowerCommand
 from proto.validation import describe, revalidate_command
 from proto.validation_records import revalidate_allocation
-from services.executor.checkpoint import CHECKPOINT_COST_S, Checkpoints
+from services.executor.checkpoint import Checkpoints, default_checkpoint_cost_s
 from services.executor.journal import Entry, Journal
 from services.executor.power import (
     NodePowerControl,
@@ -84,7 +84,8 @@ class NodeExecutor(Reports, PowerHandling, Checkpoints):
     """Runs the jobs of one node with ``runner``, journaled in ``journal``, and keeps its power
     state (``services.executor.power``; ``boot_s`` Mosaic seconds to wake, default the policy's
     ``resume_s``; ``power_hooks`` the operator's commands, none by default). Checkpoints:
-    ``services.executor.checkpoint`` (``checkpoint_cost_s``: simulated mode's default cost).
+    ``services.executor.checkpoint`` (``checkpoint_cost_s``: simulated mode's default cost,
+    by default the policy's).
 
     ``keep_on_stop``: a clean stop leaves the running attempts to the next executor on the same
     journal (their processes go on); else (a temporary journal) it terminates local ones."""
@@ -102,7 +103,7 @@ class NodeExecutor(Reports, PowerHandling, Checkpoints):
         keep_on_stop: bool = True,
         boot_s: float | None = None,
         power_hooks: PowerHooks | None = None,
-        checkpoint_cost_s: float = CHECKPOINT_COST_S,
+        checkpoint_cost_s: float | None = None,
     ) -> None:
         self.bus = bus
         self.node = node
@@ -111,7 +112,9 @@ class NodeExecutor(Reports, PowerHandling, Checkpoints):
         self.journal = journal
         self.report_interval_s = report_interval_s
         self.keep_on_stop = keep_on_stop
-        self.checkpoint_cost_s = checkpoint_cost_s
+        self.checkpoint_cost_s = (
+            default_checkpoint_cost_s() if checkpoint_cost_s is None else checkpoint_cost_s
+        )
         self.boot_id = uuid.uuid4().hex  # fresh per start: the placer sees a restart by it
         self.log = (log or bus.log).bind(node=node.id)
         self.running: dict[str, RunningJob] = {}

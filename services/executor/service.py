@@ -15,7 +15,6 @@ from libs.bus import ServiceContext, common_arg_parser
 from libs.bus.nodeargs import add_node_spec_arg, node_specs_from_args
 from libs.bus.runtime import env_float
 from proto.validation import MAX_CHECKPOINT_COST_S
-from services.executor.checkpoint import CHECKPOINT_COST_S
 from services.executor.executor import REPORT_INTERVAL_S, NodeExecutor
 from services.executor.journal import Journal
 from services.executor.local import LocalRunner, RunAs
@@ -76,9 +75,10 @@ def add_checkpoint_args(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--checkpoint-cost-s",
         type=float,
-        default=env_float("MOSAIC_EXECUTOR_CHECKPOINT_COST_S", str(CHECKPOINT_COST_S)),
+        default=env_float("MOSAIC_EXECUTOR_CHECKPOINT_COST_S", "-1"),
         help="sim mode: Mosaic seconds a checkpoint takes, the job holding its GPUs, unless the "
-        "command says (env MOSAIC_EXECUTOR_CHECKPOINT_COST_S; default 30)",
+        "command says (env MOSAIC_EXECUTOR_CHECKPOINT_COST_S; default: the policy's "
+        "preempt.checkpoint_cost_s, 30, as in the simulator)",
     )
     p.add_argument(
         "--checkpoint-root",
@@ -123,7 +123,7 @@ def validate(args: argparse.Namespace) -> None:
     if args.report_interval <= 0:
         raise SystemExit("--report-interval must be > 0")
     cost_s = args.checkpoint_cost_s
-    if not (math.isfinite(cost_s) and 0 <= cost_s <= MAX_CHECKPOINT_COST_S):
+    if cost_s != -1 and not (math.isfinite(cost_s) and 0 <= cost_s <= MAX_CHECKPOINT_COST_S):
         raise SystemExit(f"--checkpoint-cost-s must be 0-{MAX_CHECKPOINT_COST_S:g}, got {cost_s}")
     if args.mode == "local":
         try:
@@ -169,6 +169,7 @@ async def main(ctx: ServiceContext) -> None:
     ctx.log.info("executor_state", state_dir=str(state_root), persistent=persistent)
     interval_s = getattr(args, "report_interval", REPORT_INTERVAL_S)
     boot_s = getattr(args, "boot_s", -1.0)
+    cost_s = getattr(args, "checkpoint_cost_s", -1.0)
     hooks = PowerHooks(
         suspend=getattr(args, "suspend_command", "") or "",
         wake=getattr(args, "wake_command", "") or "",
@@ -185,7 +186,7 @@ async def main(ctx: ServiceContext) -> None:
             keep_on_stop=persistent,
             boot_s=None if boot_s is None or boot_s < 0 else boot_s,
             power_hooks=hooks,
-            checkpoint_cost_s=getattr(args, "checkpoint_cost_s", CHECKPOINT_COST_S),
+            checkpoint_cost_s=cost_s if cost_s is not None and cost_s >= 0 else None,
         )
         for n in nodes
     ]
