@@ -16,6 +16,7 @@ from collections.abc import Callable, Iterable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
+POLL_S = 0.1  # how soon close() returns: it is on the checkpoint's path, inside the grace
 
 
 def _escape(value: str) -> str:
@@ -86,7 +87,10 @@ class Exporter:
         self.host = host
         self.port = int(self._server.server_address[1])
         self._thread = threading.Thread(
-            target=self._server.serve_forever, name="mosaic-task-exporter", daemon=True
+            target=self._server.serve_forever,
+            kwargs={"poll_interval": POLL_S},
+            name="mosaic-task-exporter",
+            daemon=True,
         )
         self._thread.start()
 

@@ -9,6 +9,8 @@ import asyncio
 import json
 import re
 import shutil
+import socket
+import urllib.request
 from collections.abc import AsyncIterator
 from pathlib import Path
 
@@ -48,6 +50,17 @@ async def local(
     await bus.close()
 
 
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def scrape(port: int) -> str:
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as resp:
+        return resp.read().decode()
+
+
 def steps_in(log: Path) -> list[int]:
     return [int(m) for m in re.findall(r"^step (\d+)$", log.read_text(), re.M)]
 
@@ -57,11 +70,17 @@ async def test_the_example_is_checkpointed_and_resumes_where_it_saved(
     tmp_path: Path,
     work_root: Path,  # noqa: F811
 ) -> None:
-    command = f"python3 {ROOT}/examples/train_toy.py --steps {STEPS} --step-s 0.05"
+    port = free_port()
+    example = f"python3 {ROOT}/examples/train_toy.py --steps {STEPS} --step-s 0.05"
+    command = f"MOSAIC_TASK_METRICS_PORT={port} {example}"  # its task exporter, too
     spec = JobSpec(id="toy", command=command, checkpointable=True, checkpoint_grace_s=20)
     await run(local.bus, spec, runtime_s=3.0)
     await local.wait("toy", 1)
     await until(lambda: (progress_record(work_root, "toy", 1) or {}).get("steps", 0) >= 5)
+    page = await asyncio.to_thread(scrape, port)  # the job's own exporter, while it runs
+    labels = r'\{attempt="1",job="toy",node="t4-0"\}'
+    assert re.search(rf"^mosaic_task_steps_total{labels} \d", page, re.M)
+    assert "mosaic_task_steps_per_second{" in page
     await checkpoint(local.bus, "toy", "defrag", attempt=1)
     started, checkpointed, preempted = await local.wait("toy", 3, timeout_s=30)
 

@@ -68,6 +68,30 @@ def test_the_signal_saves_at_the_next_step_and_exits_zero(tmp_path: Path, sig: s
     assert 0.005 < record["step_time_s"] < 1.0 and record["steps_per_s"] > 1
 
 
+def test_immediate_saving_serves_the_signal_inside_a_long_step(tmp_path: Path) -> None:
+    """A job whose step is longer than its grace: with ``immediate`` the save runs from the
+    handler, in the middle of the step, and the process still exits 0."""
+    code = (
+        f"import sys, time; sys.path.insert(0, {str(ROOT)!r}); import libs.runtime as runtime\n"
+        f"rt = runtime.start(save=lambda: open({str(tmp_path / 'saved')!r}, 'w').write('x'),"
+        " immediate=True)\n"
+        "print('ready', flush=True)\n"
+        "time.sleep(60)  # one long step, never reaching rt.step()\n"
+    )
+    env = {**os.environ, "MOSAIC_CHECKPOINT_DIR": str(tmp_path / "ckpt")}
+    argv = [sys.executable, "-c", code]
+    proc = subprocess.Popen(argv, env=env, stdout=subprocess.PIPE, text=True)
+    try:
+        assert proc.stdout is not None and proc.stdout.readline().strip() == "ready"
+        started = time.monotonic()
+        proc.send_signal(signal.SIGUSR1)
+        assert proc.wait(10) == 0
+        assert time.monotonic() - started < 5
+    finally:
+        proc.kill()
+    assert (tmp_path / "saved").read_text() == "x"
+
+
 def test_another_signal_than_the_jobs_is_not_a_checkpoint(tmp_path: Path) -> None:
     proc = _job(tmp_path, "SIGUSR2")
     try:
