@@ -139,7 +139,9 @@ class MoveCommitter:
         job = move.job_id
         attrs = {"job": job, "node": move.node, "kind": move.kind, "source": move.source}
         with self._job_span(f"placer.{move.kind}", job, attrs) as span:  # type: ignore[attr-defined]
-            cmd = CheckpointCommand(job_id=job, reason=f"{move.kind}: {move.reason}")
+            cmd = CheckpointCommand(
+                job_id=job, reason=f"{move.kind}: {move.reason}"[:500], attempt=move.attempt
+            )
             decision = Decision(
                 job_id=job,
                 time=now,
