@@ -62,6 +62,7 @@ class MoveBook:
         self.moved_at: dict[str, float] = {}  # job -> when it was last moved (across attempts)
         self.movers: dict[int, dict[str, RunningJob]] = {}  # node -> could-ever-move jobs
         self.attempts: dict[str, tuple[int, str]] = {}  # running job -> (attempt, node id)
+        self.jobs: dict[str, RunningJob] = {}  # every running job
         self.moving: dict[str, MoveOrder] = {}  # ordered, not yet ended
         # job -> (the node moves are clearing for it, until when the room is held)
         self.rooms: dict[str, tuple[str, float]] = {}
@@ -73,6 +74,7 @@ class MoveBook:
         jid = job.spec.id
         self.facts[jid] = P.MoveFacts(started_at=at, last_moved_at=self.moved_at.get(jid))
         self.attempts[jid] = (attempt, node)
+        self.jobs[jid] = job
         if could_ever_move(job):
             self.movers.setdefault(job.node_index, {})[jid] = job
             self.movable_gpus[_level(job), job.node_index] += P.gpus_held(job)
@@ -81,6 +83,7 @@ class MoveBook:
         """The attempt stopped; the order that stopped it, if it was a move."""
         self.facts.pop(job_id, None)
         self.attempts.pop(job_id, None)
+        self.jobs.pop(job_id, None)
         d = self.movers.get(node_index)
         if d is not None:
             job = d.pop(job_id, None)
@@ -116,9 +119,7 @@ class MoveBook:
             return f"stale: attempt {held[0]} runs on {held[1]}"
         if job_id in self.moving:
             return "already being moved"
-        job = self.movers.get(view.index[node], {}).get(job_id)
-        if job is None:
-            return "neither checkpointable nor elastic, or an inference job"
+        job = self.jobs[job_id]
         soon = soon_free(view, running, now, _ends_bound(cfg))
         return P.may_move(job, self.facts, view, soon, now, cfg)
 

@@ -33,7 +33,7 @@ from libs.policy.decisions import MoveOrder
 from proto import subjects
 from proto.commands import CheckpointCommand
 from proto.decisions import Decision
-from proto.intents import MOVE_KINDS, HoldIntent, Intent, MoveIntent
+from proto.intents import MOVE_KINDS, HoldIntent, Intent, MoveIntent, sound_intent_id
 from proto.validation import sound_id
 from services.placer.announce import SERVICE
 
@@ -50,8 +50,8 @@ MAX_TTL_S = 86_400.0
 
 def intent_error(intent: Intent) -> str:
     """Why an intent cannot be acted on as sent ("" when it is sound), naming the field."""
-    if not sound_id(intent.id):
-        return "id: not a sound identifier"
+    if not sound_intent_id(intent.id):
+        return "id: must be 1-200 letters, digits, '_', '.', ':' or '-'"
     if not math.isfinite(intent.time):
         return "time: not a finite number"
     if isinstance(intent, MoveIntent):
