@@ -430,6 +430,7 @@ def test_compose_every_mosaic_service_has_the_common_env(compose: dict[str, Any]
         "scorer",
         "placer",
         "thermal",
+        "defrag",
         "telemetry-sim",
         "executor-sim",
     } <= services.keys()

@@ -95,6 +95,76 @@ def _size_mix() -> tuple[tuple[float, float], ...]:
 
 
 @dataclass(frozen=True, slots=True)
+class PreemptConfig:
+    """Moving running jobs (``libs.policy.stages.preempt``): who may be moved, how often, and the
+    priority-protection rule. The simulator charges ``checkpoint_cost_s`` per move; the live
+    executor takes what the job's save takes."""
+
+    enabled: bool = True  # the priority-protection rule (protected jobs are never moved anyway)
+    resume_bound_s: float = 1800.0  # a moved job must be able to start again within this
+    min_interval_s: float = 3600.0  # a job is not moved twice within this window
+    min_run_s: float = 300.0  # nor in the first minutes of an attempt (it would gain nothing)
+    protect_priority: int = 8  # a blocked job of at least this priority may preempt
+    priority_gap: int = 3  # ... jobs of at most its priority minus this
+    min_wait_s: float = 600.0  # ... once it has waited this long
+    # ... when the GPU-seconds lost are at most this times the GPU-seconds it has waited
+    lost_per_wait: float = 1.0
+    at_risk_share: float = 0.1  # share of an attempt's run a move counts as at risk ...
+    lost_work_cap_s: float = 1800.0  # ... of at most this much run
+    checkpoint_cost_s: float = 30.0  # time a checkpoint takes (sim) / is expected to take
+    max_per_pass: int = 4  # moves the scheduler decides per pass
+    interval_s: float = 60.0  # the rule looks at most this often (a plan is a search)
+    # a moved job is first in line again: its place counts as resume_credit_s older (aging at
+    # 0.025/h: +4.2 for a week, above any fresh score), so the resume bound the plan checked
+    # is kept (measured on the first 8k Philly jobs: without it p99 resume delay was 20 h)
+    resume_credit_s: float = 7 * 86_400.0
+    # whether a victim's resume may count on GPUs of running jobs expected to end within the
+    # bound. Off: expected ends are estimates (measured on the first 8k Philly jobs, counting
+    # them let the p99 resume delay reach 7 h); a victim must have room elsewhere now
+    resume_counts_ends: bool = False
+
+    def __post_init__(self) -> None:
+        for name in ("resume_bound_s", "min_interval_s", "min_run_s", "min_wait_s"):
+            if not getattr(self, name) >= 0:
+                raise ValueError(f"preempt.{name} must be >= 0")
+        if not self.lost_per_wait >= 0 or not self.checkpoint_cost_s >= 0:
+            raise ValueError("preempt.lost_per_wait and preempt.checkpoint_cost_s must be >= 0")
+        if self.max_per_pass < 0 or self.priority_gap < 0:
+            raise ValueError("preempt.max_per_pass and preempt.priority_gap must be >= 0")
+
+
+@dataclass(frozen=True, slots=True)
+class DefragConfig:
+    """The defragmenter's settings (``libs.policy.stages.defrag.plan_moves``, issue 14).
+
+    Why a record of its own: the live defragmenter and the simulator read the same numbers, and
+    ``--set defrag.enabled=true`` names them. ``enabled`` switches the simulator's use of the
+    plan (the live service has its own switch: whether it runs). ``max_moves`` caps one plan
+    (a plan that moves more jobs than this is not worth the churn). ``candidate_nodes``: how many
+    nodes a plan tries to clear for one blocked job (those with the most free or movable
+    capacity first); it bounds the plan's cost on large clusters. ``checkpoint_interval_s``:
+    how often a checkpointable job is assumed to save (the lost work of a move is the time since
+    the last save); ``checkpoint_cost_s``: the time a move costs the moved job (save, stop,
+    restore), counted by the simulator with each migration.
+    """
+
+    enabled: bool = False
+    max_moves: int = 8
+    candidate_nodes: int = 16
+    checkpoint_interval_s: float = 1800.0
+    checkpoint_cost_s: float = 60.0
+
+    def as_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    def __post_init__(self) -> None:
+        if self.max_moves < 0 or self.candidate_nodes < 1:
+            raise ValueError("defrag: need max_moves >= 0 and candidate_nodes >= 1")
+        if not (self.checkpoint_interval_s > 0 and self.checkpoint_cost_s >= 0):
+            raise ValueError("defrag: need checkpoint_interval_s > 0 and checkpoint_cost_s >= 0")
+
+
+@dataclass(frozen=True, slots=True)
 class PolicyConfig:
     """All policy coefficients. Build variants with ``dataclasses.replace(cfg, ...)``."""
 
@@ -233,6 +303,10 @@ class PolicyConfig:
     power_demand_cap: int = 256  # blocked jobs (in rank order) the resume decision looks at
     max_places_per_pass: int = 1_000_000  # cap on placements per pass (live placer may lower it)
     explain_top_k: int = 5  # candidates kept in an explained placement
+    # --- moving jobs (libs.policy.stages.preempt; issue 14) ---
+    preempt: PreemptConfig = field(default_factory=PreemptConfig)
+    # --- fragmentation and defragmentation (issue 14) ---
+    defrag: DefragConfig = field(default_factory=DefragConfig)
 
     @classmethod
     def default(cls) -> PolicyConfig:
@@ -252,7 +326,11 @@ class PolicyConfig:
         out: dict[str, Any] = {}
         for f in dataclasses.fields(self):
             v = getattr(self, f.name)
-            out[f.name] = v.as_dict() if dataclasses.is_dataclass(v) else v
+            if isinstance(v, RegimeWeights):
+                v = v.as_dict()
+            elif dataclasses.is_dataclass(v) and not isinstance(v, type):
+                v = dataclasses.asdict(v)
+            out[f.name] = v
         out["size_mix"] = [list(p) for p in self.size_mix]
         return out
 

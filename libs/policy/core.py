@@ -32,18 +32,17 @@ from libs.policy import scheduler
 from libs.policy.cadence import BackfillCadence
 from libs.policy.cluster import EPS, ClusterView
 from libs.policy.config import PolicyConfig
-from libs.policy.decisions import (
-    Decisions,
-    Place,
-)
+from libs.policy.decisions import Decisions, MoveOrder, Place
+from libs.policy.moves import MoveBook
 from libs.policy.placement import to_allocation
 from libs.policy.power_state import PowerState, PowerStep
 from libs.policy.priority import regime
 from libs.policy.profiles import ProfileTable
-from libs.policy.queue import PendingQueue
+from libs.policy.queue import COLUMNS, PendingQueue
 from libs.policy.reasons import WaitReasons
 from libs.policy.scores import is_green
-from libs.policy.types import CycleResult, PendingJob, RunningJob
+from libs.policy.stages import preempt as P
+from libs.policy.types import CycleResult, PendingJob, Placement, RunningJob
 from libs.policy.wait_info import explain_wait
 from libs.policy.wakeups import Wakeups
 from proto.decisions import WaitNumbers
@@ -52,6 +51,9 @@ from proto.ledger import Allocation
 from proto.nodes import NodeSpec
 
 POWER_HOLD = "power"  # the cordon hold of a suspended or booting node
+ROOM_HOLD = "room:"  # + job id: a node moves are clearing for that job (``_fill_rooms``)
+COL_PRIO, COL_ENQ = COLUMNS.index("prio"), COLUMNS.index("enq")
+BLOCKED_LOOKED_AT = 4  # blocked jobs, in rank order, the priority-protection rule looks at
 
 
 def usage_of(alloc: Allocation) -> np.ndarray:
@@ -108,7 +110,11 @@ class Scheduler:
         self._asks: dict[tuple[float, float], int] = {}  # (GPUs, GPU memory) -> jobs queued
         self.wakeups = Wakeups()  # the instants a driver owes the scheduler (see tick)
         self.last: CycleResult | None = None
+        self._preempt_due_s = now  # the priority-protection rule looks again from then
         self.regime = regime(0.0, cfg)
+        self.moves = MoveBook(
+            len(self.view.node_ids)
+        )  # running attempts' history, ordered moves (stages.preempt)
 
     # ----- events: jobs --------------------------------------------------------------------
     def can_ever_place(self, spec: JobSpec) -> bool:
@@ -131,6 +137,8 @@ class Scheduler:
             self._dequeue(job_id)
         elif job_id in self._held:
             self.end_job(job_id, now)
+        self.moves.forget(job_id)
+        self._release_room(job_id)
 
     def start_job(self, job_id: str, alloc: Allocation, spec: JobSpec, now: float) -> None:
         """The job runs with ``alloc``: one this scheduler placed (already on the view) or one
@@ -140,6 +148,7 @@ class Scheduler:
             self.power.left_queue(self.queue.seq()[self.queue.position(job_id)])
             self._dequeue(job_id)
         self.why.forget(job_id)
+        self._release_room(job_id)
         key = (alloc.job_id, alloc.node, alloc.gpu_indices)
         i = self.view.index[alloc.node]
         if key in self._applied:
@@ -153,10 +162,14 @@ class Scheduler:
         self.usage[spec.tenant] = vec.copy() if cur is None else cur + vec
         model = self.view.nodes[i].gpu_model
         est_end = alloc.time + self.profiles.runtime_s(spec, model)
-        self.running.add(RunningJob(spec, i, alloc.gpu_indices, alloc.gpu_share, est_end))
+        rj = RunningJob(spec, i, alloc.gpu_indices, alloc.gpu_share, est_end)
+        self.running.add(rj)
+        self.moves.started(rj, alloc.attempt, alloc.node, alloc.time)
 
-    def end_job(self, job_id: str, now: float) -> None:
-        """The job's attempt stopped (completed, failed, preempted, killed): free what it held."""
+    def end_job(self, job_id: str, now: float) -> MoveOrder | None:
+        """The job's attempt stopped (completed, failed, preempted, killed): free what it held.
+        Returns the move that stopped it, if one did (the driver requeues the job with
+        ``requeue_moved``)."""
         alloc, vec, tenant = self._held.pop(job_id)
         self.view.release(alloc)
         i = self.view.index[alloc.node]
@@ -164,6 +177,20 @@ class Scheduler:
             self.power.node_emptied(i, now)
         self.usage[tenant] = np.maximum(self.usage[tenant] - vec, 0.0)
         self.running.remove(job_id)
+        return self.moves.ended(job_id, i)
+
+    def moved_job(self, job: PendingJob, preempted_at: float) -> PendingJob:
+        """``job`` as it waits again after a move at ``preempted_at``: first in line (its place
+        counts ``resume_credit_s`` older) and with its resume deadline (``resume_bound_s``
+        later), which the rank stage's urgency reads."""
+        pc = self.cfg.preempt
+        return PendingJob(
+            job.spec,
+            job.enqueued_at - pc.resume_credit_s,  # first in line (PreemptConfig.resume_credit_s)
+            job.attempt,
+            job.progress,
+            resume_by=preempted_at + pc.resume_bound_s,
+        )
 
     def _dequeue(self, job_id: str) -> None:
         spec = self.queue.remove(job_id).spec
@@ -266,15 +293,100 @@ class Scheduler:
             self.power.note_blocked(res, self.queue, self._green_col()[:, 0])
         self.why.note(res, full)
         out: list[Place] = []
-        for pj, placement in res.assignments:
+        rooms = self._fill_rooms(res, now)
+        for pj, placement in [*res.assignments, *rooms]:
             alloc = to_allocation(pj.spec, placement, now, pj.attempt)
             self._applied.add((alloc.job_id, alloc.node, alloc.gpu_indices))
             out.append(Place(pj, placement, alloc))
         return out
 
+    # ----- rooms: the node moves cleared, held for the job they were for ----------------------
+    def _fill_rooms(self, res: CycleResult, now: float) -> list[tuple[PendingJob, Placement]]:
+        """After the pass: each job moves made room for starts in its room once the moved jobs
+        are gone (``stages.preempt.room_placement``), unless the pass placed it elsewhere. A
+        room lapses after the resume bound, or when its node is held for another reason."""
+        out = []
+        placed = {pj.spec.id for pj, _ in res.assignments}
+        for job_id, (node, until) in list(self.moves.rooms.items()):
+            pj = self.queue.get(job_id)
+            i = self.view.index[node]
+            others = [h for h in self._holds.get(node, ()) if not h.startswith(ROOM_HOLD)]
+            saving = job_id in self.moves.moving  # a moved job's room waits for its save
+            if until < now or others or (pj is None and not saving):
+                self._release_room(job_id)
+                continue
+            if pj is None or job_id in placed:
+                continue
+            placement = P.room_placement(pj.spec, self.view, i)
+            if placement is not None:  # applied at once, as the pass applies its own
+                self.view.allocate(to_allocation(pj.spec, placement, now, pj.attempt))
+                self.power.node_taken(i)
+                out.append((pj, placement))
+        return out
+
+    def _hold_rooms(self) -> None:
+        for job_id, (node, _) in self.moves.rooms.items():
+            self.set_cordoned(node, ROOM_HOLD + job_id, True)
+
+    def _release_room(self, job_id: str) -> None:
+        room = self.moves.rooms.pop(job_id, None)
+        if room is not None:
+            self.set_cordoned(room[0], ROOM_HOLD + job_id, False)
+
     def next_pass_s(self) -> float | None:
         """When a pass is due without an event (the next backfill), or None."""
         return self._tick_at
+
+    def preempt_step(self, now: float) -> list[MoveOrder]:
+        """The moves of the priority-protection rule (``stages.preempt.priority_plan``), at
+        most once per ``PreemptConfig.interval_s``: for the waiting jobs of protected priority
+        that have waited long enough, highest priority then longest wait first, none that a
+        pass just placed or that a move under way already makes room for. The victims keep
+        running (and holding) until the driver reports them ended."""
+        pc = self.cfg.preempt
+        if not pc.enabled or not self.moves.movers or now < self._preempt_due_s:
+            return []
+        if not len(self.queue):
+            return []
+        self._preempt_due_s = now + max(pc.interval_s, 1.0)
+        t = self.queue.table()
+        prio, enq = t[:, COL_PRIO], t[:, COL_ENQ]
+        rows = np.flatnonzero((prio >= pc.protect_priority) & (enq <= now - pc.min_wait_s))
+        if not len(rows):
+            return []
+        rows = rows[np.lexsort((enq[rows], -prio[rows]))][: BLOCKED_LOOKED_AT * 2]
+        skip = {k[0] for k in self._applied} | {m.for_job for m in self.moves.moving.values()}
+        blocked = [self.queue[r] for r in rows.tolist() if self.queue[r].spec.id not in skip]
+        moves = self.moves.plan_priority(
+            blocked[:BLOCKED_LOOKED_AT], self.view, self.running, now, self.cfg
+        )
+        self._hold_rooms()
+        return moves
+
+    def next_move_s(self, now: float) -> float | None:
+        """When a waiting job of protected priority reaches ``min_wait_s`` after ``now`` (the
+        earliest), so a full cluster, where no event may come for hours, still looks then."""
+        pc = self.cfg.preempt
+        if not pc.enabled or not self.moves.movers or not len(self.queue):
+            return None
+        t = self.queue.table()
+        at = t[:, COL_ENQ] + pc.min_wait_s
+        later = at[(t[:, COL_PRIO] >= pc.protect_priority) & (at > now)]
+        return float(later.min()) if len(later) else None
+
+    def check_move(self, job_id: str, attempt: int, node: str, now: float) -> str:
+        """The verdict on a move someone asks for (an intent of the defragmenter or the
+        thermal guard): "" when ``stages.preempt`` allows it now, else why not."""
+        if node not in self.view.index:
+            return f"unknown node {node!r}"
+        return self.moves.check(job_id, attempt, node, self.view, self.running, now, self.cfg)
+
+    def order_move(self, move: MoveOrder, now: float) -> MoveOrder:
+        """Record an accepted move (``check_move`` said yes): the job is being moved now; a
+        move for another job holds the node it clears for that job (``_fill_rooms``)."""
+        out = self.moves.order(move, now, self.cfg.preempt.resume_bound_s)
+        self._hold_rooms()
+        return out
 
     def power_step(self, now: float) -> PowerStep:
         """Which nodes to suspend and resume now (view indices); the decided nodes are held
@@ -325,16 +437,21 @@ class Scheduler:
         instants the driver owes the scheduler next are in ``wakeups`` (``next_tick_s``)."""
         woke = self.wakeups.due(now) or woke
         places: list[Place] = []
+        moves: list[MoveOrder] = []
         passed = False
         if woke and self.could_place_now():
             places = self.schedule_pass(now)
             passed = True
             self.wakeups.after_pass(now, self._tick_at)
+        if woke:  # a full cluster places nothing, and is where priority protection matters
+            moves = self.preempt_step(now)
+            self.wakeups.after_pass(now, self.next_move_s(now))
         step = self.power_step(now)
         self.wakeups.after_power(now, step.next_s)
         ids = self.view.node_ids
         return Decisions(
             places=places,
+            moves=tuple(moves),
             suspend=tuple(ids[i] for i in step.suspend),
             wake=tuple(ids[i] for i in step.resume),
             next_tick_s=self.wakeups.next_s(),

@@ -36,6 +36,7 @@ import numpy as np
 
 from libs.sim.cluster import EPS, SimCluster
 from libs.sim.failures import FailureModel
+from libs.sim.moves import Mover, move_hook
 from libs.sim.state import (
     BACKOFF,
     COMPLETED,
@@ -49,7 +50,7 @@ from libs.sim.state import (
 )
 from proto.nodes import NodeSpec
 
-ARRIVE, FINISH, OOM, RESUBMIT, RESUMED, POWER, TICK = 0, 1, 2, 3, 4, 5, 6
+ARRIVE, FINISH, OOM, RESUBMIT, RESUMED, POWER, TICK, CKPT = 0, 1, 2, 3, 4, 5, 6, 7
 SAMPLE = 8  # a thermal sample instant (libs.sim.thermal)
 STANDBY_W_PER_GPU = 0.0  # a powered-down node's GPUs draw nothing (host power not modelled)
 
@@ -100,6 +101,7 @@ class Engine:
         runtimes: np.ndarray | None = None,
         samples: int = 2000,
         progress: Callable[[float], None] | None = None,
+        checkpoint_cost_s: float = 30.0,
         thermal: Any = None,
     ):
         self.cluster = SimCluster(nodes)
@@ -152,6 +154,9 @@ class Engine:
         # a policy may ask for a pass at a time without an event (mosaic: the next backfill)
         self._tick = getattr(policy, "next_pass_s", None)
         self._next_tick = float("inf")
+        # moves (libs.sim.moves): the same checkpoint cost for every policy that moves jobs
+        self._mover = Mover(self._push, CKPT, checkpoint_cost_s)
+        self._move_step = move_hook(policy)
         policy.attach(SimContext(self.cluster, models, profiles, self.jobs))
         self._thermal = thermal  # libs.sim.thermal.SimThermal: heat, throttling, the guard
         if thermal is not None:
@@ -233,7 +238,9 @@ class Engine:
                 (self._node_model[a.node] for a in allocs),
                 key=lambda m: job.runtime_s[self._model_pos[m]],
             )
-        duration, oom = self.failures.attempt_duration_s(float(slowest), fits)
+        job.attempt_full_s = float(slowest)
+        Mover.started(job, now)
+        duration, oom = self.failures.attempt_duration_s(float(slowest) * (1 - job.progress), fits)
         job.oom = oom
         job.state = RUNNING
         job.token += 1
@@ -281,6 +288,14 @@ class Engine:
             self._enqueue(job, t)
             return True
         if kind == RESUBMIT:
+            self._enqueue(job, t)
+            return True
+        if kind == CKPT:  # a move's checkpoint is saved: the job waits again with its progress
+            if token != job.token or job.ckpt_start_s < 0:
+                return False
+            self._mover.checkpointed(job)
+            self._stop(job, t)
+            job.preempted_at_s = t
             self._enqueue(job, t)
             return True
         if token != job.token or job.state != RUNNING:
@@ -384,6 +399,14 @@ class Engine:
                     if nxt is not None and t < nxt < self._next_tick - 1e-9:
                         self._next_tick = nxt
                         self._push(nxt, TICK, 0)
+            if wake and self._move_step is not None:  # also on a full cluster: see libs.sim.moves
+                orders = self._move_step(t)
+                if orders:
+                    self._mover.apply(orders, t)
+                nxt = self.policy.next_move_s(t)  # type: ignore[attr-defined]
+                if nxt is not None and t < nxt < self._next_tick - 1e-9:
+                    self._next_tick = nxt
+                    self._push(nxt, TICK, 0)
             if self._power is not None and self.finished < len(self.jobs):
                 self._power_step(t)
             if not heap and self.queue:
@@ -432,6 +455,7 @@ class Engine:
             idle_saved_j=self.idle_saved_j,
             node_suspend_s=self.node_suspend_s,
             end_idle_power_w=end_idle_w,
+            preempted_non_checkpointable=self._mover.refused_non_checkpointable,
         )
 
     # ----- power saving (policies with power_step) -----------------------------------------
