@@ -248,7 +248,7 @@ class Engine:
         self._push(now + duration, OOM if oom else FINISH, job.idx, job.token)
         self.policy.started(job, now)
         if self._thermal is not None:
-            self._thermal.wake(now)
+            self._thermal.started(job, now)
 
     def _stop(self, job: SimJob, now: float) -> None:
         """Release an attempt's resources and account its GPU time and energy."""

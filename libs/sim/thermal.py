@@ -28,6 +28,7 @@ for the guard's decisions.
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any
@@ -35,6 +36,7 @@ from typing import Any
 import numpy as np
 
 from libs.policy.config import ThermalConfig
+from libs.policy.decisions import MoveOrder
 from libs.policy.stages.thermal import HoldAction, MigrateAction, NodeJob, ThermalGuard
 from libs.policy.thermal_model import (
     THROTTLE_SPEED,
@@ -97,7 +99,8 @@ class ThermalTotals:
     releases: int = 0
     migrations_asked: int = 0
     migrations: int = 0  # asked and allowed by the scheduler's rule
-    migrations_refused: dict[str, int] = field(default_factory=dict)  # reason -> count
+    # the scheduler's refusals when the guard asked whether a job may move (per check)
+    migrations_refused: dict[str, int] = field(default_factory=dict)
     hot_node_s: float = 0.0  # node-seconds held hot
     peak_c: float = 0.0
 
@@ -176,8 +179,10 @@ class SimThermal:
             self._next_sample_s = math.inf  # nothing runs: a new start brings sampling back
         return changed
 
-    def wake(self, t: float) -> None:
-        """A job started while sampling had stopped: sample again from the next interval."""
+    def started(self, job: Any, t: float) -> None:
+        """An attempt started: it owes no lost work yet (an earlier attempt's debt went with
+        it), and sampling starts again if it had stopped (nothing was running)."""
+        self.lost_s.pop(job.idx, None)
         if self._next_sample_s == math.inf and self._push is not None:
             self._next_sample_s = t + self.cfg.sim_sample_s
             self._push(self._next_sample_s)
@@ -212,6 +217,8 @@ class SimThermal:
         hot_rows = set(np.flatnonzero(throttled.any(axis=1)).tolist())
         idx = c.index
         for job in self._engine.running.values():
+            if job.ckpt_start_s >= 0:
+                continue  # saving its checkpoint: it computes nothing either way
             for a in job.allocs:
                 n = idx[a.node]
                 if n in hot_rows and throttled[n, list(a.gpu_indices)].any():
@@ -266,8 +273,8 @@ class SimThermal:
         if check is None:
             return False  # a scheduler without the move rule moves nothing
         why = check(job.job_id, job.attempt, node, t)
-        if why:
-            key = why.split(":")[0]
+        if why:  # counted by the rule that refused (its numbers left out)
+            key = re.sub(r"\d+(\.\d+)?", "N", why)
             self.totals.migrations_refused[key] = self.totals.migrations_refused.get(key, 0) + 1
         return not why
 
@@ -288,10 +295,22 @@ class SimThermal:
         return True
 
     def _move(self, job: Any, action: MigrateAction, t: float) -> bool:
-        """Carry out an allowed migration with the engine's move (checkpoint, then requeue
-        with progress). A job behind because of throttling keeps only the progress it made."""
-        del job, action, t
-        return False  # the engine's move lands with the preemption work (issue 14)
+        """Carry out an allowed migration as the live placer commits an intent: the scheduler
+        records the move (``order_move``) and the engine checkpoints the job and requeues it
+        with its progress (``libs.sim.moves``). A job behind because of throttling keeps only
+        the progress it really made."""
+        mover = getattr(self._engine, "_mover", None)
+        if mover is None or job.ckpt_start_s >= 0:
+            return False
+        order = MoveOrder(
+            action.job_id, action.attempt, action.node, "migrate", action.reason, source="thermal"
+        )
+        self._core.order_move(order, t)
+        lost = self.lost_s.pop(job.idx, 0.0)
+        if lost and job.attempt_full_s > 0:
+            job.progress -= lost / job.attempt_full_s  # the checkpoint adds the wall time run
+        mover.apply([(job, "migrate", action.reason)], t)
+        return True
 
 
 def sim_thermal_for(
