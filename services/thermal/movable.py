@@ -1,19 +1,75 @@
 """Which running jobs the guard asks to move: the caller's predicate of the guard's definition.
 
-Why here and not in the guard: the rule is the placer's (``libs.policy.stages.preempt``: it
-commits or refuses every move against its own rule). The guard asks only for moves that rule
-could allow, so a refusal is news, not routine: a job that is neither checkpointable nor
-elastic, or an inference job, stays where it is (issue 14: never preempt those).
+Why the placer's own rule and not one of our own: the placer commits or refuses every move
+with ``libs.policy.stages.preempt`` (never an inference job, never one neither checkpointable
+nor elastic, not in the first minutes of an attempt, not one that could not resume within its
+bound). The guard asks the same definition, on the ledger as it stands, so a refusal is news
+(a move the guard could not know of, a node cordoned meanwhile), not routine. It cannot know
+when a job was last moved (the placer's rate limit): that refusal comes back with its reason.
+
+The cluster view is built only when the guard is about to migrate (a hot node, once a
+window), and once per decision: a sample of a cool node costs nothing here.
 """
 
 from __future__ import annotations
 
-from proto.jobs import JobSpec
+import contextlib
+import math
+from collections.abc import Callable, Mapping
+
+from libs.policy.cluster import ClusterView
+from libs.policy.config import PolicyConfig
+from libs.policy.profiles import ProfileTable
+from libs.policy.stages import preempt as P
+from libs.policy.stages.thermal import NodeJob
+from libs.policy.types import RunningJob
+from proto.ledger import Allocation
+from proto.nodes import NodeSpec
 
 
-def may_move(spec: JobSpec | None) -> bool:
-    """A training job that can keep its progress when stopped: checkpointable or elastic. An
-    allocation without its spec (an older ledger entry) is not moved: nothing says it may."""
-    if spec is None or spec.kind == "inference" or spec.workload_class == "inference":
-        return False
-    return spec.checkpointable or spec.elastic is not None
+def ledger_cluster(
+    nodes: Mapping[str, NodeSpec], ledger: Mapping[str, Allocation], profiles: ProfileTable
+) -> tuple[ClusterView, dict[str, RunningJob], dict[str, P.MoveFacts]]:
+    """The cluster as the ledger says it is, its running jobs (by id) and their attempts'
+    start times (an entry without its spec, or one overlapping another, is left out)."""
+    view = ClusterView.build([nodes[k] for k in sorted(nodes)])
+    running: dict[str, RunningJob] = {}
+    facts: dict[str, P.MoveFacts] = {}
+    for a in ledger.values():
+        if a.node not in nodes or a.spec is None:
+            continue
+        with contextlib.suppress(ValueError):
+            view.allocate(a)
+            i = view.index[a.node]
+            end = a.time + profiles.runtime_s(a.spec, view.nodes[i].gpu_model)
+            running[a.job_id] = RunningJob.from_allocation(
+                a, i, end if math.isfinite(end) else a.time
+            )
+            facts[a.job_id] = P.MoveFacts(started_at=a.time)
+    return view, running, facts
+
+
+def movable_now(
+    nodes: Mapping[str, NodeSpec],
+    ledger: Mapping[str, Allocation],
+    now: float,
+    cfg: PolicyConfig,
+    profiles: ProfileTable,
+) -> Callable[[NodeJob], bool]:
+    """The predicate for one decision at ``now``: may this attempt move, by the placer's rule?
+    (Built on first use: most samples never ask.)"""
+    built: list[tuple[Callable[[RunningJob], bool], dict[str, RunningJob]]] = []
+
+    def movable(job: NodeJob) -> bool:
+        alloc = ledger.get(job.job_id)
+        if alloc is None or alloc.attempt != job.attempt:
+            return False  # no longer this attempt: the placer would call it stale
+        if not built:
+            view, running, facts = ledger_cluster(nodes, ledger, profiles)
+            rule = P.movable_predicate(facts, view, list(running.values()), now, cfg)
+            built.append((rule, running))
+        rule, running = built[0]
+        rj = running.get(job.job_id)
+        return rj is not None and rule(rj)
+
+    return movable

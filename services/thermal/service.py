@@ -32,7 +32,8 @@ from libs.bus.runtime import ServiceContext
 from libs.clock import Clock
 from libs.obs.jobspans import traceparent_of
 from libs.obs.tracing import span_trace_id
-from libs.policy.config import ThermalConfig
+from libs.policy.config import PolicyConfig, ThermalConfig
+from libs.policy.profiles import ProfileTable
 from libs.policy.stages.thermal import Action, HoldAction, MigrateAction, NodeJob, ThermalGuard
 from proto import subjects
 from proto.ledger import Allocation
@@ -40,7 +41,7 @@ from proto.nodes import NodeSpec, TelemetrySample
 from proto.validation_records import revalidate_allocation, revalidate_node_spec, revalidate_sample
 from services.thermal import metrics
 from services.thermal.intents import audit, hold_intent, move_intent
-from services.thermal.movable import may_move
+from services.thermal.movable import movable_now
 
 NAME = "thermal"
 TRACER = trace.get_tracer(NAME)
@@ -54,6 +55,8 @@ class ThermalService:
         self.clock = clock
         self.log = log
         self.guard = ThermalGuard(cfg or ThermalConfig())
+        self.policy = PolicyConfig.default()  # the placer's rule on moves (stages.preempt)
+        self.profiles = ProfileTable.default()
         self.nodes: dict[str, NodeSpec] = {}
         self.ledger: dict[str, Allocation] = {}
         self.by_node: dict[str, dict[str, Allocation]] = {}  # node -> job -> its allocation
@@ -97,10 +100,6 @@ class ThermalService:
             for a in self.by_node.get(node, {}).values()
         ]
 
-    def movable(self, job: NodeJob) -> bool:
-        alloc = self.ledger.get(job.job_id)
-        return alloc is not None and alloc.attempt == job.attempt and may_move(alloc.spec)
-
     async def _on_sample(self, sample: TelemetrySample) -> None:
         node = self.nodes.get(sample.node)
         if node is None:  # not registered (yet): no spec to check it against, nothing runs
@@ -111,8 +110,9 @@ class ThermalService:
         temps = [float("-inf")] * node.gpu_count
         for g in sample.gpus:
             temps[g.index] = g.temp_c
+        movable = movable_now(self.nodes, self.ledger, sample.time, self.policy, self.profiles)
         actions = self.guard.observe(
-            sample.node, temps, sample.time, self.jobs_on(sample.node), self.movable
+            sample.node, temps, sample.time, self.jobs_on(sample.node), movable
         )
         if actions:
             await self.publish(actions, sample_s=sample.time)

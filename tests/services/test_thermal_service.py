@@ -32,6 +32,10 @@ NODE = NodeSpec(
 )
 
 
+# an empty node beside it: a moved job must have somewhere to resume (the placer's rule)
+SPARE = msgspec.structs.replace(NODE, id="a100-1")
+
+
 def alloc(job: str, gpus: tuple[int, ...], spec: JobSpec) -> Allocation:
     return Allocation(
         job_id=job,
@@ -96,7 +100,7 @@ async def _hot_then_cool(nats_url: str) -> tuple[list[Intent], list[Decision]]:
     await bus.subscribe(subjects.intents("thermal"), Intent, on_intent)
     await bus.subscribe(subjects.decisions("thermal"), Decision, on_decision)
     await bus.subscribe(subjects.dlq("thermal"), DeadLetter, on_letter)
-    await put_nodes(bus, [NODE])
+    await put_nodes(bus, [NODE, SPARE])
     ledger = await bus.kv(subjects.KV_LEDGER, Allocation)
     movable = JobSpec(id="ckpt", checkpointable=True)
     fixed = JobSpec(id="fixed")  # neither checkpointable nor elastic: never moved
@@ -159,7 +163,7 @@ async def test_a_restarted_guard_asks_the_same_move_once(nats_url):
     """Intent ids are deterministic: a guard restarted on the same hot window repeats its
     intents, and JetStream's duplicate window keeps one of each."""
     bus = await connect(nats_url)
-    await put_nodes(bus, [NODE])
+    await put_nodes(bus, [NODE, SPARE])
     ledger = await bus.kv(subjects.KV_LEDGER, Allocation)
     await ledger.put("ckpt", alloc("ckpt", (0,), JobSpec(id="ckpt", checkpointable=True)))
     clock = Clock(epoch=time.time(), factor=1.0)
@@ -188,3 +192,34 @@ async def test_a_restarted_guard_asks_the_same_move_once(nats_url):
 
 async def _async(value: object) -> object:
     return value
+
+
+async def test_no_move_is_asked_that_the_placers_rule_refuses(nats_url):
+    """One node only: a moved job could not resume anywhere within its bound, so the guard
+    holds the node but asks no move (stages.preempt, the placer's own rule)."""
+    bus = await connect(nats_url)
+    await put_nodes(bus, [NODE])
+    ledger = await bus.kv(subjects.KV_LEDGER, Allocation)
+    await ledger.put("ckpt", alloc("ckpt", (0,), JobSpec(id="ckpt", checkpointable=True)))
+    clock = Clock(epoch=time.time(), factor=1.0)
+    svc = start_in_process("thermal", main, nats_url, clock=clock)
+    try:
+        await asyncio.sleep(1.0)
+        t0 = clock.now()
+        for k in range(3):
+            s = sample(t0 + 5 * k, [99.0, 50.0, 50.0, 50.0])
+            await bus.publish(subjects.telemetry(NODE.id), s, durable=False)
+
+        async def held() -> bool:
+            info = await bus.js.stream_info(subjects.STREAM_INTENTS)
+            return info.state.messages >= 1
+
+        await poll(held, timeout_s=10)
+        await asyncio.sleep(0.5)
+        info = await bus.js.stream_info(subjects.STREAM_INTENTS)
+        assert info.state.messages == 1  # the hold alone
+        msg = await bus.js.get_last_msg(subjects.STREAM_INTENTS, subjects.intents("thermal"))
+        assert isinstance(msgspec.json.decode(msg.data, type=Intent), HoldIntent)
+    finally:
+        assert await svc.close() == 0
+        await bus.close()
