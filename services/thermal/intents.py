@@ -9,6 +9,8 @@ migration by job attempt.
 
 from __future__ import annotations
 
+import msgspec
+
 from libs.policy.stages.thermal import HoldAction, MigrateAction
 from proto.decisions import Decision
 from proto.intents import HOLD_HOT, HoldIntent, MoveIntent
@@ -18,7 +20,7 @@ SOURCE = "thermal"
 
 def hold_intent(action: HoldAction, *, now: float, sample_s: float, trace: str) -> HoldIntent:
     state = "on" if action.on else "off"
-    return HoldIntent(
+    intent = HoldIntent(
         id=f"thermal-hold-{action.node}-{state}-{sample_s * 1000:.0f}",
         source=SOURCE,
         time=now,
@@ -27,8 +29,9 @@ def hold_intent(action: HoldAction, *, now: float, sample_s: float, trace: str) 
         node=action.node,
         hold=HOLD_HOT,
         on=action.on,
-        ttl_s=action.ttl_s if action.on else 0.0,
     )
+    # a release keeps the contract's default TTL: the placer checks every hold's ttl_s > 0
+    return msgspec.structs.replace(intent, ttl_s=action.ttl_s) if action.on else intent
 
 
 def move_intent(action: MigrateAction, *, now: float, trace: str) -> MoveIntent:

@@ -113,12 +113,15 @@ async def _intents(url: str) -> list[Intent]:
 
 
 def _metric(stack: Stack, name: str) -> float | None:
+    """``name`` summed over its labels, from the thermal service's /metrics."""
     url = stack.metrics_urls().get("thermal")
     text = urllib.request.urlopen(url, timeout=5).read().decode()
-    for line in text.splitlines():
-        if line.startswith(name + " ") or line.startswith(name + "{"):
-            return float(line.rsplit(" ", 1)[1])
-    return None
+    values = [
+        float(line.rsplit(" ", 1)[1])
+        for line in text.splitlines()
+        if line.startswith(name + " ") or line.startswith(name + "{")
+    ]
+    return sum(values) if values else None
 
 
 async def test_hot_node_is_held_and_drained_then_released_after_cooling(stack: Stack) -> None:

@@ -147,6 +147,7 @@ async def _hot_then_cool(nats_url: str) -> tuple[list[Intent], list[Decision]]:
         await poll(lambda: _async(len(intents) >= 3), timeout_s=10)
         release = intents[2]
         assert isinstance(release, HoldIntent) and not release.on
+        assert release.ttl_s > 0  # the placer refuses any hold intent without a positive TTL
         # nothing but the one movable job was ever asked to move
         moved = {i.job_id for i in intents if isinstance(i, MoveIntent)}
         assert moved == {"ckpt"}
