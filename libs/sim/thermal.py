@@ -56,8 +56,8 @@ TEMP_STEP_C = 1.0  # the scheduler's view takes a node's temperature when it mov
 @dataclass(frozen=True)
 class HotNodes:
     """The scenario: which nodes run hot, and how hot. ``--hot-nodes a100-0,a100-1`` names
-    them; ``--hot-share 0.1`` takes that share of the nodes (at least one), the first ones of
-    each rack-sized run, deterministically (every n-th node)."""
+    them; ``--hot-share 0.1`` takes that share of the nodes (at least one), spread evenly
+    over the node list (every n-th node: deterministic, and across GPU models)."""
 
     names: tuple[str, ...] = ()
     share: float = 0.0
