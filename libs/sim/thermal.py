@@ -129,6 +129,7 @@ class SimThermal:
         self.model = model or ThermalModel()
         self.nodes = list(nodes)
         self.ids = [n.id for n in self.nodes]
+        self._row = {nid: i for i, nid in enumerate(self.ids)}
         count = np.array([n.gpu_count for n in self.nodes])
         width = int(count.max())
         self.valid = np.arange(width)[None, :] < count[:, None]
@@ -141,6 +142,7 @@ class SimThermal:
         self.guard = ThermalGuard(self.cfg)
         self.totals = ThermalTotals()
         self.lost_s: dict[int, float] = {}  # job idx -> work lost to throttling, not yet paid
+        self.held: set[str] = set()  # nodes the guard holds now (kept by _apply)
         self._t: float | None = None
         self._next_sample_s = math.inf
         self._engine: Any = None
@@ -172,7 +174,7 @@ class SimThermal:
             return False
         changed = self._sample(t)
         e = self._engine
-        if e.finished < len(e.jobs) and (e.running or self.guard.hot_nodes()):
+        if e.finished < len(e.jobs) and (e.running or self.held):
             self._next_sample_s = t + self.cfg.sim_sample_s
             self._push(self._next_sample_s)  # type: ignore[misc]
         else:
@@ -209,8 +211,7 @@ class SimThermal:
         # (steps are short against tau, or long enough that the end is the steady state)
         throttled = self.valid & (share > 0) & self.model.throttled(np.nan_to_num(new))
         self.temp_c = new
-        if self.guard.hot_nodes():
-            self.totals.hot_node_s += dt * len(self.guard.hot_nodes())
+        self.totals.hot_node_s += dt * len(self.held)
         if not throttled.any():
             return
         self.totals.throttled_gpu_s += float((share * throttled).sum()) * dt
@@ -241,11 +242,12 @@ class SimThermal:
         cfg, guard = self.cfg, self.guard
         changed = False
         on_node: dict[str, list] | None = None
-        for i, node in enumerate(self.ids):
-            state = guard.nodes.get(node)
-            quiet = state is None or (not state.hot and not any(state.over_run))
-            if quiet and peaks[i] < cfg.threshold_c:
-                continue  # nothing can happen on a cool node (only its last time would move)
+        # only nodes over the threshold now, or held or counting a window, can change: a cool
+        # quiet node's sample would only move its last time (the per-node loop stays small)
+        active = {self._row[n] for n, st in guard.nodes.items() if st.hot or any(st.over_run)}
+        rows = sorted(active | set(np.flatnonzero(peaks >= cfg.threshold_c).tolist()))
+        for i in rows:
+            node = self.ids[i]
             jobs: list[NodeJob] = []
             if peaks[i] >= cfg.threshold_c:  # only then may the guard migrate
                 if on_node is None:
@@ -283,6 +285,7 @@ class SimThermal:
             if action.renewal:
                 return False
             self._core.set_cordoned(action.node, HOLD_HOT, action.on)
+            (self.held.add if action.on else self.held.discard)(action.node)
             self.totals.holds += action.on
             self.totals.releases += not action.on
             return not action.on
