@@ -323,6 +323,10 @@ def sim(
     rendered = render_table(results)
     for part in rendered if isinstance(rendered, list | tuple) else [rendered]:
         out.print(part)
+    from libs.sim.thermal import summary_line
+
+    if (line := summary_line(results)) is not None:
+        out.print(line, highlight=False)
     out.print(f"results in {out_dir}", highlight=False)
 
 

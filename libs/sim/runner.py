@@ -32,7 +32,7 @@ from libs.sim.cluster import SimCluster
 from libs.sim.engine import Engine, runtime_matrix
 from libs.sim.failures import FailureModel
 from libs.sim.state import SimResult
-from libs.sim.thermal import HotNodes, guard_report, sim_thermal_for, without_guard
+from libs.sim.thermal import HotNodes, guard_report, sim_thermal_for, summary_line, without_guard
 from proto.nodes import NodeSpec
 
 CLUSTERS = ("seed", "openb", "demo", "counts:MODEL=GPUS,...", "MODEL=GPUS,...", "FILE.json")
@@ -374,6 +374,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     for part in render_table(results):
         console.print(part)
+    if (line := summary_line(results)) is not None:
+        console.print(line, highlight=False)
     if args.out is not None:
         console.print(f"wrote {args.out / 'results.json'} and plots")
     return 0

@@ -361,3 +361,17 @@ def guard_report(
         "throttled_gpu_h_avoided": b["throttled_gpu_h"] - a["throttled_gpu_h"],
         "throttle_lost_h_avoided": (b["throttle_lost_s"] - a["throttle_lost_s"]) / 3600.0,
     }
+
+
+def summary_line(results: dict[str, Any]) -> str | None:
+    """One line for the terminal about a hot-node scenario's ``thermal`` block, or None."""
+    t = results.get("thermal")
+    if not t:
+        return None
+    a, b = t["with_guard"], t["without_guard"]
+    return (
+        f"thermal guard on {len(t['hot_nodes'])} hot nodes (heat {t['heat']:g}): "
+        f"{a['holds']} holds, {t['migrations']} migrations; throttled GPU-hours "
+        f"{b['throttled_gpu_h']:,.1f} without -> {a['throttled_gpu_h']:,.1f} with "
+        f"(avoided: {t['throttled_gpu_h_avoided']:,.1f})"
+    )

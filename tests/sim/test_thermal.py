@@ -119,3 +119,13 @@ def test_the_guard_migrates_checkpointable_jobs_off_the_hot_node() -> None:
     end = {j.spec.id: j.end_s for j in with_guard.jobs}
     end_off = {j.spec.id: j.end_s for j in without.jobs}
     assert max(end.values()) < max(end_off.values())
+
+
+def test_summary_line() -> None:
+    from libs.sim.thermal import summary_line
+
+    assert summary_line({}) is None
+    t = {"with_guard": {"holds": 3, "throttled_gpu_h": 6.2}, "migrations": 2}
+    t |= {"without_guard": {"throttled_gpu_h": 18.0}, "hot_nodes": ["a"], "heat": 1.5}
+    line = summary_line({"thermal": t | {"throttled_gpu_h_avoided": 11.8}})
+    assert line is not None and "2 migrations" in line and "avoided: 11.8" in line
