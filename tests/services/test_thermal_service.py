@@ -4,6 +4,8 @@ telemetry dead-lettered while the guard keeps running."""
 from __future__ import annotations
 
 import asyncio
+import json
+import random
 import time
 
 import msgspec
@@ -221,6 +223,67 @@ async def test_no_move_is_asked_that_the_placers_rule_refuses(nats_url):
         assert info.state.messages == 1  # the hold alone
         msg = await bus.js.get_last_msg(subjects.STREAM_INTENTS, subjects.intents("thermal"))
         assert isinstance(msgspec.json.decode(msg.data, type=Intent), HoldIntent)
+    finally:
+        assert await svc.close() == 0
+        await bus.close()
+
+
+def _garbage(rng: random.Random, good: dict) -> bytes:
+    """A telemetry payload broken one way or another (or fine but for an unsound value)."""
+    s = json.loads(json.dumps(good))
+    g = s["gpus"][rng.randrange(len(s["gpus"]))]
+    pick = rng.randrange(9)
+    if pick == 0:
+        del s[rng.choice(["node", "time", "gpus", "backend"])]
+    elif pick == 1:
+        g["temp_c"] = rng.choice(["hot", None, [], {"c": 1}])
+    elif pick == 2:
+        g["temp_c"] = rng.choice([-300.0, 1e308, 201.0])
+    elif pick == 3:
+        g["index"] = rng.choice([-1, 4, 99, 2**40])
+    elif pick == 4:
+        s["gpus"] = s["gpus"] + s["gpus"]  # duplicate indices
+    elif pick == 5:
+        s["node"] = rng.choice(["", "a100-0.evil", "x" * 500, 7])
+    elif pick == 6:
+        return b"[" * 5000 + b"]" * 5000  # deeper than any decoder should go
+    elif pick == 7:
+        return json.dumps(s).encode().replace(b'"temp_c": 60.0', b'"temp_c": NaN')
+    else:
+        return bytes(rng.randrange(256) for _ in range(rng.randrange(1, 200)))
+    return json.dumps(s).encode()
+
+
+async def test_garbage_telemetry_never_stops_the_guard(nats_url):
+    """Two hundred broken samples: each refused or dead-lettered, none counted toward a
+    window; the guard keeps running and still holds the node on a sound hot window."""
+    bus = await connect(nats_url)
+    await put_nodes(bus, [NODE, SPARE])
+    holds: list[HoldIntent] = []
+
+    async def on_intent(i: Intent) -> None:
+        if isinstance(i, HoldIntent):
+            holds.append(i)
+
+    await bus.subscribe(subjects.intents("thermal"), Intent, on_intent)
+    clock = Clock(epoch=time.time(), factor=1.0)
+    svc = start_in_process("thermal", main, nats_url, clock=clock)
+    rng = random.Random(14)
+    try:
+        await asyncio.sleep(1.0)
+        t0 = clock.now()
+        good = msgspec.to_builtins(sample(t0, [60.0, 99.0, 60.0, 60.0]))
+        for k in range(200):
+            good["time"] = t0 + k  # a sound one of these would have made the node hot
+            await bus.nc.publish(subjects.telemetry(NODE.id), _garbage(rng, good))
+        await asyncio.sleep(1.0)
+        assert not svc.task.done() and holds == []
+        for k in range(3):
+            s = sample(t0 + 1000 + 5 * k, [60.0, 99.0, 60.0, 60.0])
+            await bus.publish(subjects.telemetry(NODE.id), s, durable=False)
+        await poll(lambda: _async(len(holds) >= 1), timeout_s=10)
+        info = await bus.js.stream_info(subjects.STREAM_DLQ)
+        assert info.state.messages > 0  # the undecodable ones, each with its reason
     finally:
         assert await svc.close() == 0
         await bus.close()
