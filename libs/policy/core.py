@@ -342,36 +342,53 @@ class Scheduler:
         most once per ``PreemptConfig.interval_s``: for the waiting jobs of protected priority
         that have waited long enough, highest priority then longest wait first, none that a
         pass just placed or that a move under way already makes room for. The victims keep
-        running (and holding) until the driver reports them ended."""
+        running (and holding) until the driver reports them ended.
+
+        Jobs the last pass placed are not waiting, whether or not the driver has reported them
+        started yet (the simulator has, the live placer commits after the tick): both drivers
+        see the same waiting jobs here, so they decide the same."""
         pc = self.cfg.preempt
         if not pc.enabled or not self.moves.movers or now < self._preempt_due_s:
             return []
-        if not len(self.queue):
-            return []
-        self._preempt_due_s = now + max(pc.interval_s, 1.0)
-        t = self.queue.table()
-        prio, enq = t[:, COL_PRIO], t[:, COL_ENQ]
-        rows = np.flatnonzero((prio >= pc.protect_priority) & (enq <= now - pc.min_wait_s))
+        rows = self._protected_rows()
         if not len(rows):
             return []
-        rows = rows[np.lexsort((enq[rows], -prio[rows]))][: BLOCKED_LOOKED_AT * 2]
-        skip = {k[0] for k in self._applied} | {m.for_job for m in self.moves.moving.values()}
+        t = self.queue.table()
+        enq = t[:, COL_ENQ]
+        rows = rows[enq[rows] <= now - pc.min_wait_s]
+        skip = {m.for_job for m in self.moves.moving.values()}
         blocked = [self.queue[r] for r in rows.tolist() if self.queue[r].spec.id not in skip]
+        if not blocked:
+            return []
+        self._preempt_due_s = now + max(pc.interval_s, 1.0)
+        blocked.sort(key=lambda pj: (-pj.spec.priority, pj.enqueued_at, pj.spec.id))
         moves = self.moves.plan_priority(
             blocked[:BLOCKED_LOOKED_AT], self.view, self.running, now, self.cfg
         )
         self._hold_rooms()
         return moves
 
+    def _protected_rows(self) -> np.ndarray:
+        """Queue rows of protected priority (``PreemptConfig.protect_priority``) that wait:
+        not placed by the last pass (see ``preempt_step``)."""
+        if not len(self.queue):
+            return np.zeros(0, dtype=np.int64)
+        prio = self.queue.table()[:, COL_PRIO]
+        mask = prio >= self.cfg.preempt.protect_priority
+        for key in self._applied:
+            if key[0] in self.queue:
+                mask[self.queue.position(key[0])] = False
+        return np.flatnonzero(mask)
+
     def next_move_s(self, now: float) -> float | None:
         """When a waiting job of protected priority reaches ``min_wait_s`` after ``now`` (the
         earliest), so a full cluster, where no event may come for hours, still looks then."""
         pc = self.cfg.preempt
-        if not pc.enabled or not self.moves.movers or not len(self.queue):
+        if not pc.enabled or not self.moves.movers:
             return None
-        t = self.queue.table()
-        at = t[:, COL_ENQ] + pc.min_wait_s
-        later = at[(t[:, COL_PRIO] >= pc.protect_priority) & (at > now)]
+        rows = self._protected_rows()
+        at = self.queue.table()[rows, COL_ENQ] + pc.min_wait_s if len(rows) else rows
+        later = at[at > now] if len(rows) else at
         return float(later.min()) if len(later) else None
 
     def check_move(self, job_id: str, attempt: int, node: str, now: float) -> str:
@@ -443,9 +460,11 @@ class Scheduler:
             places = self.schedule_pass(now)
             passed = True
             self.wakeups.after_pass(now, self._tick_at)
-        if woke:  # a full cluster places nothing, and is where priority protection matters
-            moves = self.preempt_step(now)
-            self.wakeups.after_pass(now, self.next_move_s(now))
+        # at every instant, woken or not (a full cluster places nothing, and is where priority
+        # protection matters): both drivers give the scheduler the same instants, not always
+        # the same reasons to wake
+        moves = self.preempt_step(now)
+        self.wakeups.after_pass(now, self.next_move_s(now))
         step = self.power_step(now)
         self.wakeups.after_power(now, step.next_s)
         ids = self.view.node_ids
