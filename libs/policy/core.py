@@ -32,17 +32,17 @@ from libs.policy import scheduler
 from libs.policy.cadence import BackfillCadence
 from libs.policy.cluster import EPS, ClusterView
 from libs.policy.config import PolicyConfig
+from libs.policy.core_moves import MovesMixin
 from libs.policy.decisions import Decisions, MoveOrder, Place
 from libs.policy.moves import MoveBook
 from libs.policy.placement import to_allocation
 from libs.policy.power_state import PowerState, PowerStep
 from libs.policy.priority import regime
 from libs.policy.profiles import ProfileTable
-from libs.policy.queue import COLUMNS, PendingQueue
+from libs.policy.queue import PendingQueue
 from libs.policy.reasons import WaitReasons
 from libs.policy.scores import is_green
-from libs.policy.stages import preempt as P
-from libs.policy.types import CycleResult, PendingJob, Placement, RunningJob
+from libs.policy.types import CycleResult, PendingJob, RunningJob
 from libs.policy.wait_info import explain_wait
 from libs.policy.wakeups import Wakeups
 from proto.decisions import WaitNumbers
@@ -51,9 +51,6 @@ from proto.ledger import Allocation
 from proto.nodes import NodeSpec
 
 POWER_HOLD = "power"  # the cordon hold of a suspended or booting node
-ROOM_HOLD = "room:"  # + job id: a node moves are clearing for that job (``_fill_rooms``)
-COL_PRIO, COL_ENQ = COLUMNS.index("prio"), COLUMNS.index("enq")
-BLOCKED_LOOKED_AT = 4  # blocked jobs, in rank order, the priority-protection rule looks at
 
 
 def usage_of(alloc: Allocation) -> np.ndarray:
@@ -80,7 +77,7 @@ def tenant_usage(allocations: Iterable[Allocation]) -> dict[str, np.ndarray]:
     return usage
 
 
-class Scheduler:
+class Scheduler(MovesMixin):
     """One cluster's scheduling state and decisions (see the module docstring)."""
 
     def __init__(
@@ -178,19 +175,6 @@ class Scheduler:
         self.usage[tenant] = np.maximum(self.usage[tenant] - vec, 0.0)
         self.running.remove(job_id)
         return self.moves.ended(job_id, i)
-
-    def moved_job(self, job: PendingJob, preempted_at: float) -> PendingJob:
-        """``job`` as it waits again after a move at ``preempted_at``: first in line (its place
-        counts ``resume_credit_s`` older) and with its resume deadline (``resume_bound_s``
-        later), which the rank stage's urgency reads."""
-        pc = self.cfg.preempt
-        return PendingJob(
-            job.spec,
-            job.enqueued_at - pc.resume_credit_s,  # first in line (PreemptConfig.resume_credit_s)
-            job.attempt,
-            job.progress,
-            resume_by=preempted_at + pc.resume_bound_s,
-        )
 
     def _dequeue(self, job_id: str) -> None:
         spec = self.queue.remove(job_id).spec
@@ -300,93 +284,9 @@ class Scheduler:
             out.append(Place(pj, placement, alloc))
         return out
 
-    # ----- rooms: the node moves cleared, held for the job they were for ----------------------
-    def _fill_rooms(self, res: CycleResult, now: float) -> list[tuple[PendingJob, Placement]]:
-        """After the pass: each job moves made room for starts in its room once the moved jobs
-        are gone (``stages.preempt.room_placement``), unless the pass placed it elsewhere. A
-        room lapses after the resume bound, or when its node is held for another reason."""
-        out = []
-        placed = {pj.spec.id for pj, _ in res.assignments}
-        for job_id, (node, until) in list(self.moves.rooms.items()):
-            pj = self.queue.get(job_id)
-            i = self.view.index[node]
-            others = [h for h in self._holds.get(node, ()) if not h.startswith(ROOM_HOLD)]
-            saving = job_id in self.moves.moving  # a moved job's room waits for its save
-            if until < now or others or (pj is None and not saving):
-                self._release_room(job_id)
-                continue
-            if pj is None or job_id in placed:
-                continue
-            placement = P.room_placement(pj.spec, self.view, i)
-            if placement is not None:  # applied at once, as the pass applies its own
-                self.view.allocate(to_allocation(pj.spec, placement, now, pj.attempt))
-                self.power.node_taken(i)
-                out.append((pj, placement))
-        return out
-
-    def _hold_rooms(self) -> None:
-        for job_id, (node, _) in self.moves.rooms.items():
-            self.set_cordoned(node, ROOM_HOLD + job_id, True)
-
-    def _release_room(self, job_id: str) -> None:
-        room = self.moves.rooms.pop(job_id, None)
-        if room is not None:
-            self.set_cordoned(room[0], ROOM_HOLD + job_id, False)
-
     def next_pass_s(self) -> float | None:
         """When a pass is due without an event (the next backfill), or None."""
         return self._tick_at
-
-    def preempt_step(self, now: float) -> list[MoveOrder]:
-        """The moves of the priority-protection rule (``stages.preempt.priority_plan``), at
-        most once per ``PreemptConfig.interval_s``: for the waiting jobs of protected priority
-        that have waited long enough, highest priority then longest wait first, none that a
-        pass just placed or that a move under way already makes room for. The victims keep
-        running (and holding) until the driver reports them ended."""
-        pc = self.cfg.preempt
-        if not pc.enabled or not self.moves.movers or now < self._preempt_due_s:
-            return []
-        if not len(self.queue):
-            return []
-        self._preempt_due_s = now + max(pc.interval_s, 1.0)
-        t = self.queue.table()
-        prio, enq = t[:, COL_PRIO], t[:, COL_ENQ]
-        rows = np.flatnonzero((prio >= pc.protect_priority) & (enq <= now - pc.min_wait_s))
-        if not len(rows):
-            return []
-        rows = rows[np.lexsort((enq[rows], -prio[rows]))][: BLOCKED_LOOKED_AT * 2]
-        skip = {k[0] for k in self._applied} | {m.for_job for m in self.moves.moving.values()}
-        blocked = [self.queue[r] for r in rows.tolist() if self.queue[r].spec.id not in skip]
-        moves = self.moves.plan_priority(
-            blocked[:BLOCKED_LOOKED_AT], self.view, self.running, now, self.cfg
-        )
-        self._hold_rooms()
-        return moves
-
-    def next_move_s(self, now: float) -> float | None:
-        """When a waiting job of protected priority reaches ``min_wait_s`` after ``now`` (the
-        earliest), so a full cluster, where no event may come for hours, still looks then."""
-        pc = self.cfg.preempt
-        if not pc.enabled or not self.moves.movers or not len(self.queue):
-            return None
-        t = self.queue.table()
-        at = t[:, COL_ENQ] + pc.min_wait_s
-        later = at[(t[:, COL_PRIO] >= pc.protect_priority) & (at > now)]
-        return float(later.min()) if len(later) else None
-
-    def check_move(self, job_id: str, attempt: int, node: str, now: float) -> str:
-        """The verdict on a move someone asks for (an intent of the defragmenter or the
-        thermal guard): "" when ``stages.preempt`` allows it now, else why not."""
-        if node not in self.view.index:
-            return f"unknown node {node!r}"
-        return self.moves.check(job_id, attempt, node, self.view, self.running, now, self.cfg)
-
-    def order_move(self, move: MoveOrder, now: float) -> MoveOrder:
-        """Record an accepted move (``check_move`` said yes): the job is being moved now; a
-        move for another job holds the node it clears for that job (``_fill_rooms``)."""
-        out = self.moves.order(move, now, self.cfg.preempt.resume_bound_s)
-        self._hold_rooms()
-        return out
 
     def power_step(self, now: float) -> PowerStep:
         """Which nodes to suspend and resume now (view indices); the decided nodes are held
@@ -443,9 +343,11 @@ class Scheduler:
             places = self.schedule_pass(now)
             passed = True
             self.wakeups.after_pass(now, self._tick_at)
-        if woke:  # a full cluster places nothing, and is where priority protection matters
-            moves = self.preempt_step(now)
-            self.wakeups.after_pass(now, self.next_move_s(now))
+        # at every instant, woken or not (a full cluster places nothing, and is where priority
+        # protection matters): both drivers give the scheduler the same instants, not always
+        # the same reasons to wake
+        moves = self.preempt_step(now)
+        self.wakeups.after_pass(now, self.next_move_s(now))
         step = self.power_step(now)
         self.wakeups.after_power(now, step.next_s)
         ids = self.view.node_ids

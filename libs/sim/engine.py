@@ -317,6 +317,15 @@ class Engine:
                 self._push(t + self.failures.resubmit_delay_s, RESUBMIT, idx)
         return True
 
+    def _stale(self, kind: int, idx: int, token: int) -> bool:
+        """An attempt's end that no longer stands (the job was moved, or ended otherwise)."""
+        if kind not in (FINISH, OOM, CKPT):
+            return False
+        job = self.jobs[idx]
+        if kind == CKPT:
+            return token != job.token or job.ckpt_start_s < 0
+        return token != job.token or job.state != RUNNING
+
     def _placeable(self) -> bool:
         """Could any pending request shape fit anywhere now? Cheap, and never wrong in the
         "no" direction: a memory-aware check only for policies that check memory, and any
@@ -380,12 +389,18 @@ class Engine:
                     busy_alloc += a * dt
                 t_prev = t
             wake = False
+            real = 0
             if self._thermal is not None:  # temperatures up to t, a sample when one is due
                 wake = self._thermal.at(t)
             while heap and heap[0][0] == t:
                 _, _, kind, idx, token = heapq.heappop(heap)
                 events += 1
+                if self._stale(kind, idx, token):
+                    continue
+                real += 1
                 wake |= self._handle(t, kind, idx, token)
+            if not real:  # only stale events (a moved job's old finish): not an instant
+                continue
             if wake and self._placeable():
                 passes += 1
                 # dict views (ordered, sized, iterable): a policy that ignores them pays nothing
@@ -399,7 +414,7 @@ class Engine:
                     if nxt is not None and t < nxt < self._next_tick - 1e-9:
                         self._next_tick = nxt
                         self._push(nxt, TICK, 0)
-            if wake and self._move_step is not None:  # also on a full cluster: see libs.sim.moves
+            if self._move_step is not None:  # every instant, full cluster too: libs.sim.moves
                 orders = self._move_step(t)
                 if orders:
                     self._mover.apply(orders, t)
