@@ -27,7 +27,7 @@ from opentelemetry import trace
 from prometheus_client import Counter, Gauge
 
 from libs.bus.connection import Bus
-from libs.bus.refusals import refused
+from libs.bus.mirrors import ClusterMirror
 from libs.bus.runtime import ServiceContext
 from libs.clock import Clock
 from libs.obs.health import Heartbeat
@@ -44,8 +44,6 @@ from proto.decisions import Decision
 from proto.events import LifecycleEvent
 from proto.intents import MoveIntent
 from proto.ledger import Allocation
-from proto.nodes import NodeSpec
-from proto.validation_records import revalidate_allocation, revalidate_node_spec
 from services.defrag.waiting import WaitingJobs
 
 SERVICE = "defrag"
@@ -81,35 +79,19 @@ class Defragmenter:
         self.policy = policy or PolicyConfig.default()
         self.profiles = profiles or ProfileTable.default()
         self.waiting = WaitingJobs()
-        self.nodes: dict[str, NodeSpec] = {}
-        self.ledger: dict[str, Allocation] = {}
+        self.mirror = ClusterMirror(bus)  # nodes and ledger, revalidated
+        self.nodes, self.ledger = self.mirror.nodes, self.mirror.ledger
         self.asked: set[str] = set()  # intent ids sent by this process
         self.heartbeat = Heartbeat("defrag loop", self.settings.wedged_after_s)
 
     async def start(self) -> None:
-        nodes_kv = await self.bus.kv(subjects.KV_NODES, NodeSpec)
-        ledger_kv = await self.bus.kv(subjects.KV_LEDGER, Allocation)
-        await nodes_kv.watch(self._on_node)
-        await ledger_kv.watch(self._on_alloc)
+        await self.mirror.start()
         await self.bus.consume(
             subjects.STREAM_LIFECYCLE,
             f"{subjects.LIFECYCLE_PREFIX}.>",
             LifecycleEvent,
             self._on_event,
         )
-
-    async def _on_node(self, key: str, value: NodeSpec | None) -> None:
-        if value is None or refused(self.bus, "node", revalidate_node_spec(value, key), key=key):
-            self.nodes.pop(key, None)
-        else:
-            self.nodes[key] = value
-
-    async def _on_alloc(self, key: str, value: Allocation | None) -> None:
-        errs = [] if value is None else revalidate_allocation(value)
-        if value is None or refused(self.bus, "allocation", errs, key=key):
-            self.ledger.pop(key, None)
-        else:
-            self.ledger[key] = value
 
     async def _on_event(self, ev: LifecycleEvent) -> None:
         self.waiting.apply(ev)
