@@ -23,10 +23,12 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+from collections.abc import Callable
 
 from opentelemetry import trace
 
 from libs.bus.connection import Bus
+from libs.bus.mirrors import ClusterMirror
 from libs.bus.refusals import refused
 from libs.bus.runtime import ServiceContext
 from libs.clock import Clock
@@ -38,13 +40,40 @@ from libs.policy.stages.thermal import Action, HoldAction, MigrateAction, NodeJo
 from proto import subjects
 from proto.ledger import Allocation
 from proto.nodes import NodeSpec, TelemetrySample
-from proto.validation_records import revalidate_allocation, revalidate_node_spec, revalidate_sample
+from proto.validation_records import revalidate_sample
 from services.thermal import metrics
 from services.thermal.intents import audit, hold_intent, move_intent
 from services.thermal.movable import movable_now
 
 NAME = "thermal"
 TRACER = trace.get_tracer(NAME)
+
+
+class NodeIndexedMirror(ClusterMirror):
+    """The nodes and the ledger (``libs.bus.mirrors``), with the ledger also indexed by node:
+    a sample costs its own node's jobs, not a walk of the whole ledger."""
+
+    def __init__(self, bus: Bus, on_node_gone: Callable[[str], None]) -> None:
+        super().__init__(bus)
+        self.by_node: dict[str, dict[str, Allocation]] = {}
+        self._gone = on_node_gone
+
+    async def on_node(self, key: str, value: NodeSpec | None) -> None:
+        await super().on_node(key, value)
+        if key not in self.nodes:
+            self._gone(key)
+
+    async def on_alloc(self, key: str, value: Allocation | None) -> None:
+        old = self.ledger.get(key)
+        await super().on_alloc(key, value)
+        if old is not None:
+            on = self.by_node.get(old.node, {})
+            on.pop(key, None)
+            if not on:
+                self.by_node.pop(old.node, None)
+        new = self.ledger.get(key)
+        if new is not None:
+            self.by_node.setdefault(new.node, {})[key] = new
 
 
 class ThermalService:
@@ -57,51 +86,22 @@ class ThermalService:
         self.guard = ThermalGuard(cfg or ThermalConfig())
         self.policy = PolicyConfig.default()  # the placer's rule on moves (stages.preempt)
         self.profiles = ProfileTable.default()
-        self.nodes: dict[str, NodeSpec] = {}
-        self.ledger: dict[str, Allocation] = {}
-        self.by_node: dict[str, dict[str, Allocation]] = {}  # node -> job -> its allocation
-        self._watches: list = []
+        self.mirror = NodeIndexedMirror(bus, self.guard.forget)
 
     async def start(self) -> None:
         """Mirror the node specs and the ledger, then follow telemetry."""
-        nodes_kv = await self.bus.kv(subjects.KV_NODES, NodeSpec)
-        ledger_kv = await self.bus.kv(subjects.KV_LEDGER, Allocation)
-        self._watches.append(await nodes_kv.watch(self._on_node))
-        self._watches.append(await ledger_kv.watch(self._on_alloc))
+        await self.mirror.start()
         await self.bus.subscribe(subjects.TELEMETRY_ALL, TelemetrySample, self._on_sample)
 
-    async def stop(self) -> None:
-        for w in self._watches:
-            await w.stop()
-
-    async def _on_node(self, key: str, value: NodeSpec | None) -> None:
-        if value is None or refused(self.bus, "node", revalidate_node_spec(value, key), key=key):
-            self.nodes.pop(key, None)
-            self.guard.forget(key)
-        else:
-            self.nodes[key] = value
-
-    async def _on_alloc(self, key: str, value: Allocation | None) -> None:
-        errs = [] if value is None else revalidate_allocation(value)
-        old = self.ledger.pop(key, None)
-        if old is not None:
-            on = self.by_node.get(old.node, {})
-            on.pop(key, None)
-            if not on:
-                self.by_node.pop(old.node, None)
-        if value is not None and not refused(self.bus, "allocation", errs, key=key):
-            self.ledger[key] = value
-            self.by_node.setdefault(value.node, {})[key] = value
-
     def jobs_on(self, node: str) -> list[NodeJob]:
-        """What runs on ``node`` (the ledger, indexed by node: a sample costs its own jobs)."""
+        """What runs on ``node`` now, by the ledger."""
         return [
             NodeJob(a.job_id, a.attempt, tuple(a.gpu_indices))
-            for a in self.by_node.get(node, {}).values()
+            for a in self.mirror.by_node.get(node, {}).values()
         ]
 
     async def _on_sample(self, sample: TelemetrySample) -> None:
-        node = self.nodes.get(sample.node)
+        node = self.mirror.nodes.get(sample.node)
         if node is None:  # not registered (yet): no spec to check it against, nothing runs
             return
         if refused(self.bus, "telemetry", revalidate_sample(sample, node), node=sample.node):
@@ -110,7 +110,8 @@ class ThermalService:
         temps = [float("-inf")] * node.gpu_count
         for g in sample.gpus:
             temps[g.index] = g.temp_c
-        movable = movable_now(self.nodes, self.ledger, sample.time, self.policy, self.profiles)
+        m = self.mirror
+        movable = movable_now(m.nodes, m.ledger, sample.time, self.policy, self.profiles)
         actions = self.guard.observe(
             sample.node, temps, sample.time, self.jobs_on(sample.node), movable
         )
@@ -188,7 +189,4 @@ async def main(ctx: ServiceContext) -> None:
     service = ThermalService(ctx.bus, ctx.clock, ctx.log, config_from_args(ctx.args))
     await service.start()
     ctx.log.info("thermal_guard_started", **dataclasses.asdict(service.guard.cfg))
-    try:
-        await ctx.stop.wait()
-    finally:
-        await service.stop()
+    await ctx.stop.wait()
