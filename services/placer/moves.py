@@ -63,7 +63,7 @@ def intent_error(intent: Intent) -> str:
             return "attempt: must be >= 1"
         if intent.shrink_to:
             return "shrink_to: shrinking an elastic job is not supported yet (send 0)"
-    elif not 0.0 < intent.ttl_s <= MAX_TTL_S:
+    elif intent.on and not 0.0 < intent.ttl_s <= MAX_TTL_S:  # a release needs no TTL
         return f"ttl_s: must be in (0, {MAX_TTL_S:.0f}]"
     return ""
 
