@@ -33,12 +33,11 @@ from libs.clock import Clock
 from libs.obs.health import Heartbeat
 from libs.obs.jobspans import job_span, traceparent_of
 from libs.obs.tracing import span_trace_id
-from libs.policy.cluster import ClusterView
 from libs.policy.config import PolicyConfig
+from libs.policy.ledger_view import ledger_cluster
 from libs.policy.profiles import ProfileTable
 from libs.policy.stages import defrag, frag
 from libs.policy.stages import preempt as P
-from libs.policy.types import RunningJob
 from proto import subjects
 from proto.decisions import Decision
 from proto.events import LifecycleEvent
@@ -109,28 +108,16 @@ class Defragmenter:
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(stop.wait(), timeout=self.settings.interval_s)
 
-    def cluster(self, now: float) -> tuple[ClusterView, list[RunningJob], dict[str, P.MoveFacts]]:
-        """The cluster as the ledger says it is, its running jobs and their move history."""
-        nodes = [self.nodes[k] for k in sorted(self.nodes)]
-        allocs = [a for a in self.ledger.values() if a.node in self.nodes and a.spec is not None]
-        view = ClusterView.build(nodes)
-        running, facts = [], {}
-        for a in allocs:
-            with contextlib.suppress(ValueError):  # an entry that overlaps another: skipped
-                view.allocate(a)
-                i = view.index[a.node]
-                end = a.time + self.profiles.runtime_s(a.spec, view.nodes[i].gpu_model)
-                running.append(RunningJob.from_allocation(a, i, end))
-                facts[a.job_id] = P.MoveFacts(a.time, self.waiting.moved_at.get(a.job_id))
-        return view, running, facts
-
     async def round(self) -> int:
         """One planning round; returns how many intents it sent."""
         ROUNDS.inc()
         if not self.nodes:
             return 0
         now = self.clock.now()
-        view, running, facts = self.cluster(now)
+        view, by_id, facts = ledger_cluster(
+            self.nodes, self.ledger, self.profiles, self.waiting.moved_at
+        )
+        running = list(by_id.values())
         if self.waiting.specs:
             work = frag.Workload.learn(self.waiting.specs.values())
             FRAGMENTATION.set(frag.cluster_fragmentation(view, work))

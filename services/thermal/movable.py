@@ -13,40 +13,16 @@ window), and once per decision: a sample of a cool node costs nothing here.
 
 from __future__ import annotations
 
-import contextlib
-import math
 from collections.abc import Callable, Mapping
 
-from libs.policy.cluster import ClusterView
 from libs.policy.config import PolicyConfig
+from libs.policy.ledger_view import ledger_cluster
 from libs.policy.profiles import ProfileTable
 from libs.policy.stages import preempt as P
 from libs.policy.stages.thermal import NodeJob
 from libs.policy.types import RunningJob
 from proto.ledger import Allocation
 from proto.nodes import NodeSpec
-
-
-def ledger_cluster(
-    nodes: Mapping[str, NodeSpec], ledger: Mapping[str, Allocation], profiles: ProfileTable
-) -> tuple[ClusterView, dict[str, RunningJob], dict[str, P.MoveFacts]]:
-    """The cluster as the ledger says it is, its running jobs (by id) and their attempts'
-    start times (an entry without its spec, or one overlapping another, is left out)."""
-    view = ClusterView.build([nodes[k] for k in sorted(nodes)])
-    running: dict[str, RunningJob] = {}
-    facts: dict[str, P.MoveFacts] = {}
-    for a in ledger.values():
-        if a.node not in nodes or a.spec is None:
-            continue
-        with contextlib.suppress(ValueError):
-            view.allocate(a)
-            i = view.index[a.node]
-            end = a.time + profiles.runtime_s(a.spec, view.nodes[i].gpu_model)
-            running[a.job_id] = RunningJob.from_allocation(
-                a, i, end if math.isfinite(end) else a.time
-            )
-            facts[a.job_id] = P.MoveFacts(started_at=a.time)
-    return view, running, facts
 
 
 def movable_now(
