@@ -14,10 +14,15 @@ Decisions: ``schedule_pass`` (the pass: rank, filter, score, pick, reserve/backf
 ``libs.policy.scheduler.schedule``), ``power_step`` (suspend/resume), or both at once with
 ``tick``. Explanations: ``reason_of``, ``reasons``, ``explain``.
 
-Placements are applied to the view at once (the pass updates it in place); the driver then
-reports each start with ``start_job`` (the simulator when its engine starts the job, the
-placer after its ledger commit) and a commit that failed with ``end_job`` + ``start_job`` of
-what the ledger holds instead.
+A pass's placements are started in the scheduler at once: the pass updates the view in place
+and ``schedule_pass`` books each one as ``start_job`` would (out of the queue, into the running
+set, the move book, tenant usage, the power stage's demand). The driver then confirms each
+with ``start_job`` (the simulator when its engine starts the job, the placer after its ledger
+commit) or gives it back with ``unplace`` (a commit that failed). Why at once: the two drivers
+report starts at different moments of the same instant (the engine before the instant's moves
+and power step, the placer only after its whole ``tick``), and every stage after the pass
+reads what is running; booked by the pass, the moves and the power step see the same state
+whichever driver feeds them.
 """
 
 from __future__ import annotations
@@ -100,7 +105,8 @@ class Scheduler:
         self.running = B.RunningSet()  # kept across passes, as the pass asks
         self.usage: dict[str, np.ndarray] = {}  # per tenant, RESOURCES order
         self._held: dict[str, tuple[Allocation, np.ndarray, str]] = {}  # alloc, usage, tenant
-        self._applied: set[tuple] = set()  # placed by a pass, not yet reported started
+        # started by a pass, not yet confirmed by the driver: (job, node, GPUs) -> the job
+        self._applied: dict[tuple, PendingJob] = {}
         self._never = F.NeverFits(self.view.nodes)  # could some node ever hold a request shape
         self._holds: dict[str, set[str]] = {}  # node -> why it is cordoned (operator, down...)
         self._cadence = BackfillCadence(cfg.backfill_interval_s)
@@ -141,21 +147,25 @@ class Scheduler:
         self._release_room(job_id)
 
     def start_job(self, job_id: str, alloc: Allocation, spec: JobSpec, now: float) -> None:
-        """The job runs with ``alloc``: one this scheduler placed (already on the view) or one
-        the driver found running. Expected end: the allocation's time plus the profile's
-        runtime on that GPU model (what a live placer can know, not the simulator's truth)."""
+        """The job runs with ``alloc``: one this scheduler placed (a confirmation: the pass
+        booked it already, see the module docstring) or one the driver found running."""
+        key = (alloc.job_id, alloc.node, alloc.gpu_indices)
+        if self._applied.pop(key, None) is not None:
+            return
+        self.view.allocate(alloc)
+        self.power.node_taken(self.view.index[alloc.node])
+        self._book_start(job_id, alloc, spec)
+
+    def _book_start(self, job_id: str, alloc: Allocation, spec: JobSpec) -> None:
+        """What a start changes, its allocation already on the view. Expected end: the
+        allocation's time plus the profile's runtime on that GPU model (what a live placer
+        can know, not the simulator's truth)."""
         if job_id in self.queue:
             self.power.left_queue(self.queue.seq()[self.queue.position(job_id)])
             self._dequeue(job_id)
         self.why.forget(job_id)
         self._release_room(job_id)
-        key = (alloc.job_id, alloc.node, alloc.gpu_indices)
         i = self.view.index[alloc.node]
-        if key in self._applied:
-            self._applied.discard(key)
-        else:
-            self.view.allocate(alloc)
-            self.power.node_taken(i)
         vec = usage_of(alloc)
         self._held[job_id] = (alloc, vec, spec.tenant)
         cur = self.usage.get(spec.tenant)
@@ -171,6 +181,7 @@ class Scheduler:
         Returns the move that stopped it, if one did (the driver requeues the job with
         ``requeue_moved``)."""
         alloc, vec, tenant = self._held.pop(job_id)
+        self._applied.pop((alloc.job_id, alloc.node, alloc.gpu_indices), None)
         self.view.release(alloc)
         i = self.view.index[alloc.node]
         if self.view.whole_free[i] >= self.view.gpu_total[i]:
@@ -204,15 +215,13 @@ class Scheduler:
 
     def unplace(self, alloc: Allocation, now: float) -> None:
         """A placement of the last pass that the driver could not commit (the ledger holds
-        another, or the lease was lost): give its resources back; the job stays queued."""
-        key = (alloc.job_id, alloc.node, alloc.gpu_indices)
-        if key not in self._applied:
+        another, or the lease was lost): its start is undone and the job waits again, as a new
+        queue entry (the placer then takes what the ledger holds, or rebuilds on takeover)."""
+        job = self._applied.get((alloc.job_id, alloc.node, alloc.gpu_indices))
+        if job is None:
             return
-        self._applied.discard(key)
-        self.view.release(alloc)
-        i = self.view.index[alloc.node]
-        if self.view.whole_free[i] >= self.view.gpu_total[i]:
-            self.power.node_emptied(i, now)
+        self.end_job(alloc.job_id, now)
+        self.queue_job(job)
 
     def holds(self, job_id: str) -> Allocation | None:
         entry = self._held.get(job_id)
@@ -296,7 +305,8 @@ class Scheduler:
         rooms = self._fill_rooms(res, now)
         for pj, placement in [*res.assignments, *rooms]:
             alloc = to_allocation(pj.spec, placement, now, pj.attempt)
-            self._applied.add((alloc.job_id, alloc.node, alloc.gpu_indices))
+            self._applied[(alloc.job_id, alloc.node, alloc.gpu_indices)] = pj
+            self._book_start(pj.spec.id, alloc, pj.spec)  # started now (module docstring)
             out.append(Place(pj, placement, alloc))
         return out
 
@@ -344,9 +354,9 @@ class Scheduler:
         pass just placed or that a move under way already makes room for. The victims keep
         running (and holding) until the driver reports them ended.
 
-        Jobs the last pass placed are not waiting, whether or not the driver has reported them
-        started yet (the simulator has, the live placer commits after the tick): both drivers
-        see the same waiting jobs here, so they decide the same."""
+        Jobs the last pass placed are running here, whether or not the driver has confirmed
+        them yet (the simulator has, the live placer commits after the tick): both drivers see
+        the same waiting and running jobs, so they decide the same."""
         pc = self.cfg.preempt
         if not pc.enabled or not self.moves.movers or now < self._preempt_due_s:
             return []
@@ -369,16 +379,12 @@ class Scheduler:
         return moves
 
     def _protected_rows(self) -> np.ndarray:
-        """Queue rows of protected priority (``PreemptConfig.protect_priority``) that wait:
-        not placed by the last pass (see ``preempt_step``)."""
+        """Queue rows of protected priority (``PreemptConfig.protect_priority``): waiting
+        jobs (a pass's placements left the queue at the pass, see ``schedule_pass``)."""
         if not len(self.queue):
             return np.zeros(0, dtype=np.int64)
         prio = self.queue.table()[:, COL_PRIO]
-        mask = prio >= self.cfg.preempt.protect_priority
-        for key in self._applied:
-            if key[0] in self.queue:
-                mask[self.queue.position(key[0])] = False
-        return np.flatnonzero(mask)
+        return np.flatnonzero(prio >= self.cfg.preempt.protect_priority)
 
     def next_move_s(self, now: float) -> float | None:
         """When a waiting job of protected priority reaches ``min_wait_s`` after ``now`` (the
