@@ -7,17 +7,21 @@ reservations), tenant usage (for DRF), the backfill cadence, the power states an
 reason of each waiting job all live here, so the same events give the same placements and
 power decisions whichever driver feeds them. No I/O, no wall clock, no globals.
 
-Events: ``queue_job``, ``cancel_job``, ``start_job`` (a job this scheduler placed, or one the
-driver found running, e.g. in the ledger after a restart), ``end_job``, ``set_cordoned``
-(operator cordons, down nodes: one named hold each), ``set_temp``, ``node_resumed``.
-Decisions: ``schedule_pass`` (the pass: rank, filter, score, pick, reserve/backfill, in
-``libs.policy.scheduler.schedule``), ``power_step`` (suspend/resume), or both at once with
-``tick``. Explanations: ``reason_of``, ``reasons``, ``explain``.
+Events: ``queue_job``, ``cancel_job``, ``start_job``, ``end_job``, ``set_cordoned`` (named
+holds), ``set_temp``, ``node_resumed``, ``power_fact``. Decisions: ``schedule_pass`` (rank,
+filter, score, pick, reserve/backfill: ``libs.policy.scheduler``), ``preempt_step`` (moves,
+``core_moves``), ``power_step``, or all at once with ``tick``. Explanations: ``reason_of``,
+``reasons``, ``explain``.
 
-Placements are applied to the view at once (the pass updates it in place); the driver then
-reports each start with ``start_job`` (the simulator when its engine starts the job, the
-placer after its ledger commit) and a commit that failed with ``end_job`` + ``start_job`` of
-what the ledger holds instead.
+A pass's placements are started in the scheduler at once: the pass updates the view in place
+and ``schedule_pass`` books each one as ``start_job`` would (out of the queue, into the running
+set, the move book, tenant usage, the power stage's demand). The driver then confirms each
+with ``start_job`` (the simulator when its engine starts the job, the placer after its ledger
+commit) or gives it back with ``unplace`` (a commit that failed). Why at once: the two drivers
+report starts at different moments of the same instant (the engine before the instant's moves
+and power step, the placer only after its whole ``tick``), and every stage after the pass
+reads what is running; booked by the pass, the moves and the power step see the same state
+whichever driver feeds them.
 """
 
 from __future__ import annotations
@@ -97,7 +101,8 @@ class Scheduler(MovesMixin):
         self.running = B.RunningSet()  # kept across passes, as the pass asks
         self.usage: dict[str, np.ndarray] = {}  # per tenant, RESOURCES order
         self._held: dict[str, tuple[Allocation, np.ndarray, str]] = {}  # alloc, usage, tenant
-        self._applied: set[tuple] = set()  # placed by a pass, not yet reported started
+        # started by a pass, not yet confirmed by the driver: (job, node, GPUs) -> the job
+        self._applied: dict[tuple, PendingJob] = {}
         self._never = F.NeverFits(self.view.nodes)  # could some node ever hold a request shape
         self._holds: dict[str, set[str]] = {}  # node -> why it is cordoned (operator, down...)
         self._cadence = BackfillCadence(cfg.backfill_interval_s)
@@ -138,21 +143,25 @@ class Scheduler(MovesMixin):
         self._release_room(job_id)
 
     def start_job(self, job_id: str, alloc: Allocation, spec: JobSpec, now: float) -> None:
-        """The job runs with ``alloc``: one this scheduler placed (already on the view) or one
-        the driver found running. Expected end: the allocation's time plus the profile's
-        runtime on that GPU model (what a live placer can know, not the simulator's truth)."""
+        """The job runs with ``alloc``: one this scheduler placed (a confirmation: the pass
+        booked it already, see the module docstring) or one the driver found running."""
+        key = (alloc.job_id, alloc.node, alloc.gpu_indices)
+        if self._applied.pop(key, None) is not None:
+            return
+        self.view.allocate(alloc)
+        self.power.node_taken(self.view.index[alloc.node])
+        self._book_start(job_id, alloc, spec)
+
+    def _book_start(self, job_id: str, alloc: Allocation, spec: JobSpec) -> None:
+        """What a start changes, its allocation already on the view. Expected end: the
+        allocation's time plus the profile's runtime on that GPU model (what a live placer
+        can know, not the simulator's truth)."""
         if job_id in self.queue:
             self.power.left_queue(self.queue.seq()[self.queue.position(job_id)])
             self._dequeue(job_id)
         self.why.forget(job_id)
         self._release_room(job_id)
-        key = (alloc.job_id, alloc.node, alloc.gpu_indices)
         i = self.view.index[alloc.node]
-        if key in self._applied:
-            self._applied.discard(key)
-        else:
-            self.view.allocate(alloc)
-            self.power.node_taken(i)
         vec = usage_of(alloc)
         self._held[job_id] = (alloc, vec, spec.tenant)
         cur = self.usage.get(spec.tenant)
@@ -168,6 +177,7 @@ class Scheduler(MovesMixin):
         Returns the move that stopped it, if one did (the driver requeues the job with
         ``requeue_moved``)."""
         alloc, vec, tenant = self._held.pop(job_id)
+        self._applied.pop((alloc.job_id, alloc.node, alloc.gpu_indices), None)
         self.view.release(alloc)
         i = self.view.index[alloc.node]
         if self.view.whole_free[i] >= self.view.gpu_total[i]:
@@ -188,15 +198,13 @@ class Scheduler(MovesMixin):
 
     def unplace(self, alloc: Allocation, now: float) -> None:
         """A placement of the last pass that the driver could not commit (the ledger holds
-        another, or the lease was lost): give its resources back; the job stays queued."""
-        key = (alloc.job_id, alloc.node, alloc.gpu_indices)
-        if key not in self._applied:
+        another, or the lease was lost): its start is undone and the job waits again, as a new
+        queue entry (the placer then takes what the ledger holds, or rebuilds on takeover)."""
+        job = self._applied.get((alloc.job_id, alloc.node, alloc.gpu_indices))
+        if job is None:
             return
-        self._applied.discard(key)
-        self.view.release(alloc)
-        i = self.view.index[alloc.node]
-        if self.view.whole_free[i] >= self.view.gpu_total[i]:
-            self.power.node_emptied(i, now)
+        self.end_job(alloc.job_id, now)
+        self.queue_job(job)
 
     def holds(self, job_id: str) -> Allocation | None:
         entry = self._held.get(job_id)
@@ -280,7 +288,8 @@ class Scheduler(MovesMixin):
         rooms = self._fill_rooms(res, now)
         for pj, placement in [*res.assignments, *rooms]:
             alloc = to_allocation(pj.spec, placement, now, pj.attempt)
-            self._applied.add((alloc.job_id, alloc.node, alloc.gpu_indices))
+            self._applied[(alloc.job_id, alloc.node, alloc.gpu_indices)] = pj
+            self._book_start(pj.spec.id, alloc, pj.spec)  # started now (module docstring)
             out.append(Place(pj, placement, alloc))
         return out
 

@@ -93,9 +93,9 @@ class MovesMixin:
         pass just placed or that a move under way already makes room for. The victims keep
         running (and holding) until the driver reports them ended.
 
-        Jobs the last pass placed are not waiting, whether or not the driver has reported them
-        started yet (the simulator has, the live placer commits after the tick): both drivers
-        see the same waiting jobs here, so they decide the same."""
+        Jobs the last pass placed are running here, whether or not the driver has confirmed
+        them yet (the simulator has, the live placer commits after the tick): both drivers see
+        the same waiting and running jobs, so they decide the same."""
         pc = self.cfg.preempt
         if not pc.enabled or not self.moves.movers or now < self._preempt_due_s:
             return []
@@ -118,16 +118,12 @@ class MovesMixin:
         return moves
 
     def _protected_rows(self: Scheduler) -> np.ndarray:
-        """Queue rows of protected priority (``PreemptConfig.protect_priority``) that wait:
-        not placed by the last pass (see ``preempt_step``)."""
+        """Queue rows of protected priority (``PreemptConfig.protect_priority``): waiting
+        jobs (a pass's placements left the queue at the pass, see ``schedule_pass``)."""
         if not len(self.queue):
             return np.zeros(0, dtype=np.int64)
         prio = self.queue.table()[:, COL_PRIO]
-        mask = prio >= self.cfg.preempt.protect_priority
-        for key in self._applied:
-            if key[0] in self.queue:
-                mask[self.queue.position(key[0])] = False
-        return np.flatnonzero(mask)
+        return np.flatnonzero(prio >= self.cfg.preempt.protect_priority)
 
     def next_move_s(self: Scheduler, now: float) -> float | None:
         """When a waiting job of protected priority reaches ``min_wait_s`` after ``now`` (the

@@ -121,9 +121,37 @@ class Recording(Mosaic):
         return suspend, resume, nxt
 
 
-def simulated(jobs: list[tuple[float, JobSpec]], nodes: list[NodeSpec]) -> Record:
+class StartsAfterTick(Recording):
+    """The simulator's Mosaic told of starts in the live placer's order: the engine starts a
+    pass's jobs at once, before the instant's moves and power step; the live placer commits
+    them (and reports ``start_job``) only after its whole ``tick``. Held back until the power
+    step has run, so one in-process run shows whether that order changes any decision."""
+
+    def attach(self, ctx) -> None:  # type: ignore[override]
+        super().attach(ctx)
+        self.held: list[tuple] = []
+
+    def started(self, job, now) -> None:  # type: ignore[override]
+        self.held.append((job, now))
+
+    def flush(self) -> None:
+        held, self.held = self.held, []
+        for job, now in held:
+            super().started(job, now)
+
+    def power_step(self, now):  # type: ignore[override]
+        out = super().power_step(now)
+        self.flush()
+        return out
+
+    def ended(self, job, now) -> None:  # type: ignore[override]
+        self.flush()  # no instant without a power step (the engine's last ones): not late
+        super().ended(job, now)
+
+
+def simulated(jobs: list[tuple[float, JobSpec]], nodes: list[NodeSpec], policy_cls=None) -> Record:
     profiles = ProfileTable.default().covering(nodes)
-    policy = Recording(PolicyConfig.default())
+    policy = (policy_cls or Recording)(PolicyConfig.default())
     trace = [TraceJob(spec=s, submit_s=t) for t, s in jobs]
     result = simulate(trace, nodes, policy, profiles)
     end = max(j.end_s for j in result.jobs)
@@ -252,11 +280,37 @@ async def lived(live: Live, jobs: list[tuple[float, JobSpec]]) -> Record:
     return Record(placed, sorted(live.power), max(ends), sorted(moves))
 
 
-async def test_the_live_services_place_and_power_exactly_as_the_simulator(live: Live) -> None:
+@pytest.mark.parametrize("seed", [21, 1, 29, 7, 96])
+def test_the_scheduler_decides_the_same_whether_starts_come_before_or_after_the_power_step(
+    seed: int,
+) -> None:
+    """In process, no NATS: the order in which the two drivers report a pass's starts (the
+    engine before the instant's moves and power step, the placer after its tick) changes no
+    decision. It used to: on seeds 1 and 29 the blocked jobs a pass had just placed still
+    counted as demand in the same instant's power step, which woke a node live and not in the
+    simulator; on seed 96 the jobs it had just started were not yet movable, so the live
+    placer was owed no instant for the priority-protection rule and passed later."""
+    nodes = sorted(demo_cluster(), key=lambda n: n.id)
+    jobs = workload(seed=seed)
+    sim = simulated(jobs, nodes)
+    late = simulated(jobs, nodes, StartsAfterTick)
+    assert late.power == sim.power
+    assert late.placements == sim.placements
+    assert late.moves == sim.moves
+
+
+# seed 21: the rule moves three jobs; seed 1: a pass places blocked jobs between two backfill
+# passes, just before a power step (a woken node's first pass), and nodes still sleep. Seed 1
+# live is in `make test-all` (each live run is 20-40 s on 2 cores); the in-process check above
+# covers its ordering in `make test`
+@pytest.mark.parametrize("seed", [21, pytest.param(1, marks=pytest.mark.slow)])
+async def test_the_live_services_place_and_power_exactly_as_the_simulator(
+    live: Live, seed: int
+) -> None:
     # the live placer orders its nodes by id (whatever order they register in); the
     # simulator takes the order it is given: the same cluster, the same order
     nodes = sorted(demo_cluster(), key=lambda n: n.id)
-    jobs = workload(seed=21)  # seed 21: the rule moves three jobs (checked below)
+    jobs = workload(seed=seed)
     sim = simulated(jobs, nodes)
     # the workload exercises what it should: jobs wait, a node sleeps and wakes
     arrived = {s.id: t for t, s in jobs}
