@@ -77,6 +77,8 @@ class Mosaic(BasePolicy):
     def power_step(self, now: float) -> tuple[list[str], list[str], float | None]:
         """(node ids to suspend, node ids to resume, when to ask again or None)."""
         step = self.core.power_step(now)
+        if not step.suspend and not step.resume:  # most steps: no list to build
+            return [], [], step.next_s
         ids = self.view.node_ids
         return [ids[i] for i in step.suspend], [ids[i] for i in step.resume], step.next_s
 
