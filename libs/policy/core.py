@@ -159,7 +159,7 @@ class Scheduler(MovesMixin):
         if job_id in self.queue:
             self.power.left_queue(self.queue.seq()[self.queue.position(job_id)])
             self._dequeue(job_id)
-        self.why.forget(job_id)
+        self.why.forget(job_id)  # (again, if dequeued: a dict pop)
         self._release_room(job_id)
         i = self.view.index[alloc.node]
         vec = usage_of(alloc)
@@ -173,9 +173,8 @@ class Scheduler(MovesMixin):
         self.moves.started(rj, alloc.attempt, alloc.node, alloc.time)
 
     def end_job(self, job_id: str, now: float) -> MoveOrder | None:
-        """The job's attempt stopped (completed, failed, preempted, killed): free what it held.
-        Returns the move that stopped it, if one did (the driver requeues the job with
-        ``requeue_moved``)."""
+        """The attempt stopped (completed, failed, preempted, killed): free what it held; the
+        move that stopped it, if one did (the driver requeues it with ``moved_job``)."""
         alloc, vec, tenant = self._held.pop(job_id)
         self._applied.pop((alloc.job_id, alloc.node, alloc.gpu_indices), None)
         self.view.release(alloc)
@@ -303,9 +302,10 @@ class Scheduler(MovesMixin):
         if not self.cfg.power_saving:
             return PowerStep((), (), None)
         step = self.power.step(now, self.queue)
-        ids = self.view.node_ids
-        for i in step.suspend + step.resume:
-            self.set_cordoned(ids[i], POWER_HOLD, True)
+        if step.suspend or step.resume:  # most steps decide nothing
+            ids = self.view.node_ids
+            for i in step.suspend + step.resume:
+                self.set_cordoned(ids[i], POWER_HOLD, True)
         return step
 
     def could_place_now(self) -> bool:
