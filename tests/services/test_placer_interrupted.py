@@ -30,6 +30,7 @@ from libs.policy.inventory import NodeGroup, expand
 from proto import subjects
 from proto.events import Completed
 from proto.jobs import JobSpec
+from proto.ledger import Allocation
 from proto.power import PowerCommand
 from services.placer.power import OwedPower
 from services.placer.service import Placer, PlacerSettings
@@ -42,8 +43,8 @@ FILLER = "node.filler.power"  # in NODECMD, read by no consumer of these tests
 
 @asynccontextmanager
 async def refusing(bus: Bus, stream: str) -> AsyncIterator[None]:
-    """``stream`` refuses every publish inside the block (full, discarding new messages), as a
-    stream without a leader does; its configuration is restored after."""
+    """``stream`` refuses every publish inside the block (full, discarding new messages): its
+    publishes raise, as they do while it has no leader. Its configuration is restored after."""
     await bus.js.publish(FILLER, b"{}")  # a full stream needs at least one message
     info = await bus.js.stream_info(stream)
     config = info.config
@@ -98,6 +99,42 @@ async def test_placements_after_a_failed_commit_give_their_gpus_back(nats_url: s
         await submit(bus, JobSpec(id="whole", gpus=4))
         await poll(lambda: _completed(bus, {"whole"}), timeout_s=30, every_s=0.2)
         assert executor.duplicates == 0
+    finally:
+        stop.set()
+        await task
+        await pbus.close()
+        await bus.close()
+
+
+async def test_a_ledger_entry_found_unannounced_is_announced(nats_url: str) -> None:
+    """The ledger already holds the job (a create whose reply was lost with its server) but no
+    Placed or run was ever sent: the placer takes the entry and sends them, so the job runs."""
+    bus = await connect(nats_url)
+    node = expand([NodeGroup(count=1, gpu_model="t4", gpu_count=4, host_mem_gb=64, cpus=32)])
+    await put_nodes(bus, node)
+    executor = FakeExecutor(bus, run_s=0.2)
+    await executor.start()
+    p, pbus = await _placer(nats_url)
+    stop = asyncio.Event()
+    task = asyncio.create_task(p.run(stop))
+    try:
+        await poll(lambda: asyncio.sleep(0, p.active), timeout_s=20)
+        spec = JobSpec(id="orphan", gpus=1)
+        alloc = Allocation(
+            job_id=spec.id,
+            node=node[0].id,
+            gpu_indices=(3,),
+            gpu_share=1.0,
+            gpu_mem_gb=spec.gpu_mem_gb,
+            host_mem_gb=spec.host_mem_gb,
+            cpus=spec.cpus,
+            time=0.0,
+            spec=spec,
+        )
+        await (await bus.kv(subjects.KV_LEDGER, Allocation)).create(spec.id, alloc)
+        await submit(bus, spec)
+        await poll(lambda: _completed(bus, {spec.id}), timeout_s=20, every_s=0.2)
+        assert [r.allocation.gpu_indices for r in executor.runs] == [(3,)]  # the ledger's word
     finally:
         stop.set()
         await task
