@@ -82,13 +82,14 @@ class Committer:
 
     def _settle_interrupted(self, sched: Scheduler, places: Sequence[Place], now: float) -> None:
         """A commit raised (a NATS error: a stream electing a leader after a server died), so
-        ``places`` (the failed one first) are on the scheduler's view but not started there.
+        ``places`` (the failed one first) are booked by the pass (on the view, running in the
+        scheduler) but neither confirmed nor undone.
 
-        Why: a placement left so held its GPUs for good, though no ledger entry and no job
-        had them (the job was placed again elsewhere): the pass never saw that room again, and
-        a job needing it waited for ever. One whose ledger entry was written is committed (its
-        ``Placed``/run are owed, ``_unannounced``): it starts. The others are given back and
-        stay queued; the next cycle places them again."""
+        Why: a placement left so held its GPUs for good though no ledger entry had them, and
+        its job, believed running, was never placed again: it stayed pending for ever, and so
+        did any job needing that room. One whose ledger entry was written is committed (its
+        ``Placed``/run are owed, ``_unannounced``): it is confirmed. The others are undone and
+        wait again; the next cycle places them."""
         given_back = []
         for p in places:
             job = p.allocation.job_id
