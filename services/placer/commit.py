@@ -7,7 +7,8 @@ stays the shell: start-up, the lease and the cycle's order of steps.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 from opentelemetry import trace
 from prometheus_client import Counter
@@ -45,13 +46,14 @@ class Committer:
     placed_count: int
     _unannounced: set[str]
     node_power: NodePower
+    log: Any
     active: bool  # the Placer's property
 
     async def _commit_all(self, sched: Scheduler, decisions: Decisions, before, now: float) -> int:
         """Commit the tick's placements in order; give back any that cannot be committed."""
         placed = 0
         explained = 0
-        for p in decisions.places:
+        for k, p in enumerate(decisions.places):
             if not self.active:  # lost the lease mid-cycle: the new holder decides
                 sched.unplace(p.allocation, now)
                 continue
@@ -62,7 +64,12 @@ class Committer:
                 cands = chosen_only(p.placement)
             if before is not None:
                 before.allocate(p.allocation)
-            if await self._commit(p, cands):
+            try:
+                committed = await self._commit(p, cands)
+            except BaseException:
+                self._settle_interrupted(sched, decisions.places[k:], now)
+                raise
+            if committed:
                 sched.start_job(p.allocation.job_id, p.allocation, p.job.spec, now)
                 placed += 1
                 if p.job.resume_by is not None:  # a moved job resumes: how long it waited
@@ -72,6 +79,28 @@ class Committer:
                 sched.unplace(p.allocation, now)
                 self.feed.touch(p.allocation.job_id)
         return placed
+
+    def _settle_interrupted(self, sched: Scheduler, places: Sequence[Place], now: float) -> None:
+        """A commit raised (a NATS error: a stream electing a leader after a server died), so
+        ``places`` (the failed one first) are booked by the pass (on the view, running in the
+        scheduler) but neither confirmed nor undone.
+
+        Why: a placement left so held its GPUs for good though no ledger entry had them, and
+        its job, believed running, was never placed again: it stayed pending for ever, and so
+        did any job needing that room. One whose ledger entry was written is committed (its
+        ``Placed``/run are owed, ``_unannounced``): it is confirmed. The others are undone and
+        wait again; the next cycle places them."""
+        given_back = []
+        for p in places:
+            job = p.allocation.job_id
+            if self.ledger.get(job) is p.allocation:
+                sched.start_job(job, p.allocation, p.job.spec, now)
+                continue
+            sched.unplace(p.allocation, now)
+            self.feed.touch(job)
+            given_back.append(job)
+        if given_back:
+            self.log.warning("placements_given_back", jobs=given_back[:20], n=len(given_back))
 
     def power_facts(self) -> PowerFacts:
         """The nodes' own word on their power, for the scheduler (``feed.PowerFacts``): a node
@@ -104,6 +133,10 @@ class Committer:
             e = await self.ledger_kv.get(job)
             if e is not None:
                 self.ledger[job] = e.value
+                if not self.tracker.placed_seen(job, e.value.attempt):
+                    # our own create whose reply a dying server lost, or a predecessor that
+                    # stopped before announcing it: nobody else will send its Placed and run
+                    self._unannounced.add(job)
             return False
         self.ledger[job] = alloc
         self._unannounced.add(job)  # until every message is out (a NATS error retries it)

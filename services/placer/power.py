@@ -23,23 +23,73 @@ def power_msg_id(node: str, action: str, now: float) -> str:
     return f"power-{node}-{action}-{now:.3f}"
 
 
+def power_orders(
+    suspend: Sequence[str], wake: Sequence[str], now: float, reason: str
+) -> list[PowerCommand]:
+    """The commands for one decision: suspends first, then wakes, each node in the given order."""
+    actions: list[tuple[str, PowerAction]] = [(n, "suspend") for n in suspend]
+    actions += [(n, "wake") for n in wake]
+    return [PowerCommand(node=n, action=a, time=now, reason=reason) for n, a in actions]
+
+
+async def send_power_command(bus: Bus, cmd: PowerCommand) -> bool:
+    """Publish ``node.<node>.power`` (durable, NODECMD); False for a repeat the stream dropped
+    (same node, action and decision time within the duplicate window)."""
+    return await bus.publish(
+        subjects.node_command(cmd.node, subjects.POWER_VERB),
+        cmd,
+        msg_id=power_msg_id(cmd.node, cmd.action, cmd.time),
+    )
+
+
 async def send_power_commands(
     bus: Bus, suspend: Sequence[str], wake: Sequence[str], now: float, reason: str
 ) -> int:
     """Publish ``node.<node>.power`` for each node (durable, NODECMD); returns how many the
     stream took as new (a repeat within the duplicate window is not counted)."""
     sent = 0
-    orders: list[tuple[str, PowerAction]] = [(n, "suspend") for n in suspend]
-    orders += [(n, "wake") for n in wake]
-    for node, action in orders:
-        cmd = PowerCommand(node=node, action=action, time=now, reason=reason)
-        if await bus.publish(
-            subjects.node_command(node, subjects.POWER_VERB),
-            cmd,
-            msg_id=power_msg_id(node, action, now),
-        ):
+    for cmd in power_orders(suspend, wake, now, reason):
+        if await send_power_command(bus, cmd):
             sent += 1
     return sent
+
+
+class OwedPower:
+    """Power commands the placer's scheduler decided that NODECMD has not taken yet.
+
+    Why: the scheduler applies a power decision to its own state when it makes it (the node is
+    booting, or asleep and cordoned), and only the node's report of a *different* state corrects
+    that belief (``feed._sync_power``). A command lost to a NATS error (NODECMD electing a leader
+    after a server died, its publish answered by no one) left the node as it was and the
+    scheduler waiting for it: a wake never sent kept jobs waiting ``NodeWaking`` for good, a
+    suspend never sent left an awake node cordoned as asleep, and its later wake (a repeat, to
+    the executor) never made it "awake" again. So decisions are owed here first and sent in
+    order; one that fails stays owed, with the ones after it, and the next cycle sends them
+    again (same message ids: a command that did land is dropped as a duplicate).
+    """
+
+    def __init__(self) -> None:
+        self._owed: list[PowerCommand] = []
+
+    def __len__(self) -> int:
+        return len(self._owed)
+
+    def owe(self, suspend: Sequence[str], wake: Sequence[str], now: float, reason: str) -> None:
+        self._owed += power_orders(suspend, wake, now, reason)
+
+    def clear(self) -> None:
+        """Forget what is owed: a new lease holder's scheduler starts from the nodes' word."""
+        self._owed.clear()
+
+    async def send(self, bus: Bus) -> int:
+        """Send what is owed, oldest first; returns how many the stream took as new. Raises
+        the publish error of the first that fails, which stays owed with those after it."""
+        sent = 0
+        while self._owed:
+            if await send_power_command(bus, self._owed[0]):
+                sent += 1
+            self._owed.pop(0)
+        return sent
 
 
 @dataclass(frozen=True)

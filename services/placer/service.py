@@ -53,7 +53,7 @@ from services.placer.leadership import Leadership
 from services.placer.ledger_gc import purge_ledger_markers
 from services.placer.moves import MoveCommitter
 from services.placer.nodewatch import NodeWatch
-from services.placer.power import send_power_commands
+from services.placer.power import OwedPower
 from services.placer.reconcile import Reconciler
 from services.placer.settings import PlacerSettings, settings_from_args
 from services.placer.snapshot import seed_reconciler, tracker_snapshots
@@ -114,6 +114,7 @@ class Placer(Committer, MoveCommitter, Announcer, NodeWatch, Cancels):
         self._init_moves()  # services.placer.moves
         self.placed_count = 0  # commits by this replica (tests and logs)
         self._unannounced: set[str] = set()  # committed, but Placed/run not yet published
+        self.power_owed = OwedPower()  # decided power commands not yet taken by NODECMD
         self.lease: Lease | None = None
         self.leadership: Leadership | None = None
         self._warming: asyncio.Task | None = None
@@ -202,6 +203,7 @@ class Placer(Committer, MoveCommitter, Announcer, NodeWatch, Cancels):
             entries = await self.ledger_kv.items()
             self.ledger = {k: e.value for k, e in entries.items()}
             self.feed.reset()  # the scheduler restarts from this ledger
+            self.power_owed.clear()  # ... and from the nodes' power, not our old decisions
             seed_reconciler(self.reconciler, self.ledger, self.tracker)  # Started in a snapshot
             self._active = True
             ACTIVE.set(1)
@@ -345,12 +347,11 @@ class Placer(Committer, MoveCommitter, Announcer, NodeWatch, Cancels):
             before = sched.view.copy() if due and budget and len(sched.queue) else None
             decisions = sched.tick(now, woke=due)
             self.next_tick_s = decisions.next_tick_s
+            # owed before the commits: the scheduler already counts on them (OwedPower)
+            self.power_owed.owe(decisions.suspend, decisions.wake, now, "power saving")
             placed = await self._commit_all(sched, decisions, before, now)
             await self._commit_moves(decisions.moves, now)
-            if decisions.suspend or decisions.wake:
-                await send_power_commands(
-                    self.bus, decisions.suspend, decisions.wake, now, "power saving"
-                )
+            await self.power_owed.send(self.bus)
             await self._tell_reasons(sched)
             LEDGER_SIZE.set(len(self.ledger))
             CYCLE_SECONDS.observe(time.perf_counter() - t0)
