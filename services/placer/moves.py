@@ -79,7 +79,7 @@ class MoveCommitter:
     def _init_moves(self) -> None:
         self._intent_inbox: list[Intent] = []
         self.hot_until: dict[str, float] = {}  # node -> when its hot hold lapses (Mosaic clock)
-        self.requeued_at: dict[str, float] = {}  # moved job -> when it went back in line
+        self.moves_owed: list[MoveOrder] = []  # decided by the scheduler, not yet sent
 
     async def _on_intent(self, intent: Intent) -> None:
         """The consumer's handler: the next cycle answers it (in the cycle, under the lock)."""
@@ -129,10 +129,13 @@ class MoveCommitter:
             await self._commit_move(sched.order_move(move, now), now)
             INTENTS.labels(intent.source, "committed").inc()
 
-    async def _commit_moves(self, moves: tuple[MoveOrder, ...], now: float) -> None:
-        for move in moves:
-            if self.active:
-                await self._commit_move(move, now)
+    async def _commit_moves(self, now: float) -> None:
+        """Send the moves owed (``moves_owed``: decided by a tick, oldest first). A cycle cut
+        short by a NATS error leaves the rest owed, and the next cycle sends them with the same
+        message ids (a repeat is one message): the scheduler already counts them under way."""
+        while self.moves_owed and self.active:
+            await self._commit_move(self.moves_owed[0], now)
+            self.moves_owed.pop(0)
 
     async def _commit_move(self, move: MoveOrder, now: float) -> None:
         """Send the checkpoint and the audit record of one move, in the job's trace."""

@@ -204,6 +204,7 @@ class Placer(Committer, MoveCommitter, Announcer, NodeWatch, Cancels):
             self.ledger = {k: e.value for k, e in entries.items()}
             self.feed.reset()  # the scheduler restarts from this ledger
             self.power_owed.clear()  # ... and from the nodes' power, not our old decisions
+            self.moves_owed.clear()
             seed_reconciler(self.reconciler, self.ledger, self.tracker)  # Started in a snapshot
             self._active = True
             ACTIVE.set(1)
@@ -349,8 +350,9 @@ class Placer(Committer, MoveCommitter, Announcer, NodeWatch, Cancels):
             self.next_tick_s = decisions.next_tick_s
             # owed before the commits: the scheduler already counts on them (OwedPower)
             self.power_owed.owe(decisions.suspend, decisions.wake, now, "power saving")
+            self.moves_owed += decisions.moves  # likewise: the scheduler counts them as under way
             placed = await self._commit_all(sched, decisions, before, now)
-            await self._commit_moves(decisions.moves, now)
+            await self._commit_moves(now)
             await self.power_owed.send(self.bus)
             await self._tell_reasons(sched)
             LEDGER_SIZE.set(len(self.ledger))
