@@ -160,3 +160,11 @@ def growth(
 def slot_tuple(row: np.ndarray) -> tuple[int, ...]:
     """The GPU slots of one option (``placements``) as indices."""
     return tuple(int(j) for j in np.flatnonzero(row))
+
+
+def cpu_only_node(view: ClusterView, fit: np.ndarray) -> int:
+    """Where a task without GPUs does least harm: among the nodes ``fit`` allows, the one with
+    the least free GPU share (its CPUs strand the fewest GPUs), then the fewest free CPUs."""
+    nodes = np.flatnonzero(fit)
+    key = np.lexsort((view.cpus_free[nodes], view.gpu_free[nodes].sum(axis=1)))
+    return int(nodes[key[0]])
