@@ -8,7 +8,8 @@ as a migration with its checkpoint cost, ``cfg.defrag.checkpoint_cost_s``) and p
 
 Movable pods: QoS BE and Burstable (``checkpointable`` in ``load_fill_pods``); LS and
 Guaranteed never move. The scheduler holds no job without a GPU, so a CPU-only pod is placed by
-``stages.frag.cpu_only_node`` (the node whose GPUs it strands least) and reported with
+``stages.frag.cpu_only_node`` (least growth of fragmentation, then least free GPU share) and
+reported with
 ``start_job``, so the scheduler's view counts its CPUs and memory.
 """
 
@@ -22,7 +23,7 @@ from libs.policy.config import PolicyConfig
 from libs.policy.core import Scheduler
 from libs.policy.profiles import ProfileTable
 from libs.policy.stages.defrag import fits, plan_moves
-from libs.policy.stages.frag import cpu_only_node
+from libs.policy.stages.frag import Workload, cpu_only_node
 from libs.policy.types import PendingJob, RunningJob
 from libs.sim.fill_policy import FillPolicy, allocation
 from proto.jobs import JobSpec
@@ -44,12 +45,19 @@ class MosaicFill(FillPolicy):
         self.checkpoint_cost_s = 0.0
         self.plans = 0
 
+    def learn(self, work: Workload) -> None:
+        """The target workload goes where the score stage reads it: the scheduler's config
+        (``frag_workload``, for ``stages.score.s_frag``), as a live operator would set it."""
+        super().learn(work)
+        self.cfg = dataclasses.replace(self.cfg, frag_workload=work.as_config())
+        self.core.cfg = self.cfg
+
     def place(self, spec: JobSpec, now: float) -> bool:
         if spec.gpus <= 0:
             fit = fits(spec, self.view, self.cfg)
             if not fit.any():
                 return False
-            n = cpu_only_node(self.view, fit)
+            n = cpu_only_node(self.view, spec, fit, self.work)
             self._start(allocation(spec, self.view, (n, (), 0.0), now), spec, now)
             return True
         if self._pass(spec, now):
