@@ -86,7 +86,7 @@ class MosaicFill(FillPolicy):
         d = self.cfg.defrag
         moves = plan_moves(
             self.view,
-            [r for r in self.running.values() if r.gpu_indices],
+            list(self.running.values()),
             [PendingJob(spec, enqueued_at=now)],
             now=now,
             cfg=self.cfg,

@@ -52,6 +52,7 @@ from libs.policy.stages.filter import (
     f_host_memory,
     f_thermal,
     is_fractional,
+    shape_key,
     whole_gpus,
 )
 from libs.policy.types import PendingJob, RunningJob
@@ -166,6 +167,8 @@ def slots_for(spec: JobSpec, view: ClusterView, node: int, share: float) -> tupl
     """GPU slots on ``node`` for ``spec`` (it fits there): a fraction on the fullest GPU that
     holds it; k whole GPUs on a free NVLink group if one is free, else the lowest free ones."""
     free = view.gpu_free[node]
+    if spec.gpus <= 0:  # CPU-only: no GPU slot
+        return ()
     if is_fractional(spec):
         ok = (free >= share - EPS) & (view.gpu_mem_free_gb[node] >= spec.gpu_mem_gb - EPS)
         cand = np.flatnonzero(ok & view.gpu_exists[node])
@@ -187,7 +190,9 @@ def destination(
     cand = np.flatnonzero(ok)
     if len(cand) == 0:
         return None
-    if is_fractional(job.spec):
+    if job.spec.gpus <= 0:  # CPU-only: where its CPUs strand the fewest free GPUs
+        n = int(cand[np.lexsort((view.cpus_free[cand], view.gpu_free[cand].sum(axis=1)))[0]])
+    elif is_fractional(job.spec):
         free = np.where(view.gpu_free[cand] >= job.gpu_share - EPS, view.gpu_free[cand], 2.0)
         n = int(cand[np.argmin(free.min(axis=1))])
     else:
@@ -312,6 +317,40 @@ def _order_key(now: float, cfg: PolicyConfig) -> Callable[[RunningJob], tuple]:
     return lambda r: (r.spec.priority, lost_work_s(r, now, cfg), r.spec.id)
 
 
+def _candidates(
+    work: _Work, spec: JobSpec, nodes: np.ndarray, movable: Callable, cfg: PolicyConfig
+) -> list[int]:
+    """The nodes worth clearing for ``spec``, most promising first: those with enough GPUs
+    that could come free (free, or held only by movable jobs that fit elsewhere now), ordered
+    by the share already free on the GPUs that could serve it (fewer moves)."""
+    v = work.view
+    where: dict[tuple, np.ndarray] = {}  # a moved job's shape -> nodes it fits on now
+
+    def placeable(r: RunningJob) -> bool:
+        key = shape_key(r.spec)
+        if key not in where:
+            where[key] = fits(r.spec, v, cfg)
+        m = where[key]
+        return int(m.sum()) - int(m[r.node_index]) > 0
+
+    need = share_of(spec)
+    k = 1 if is_fractional(spec) else whole_gpus(spec)
+    scored: list[tuple[float, int]] = []
+    for n in nodes.tolist():
+        free = v.gpu_free[n, : int(v.gpu_total[n])]
+        reach = free.copy()
+        cpus, host = float(v.cpus_free[n]), float(v.host_mem_free_gb[n])
+        for r in work.on_node.get(n, ()):
+            if movable(r) and placeable(r):
+                reach[list(r.gpu_indices)] += r.gpu_share
+                cpus, host = cpus + r.spec.cpus, host + r.spec.host_mem_gb
+        ok = reach >= need - EPS
+        if ok.sum() < k or cpus < spec.cpus - EPS or host < spec.host_mem_gb - EPS:
+            continue
+        scored.append((-float(np.sort(free[ok])[::-1][:k].sum()), n))
+    return [n for _, n in sorted(scored)]
+
+
 def _plan_one(work: _Work, job: PendingJob, ctx: tuple, budget: int) -> _Plan | None:
     """The cheapest plan for one blocked job within ``budget`` moves, or None."""
     now, cfg, movable, _ = ctx
@@ -324,15 +363,7 @@ def _plan_one(work: _Work, job: PendingJob, ctx: tuple, budget: int) -> _Plan | 
     nodes = np.flatnonzero(shape_ok)
     if len(nodes) == 0:
         return None
-    gettable = v.gpu_free[nodes].sum(axis=1)
-    for i, n in enumerate(nodes.tolist()):
-        gettable[i] += sum(
-            r.gpu_share * len(r.gpu_indices) for r in work.on_node.get(n, ()) if movable(r)
-        )
-    need = float(spec.gpus) if is_fractional(spec) else float(whole_gpus(spec))
-    order = [
-        int(nodes[i]) for i in np.argsort(-gettable, kind="stable") if gettable[i] >= need - EPS
-    ]
+    order = _candidates(work, spec, nodes, movable, cfg)
     best: _Plan | None = None
     key = _order_key(now, cfg)
     for n in order[: cfg.defrag.candidate_nodes]:
@@ -379,6 +410,8 @@ def plan_moves(
 
     for job in blocked:
         spec = job.spec
+        if spec.gpus <= 0:
+            continue  # a CPU-only job: GPUs are not what blocks it
         ok = fits(spec, v, cfg)
         if ok.any():
             n = int(np.flatnonzero(ok)[0])
