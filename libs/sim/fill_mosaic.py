@@ -39,6 +39,7 @@ class MosaicFill(FillPolicy):
 
     def attach(self, nodes: Sequence[NodeSpec], *, seed: int, cfg: PolicyConfig) -> None:
         super().attach(nodes, seed=seed, cfg=cfg)
+        self.defrag = self.defrag or cfg.defrag.enabled  # ``--set defrag.enabled=true``
         self.core = Scheduler(nodes, cfg=cfg, profiles=ProfileTable.default())
         self.view = self.core.view  # one ledger: the scheduler's
         self.running: dict[str, RunningJob] = {}
