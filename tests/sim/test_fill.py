@@ -138,3 +138,19 @@ def test_real_openb_subsampled_fgd_and_mosaic_beat_random(traces_dir):
     at = {n: m["alloc_at_arrived"]["130"] for n, m in r["policies"].items()}
     assert at["bestfit"] > at["random"] and at["fgd"] > at["random"]
     assert at["mosaic"] >= at["bestfit"] - 0.01
+
+
+@pytest.mark.traces
+def test_mosaic_sim_fill_writes_results(traces_dir, tmp_path):
+    import json
+
+    from libs.client.cli import main
+
+    out = tmp_path / "fill"
+    args = ["sim", "--trace", "openb", "--cluster", "openb", "--fill", "0.1", "--seed", "42",
+            "--policies", "bestfit", "--traces-dir", str(traces_dir), "--out", str(out),
+            "--set", "defrag.max_moves=2"]  # fmt: skip
+    assert main(args) == 0
+    r = json.loads((out / "results.json").read_text())
+    assert r["overrides"] == {"defrag.max_moves": 2} and r["seed"] == 42
+    assert list(r["policies"]["bestfit"]["alloc_at_arrived"])[-1] == "10"
