@@ -154,3 +154,19 @@ def test_mosaic_sim_fill_writes_results(traces_dir, tmp_path):
     r = json.loads((out / "results.json").read_text())
     assert r["overrides"] == {"defrag.max_moves": 2} and r["seed"] == 42
     assert list(r["policies"]["bestfit"]["alloc_at_arrived"])[-1] == "10"
+
+
+@pytest.mark.traces
+def test_fill_pods_keep_every_pod_with_its_shape(traces_dir):
+    from libs.sim.loaders.openb import load_fill_pods
+
+    pods, qos = load_fill_pods(traces_dir)
+    assert len(pods) == len(qos) == 8152
+    assert sum(p.gpus == 0 for p in pods) == 1088  # CPU-only pods are kept
+    p1 = next(p for p in pods if p.id == "openb-pod-0001")  # 1 GPU at 460 milli, 6 CPUs, 12 GiB
+    assert (p1.gpus, p1.cpus, p1.host_mem_gb, p1.gpu_mem_gb) == (0.46, 6.0, 12.0, 0.0)
+    spec_pods, _ = load_fill_pods(traces_dir, variant="gpuspec33")
+    assert any(p.constraints for p in spec_pods)  # gpu_spec -> allowed models
+    assert all(
+        p.checkpointable == (q in ("BE", "Burstable")) for p, q in zip(pods, qos, strict=True)
+    )
