@@ -10,17 +10,22 @@ each, rule 2), and the simulator applies them; both call this function.
 How a plan is chosen, per blocked job (in the order given: the caller ranks them):
 
 * Candidate nodes: those whose shape could hold the job (``stages.filter.STATIC``), not
-  cordoned or too hot, ordered by how much GPU capacity is free or held by movable jobs (the
-  most first); the first ``cfg.defrag.candidate_nodes`` are tried (a bound on the plan's cost).
+  cordoned or too hot, with enough GPUs that could come free (free, or held only by movable
+  jobs whose GPUs fit elsewhere now) and CPUs and memory to match, ordered by the share already
+  free on those GPUs (fewer moves); the first ``cfg.defrag.candidate_nodes`` are tried (a bound
+  on the plan's cost).
 * On a node, the GPUs to free: for a fractional job, each GPU (its cheapest jobs leave until the
   share is free); for a k-GPU job, each NVLink group of k GPUs (pairs ``(2i, 2i+1)``, or the
   node's reported topology: label ``nvlink_pairs`` = ``"0-1,2-3,..."``; groups of 4 are two
   pairs ``(4i..4i+3)``; 8 = the node), then the k GPUs whose jobs are cheapest to move. Every job
-  holding one of those GPUs moves; then more of the node's jobs move, cheapest first, while host
-  memory or CPUs are short.
+  holding one of those GPUs moves; then more of the node's jobs move while host memory or CPUs
+  are short, CPU-only jobs first (they need no GPU room elsewhere), then the cheapest.
 * Each moved job goes where it fits now (never the node being cleared): a fractional job to
   the GPU with the least free share that holds it (fractions pack), a whole-GPU job to the node
-  with the fewest free GPUs that holds it, on a free NVLink group when there is one.
+  with the fewest free GPUs that holds it, on a free NVLink group when there is one, a CPU-only
+  job where it strands the fewest free GPUs; or, when it fits nowhere, where only CPUs or memory
+  are short and movable CPU-only jobs can leave first (``stages.defrag_room.cpu_room``, one
+  level: those moves come first in the plan).
 * Cost of a plan: (highest priority moved, moves, not on an NVLink group, lost work), smallest
   first: lowest priority and least lost work first, few moves, whole pairs for 2- and 4-GPU
   jobs.
