@@ -261,6 +261,9 @@ def show(job_id: str, gateway: GatewayOpt = DEFAULT_GATEWAY) -> None:
 
 
 # --- mosaic sim / version --------------------------------------------------------------------
+SIM_POLICIES = "fifo,drf,tiresias,gavel,mosaic"
+
+
 @app.command()
 def sim(
     trace: Annotated[
@@ -268,7 +271,7 @@ def sim(
     ] = "philly",
     cluster: Annotated[str, typer.Option("--cluster", help="seed, counts or a file")] = "seed",
     gpus: Annotated[int, typer.Option("--gpus")] = 1024,
-    policies: Annotated[str, typer.Option("--policies")] = "fifo,drf,tiresias,gavel,mosaic",
+    policies: Annotated[str, typer.Option("--policies")] = SIM_POLICIES,
     out_dir: Annotated[Path, typer.Option("--out", help="results folder")] = Path("results/sim"),
     seed: Annotated[int, typer.Option("--seed")] = 0,
     max_jobs: Annotated[int | None, typer.Option("--max-jobs")] = None,
@@ -283,8 +286,26 @@ def sim(
     hot_heat: Annotated[
         float | None, typer.Option("--hot-heat", help="their heat factor (default 1.5)")
     ] = None,
+    fill: Annotated[
+        float | None, typer.Option("--fill", help="FGD's fill experiment up to this x capacity")
+    ] = None,
+    overrides: Annotated[
+        list[str] | None, typer.Option("--set", help="KEY=VALUE of PolicyConfig (repeatable)")
+    ] = None,
+    traces_dir: Annotated[Path | None, typer.Option("--traces-dir")] = None,
 ) -> None:
     """Replay a trace through the simulator under several policies and compare them."""
+    if fill is not None:  # the runner's own command line runs the fill experiment
+        from libs.sim.runner import main as runner_main
+
+        argv = ["--trace", trace, "--cluster", cluster, "--seed", str(seed), "--out", str(out_dir)]
+        argv += ["--fill", str(fill), "--policies", policies if policies != SIM_POLICIES else ""]
+        argv += [x for kv in overrides or [] for x in ("--set", kv)]
+        argv += ["--traces-dir", str(traces_dir)] if traces_dir is not None else []
+        code = runner_main(argv)
+        if code:
+            raise typer.Exit(code)
+        return
     try:
         from libs.sim.report import render_table
         from libs.sim.runner import run_simulation
@@ -317,6 +338,8 @@ def sim(
                 throughputs=throughputs,
                 progress=progress,
                 hot=_hot_scenario(hot_nodes, hot_share, hot_heat),
+                traces_dir=traces_dir,
+                overrides=overrides or (),
             )
         except (ValueError, FileNotFoundError) as exc:
             raise UsageProblem(str(exc)) from None

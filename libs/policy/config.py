@@ -306,6 +306,12 @@ class PolicyConfig:
     # --- moving jobs (libs.policy.stages.preempt; issue 14) ---
     preempt: PreemptConfig = field(default_factory=PreemptConfig)
     # --- fragmentation and defragmentation (issue 14) ---
+    # FGD's fragmentation term in the placement score (stages.score.s_frag: least growth of
+    # the free GPU share the target workload could not use). It acts only when the config
+    # carries a target workload (frag_workload: (GPUs, GPU models, CPUs, host memory GB,
+    # probability) rows, stages.frag.Workload.as_config), so a replay without one is unchanged.
+    w_frag: float = 4.0
+    frag_workload: tuple[tuple[float, tuple[str, ...], float, float, float], ...] = ()
     defrag: DefragConfig = field(default_factory=DefragConfig)
 
     @classmethod
@@ -332,6 +338,7 @@ class PolicyConfig:
                 v = dataclasses.asdict(v)
             out[f.name] = v
         out["size_mix"] = [list(p) for p in self.size_mix]
+        out["frag_workload"] = [[g, list(m), c, h, p] for g, m, c, h, p in self.frag_workload]
         return out
 
     def __post_init__(self) -> None:
@@ -361,5 +368,7 @@ class PolicyConfig:
             raise ValueError("reservations must be >= 1 (the head job's)")
         if not self.backfill_interval_s >= 0:
             raise ValueError("backfill_interval_s must be >= 0")
+        if self.w_frag < 0:
+            raise ValueError("w_frag must be >= 0")
         if self.backfill_depth < 0:
             raise ValueError("backfill_depth must be >= 0")

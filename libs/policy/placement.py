@@ -34,7 +34,9 @@ from libs.policy.scores import (
     green_tolerance,
     temps_unknown,
 )
-from libs.policy.stages.pick import SCORE_TIE, TERMS, term_weights
+from libs.policy.stages import score as S
+from libs.policy.stages.frag import Workload
+from libs.policy.stages.pick import SCORE_TIE, TERMS, pick, term_weights
 from libs.policy.types import Candidate, Placement, Refusal
 from proto.jobs import JobSpec
 from proto.ledger import Allocation
@@ -120,9 +122,17 @@ def place(
         EPS,
         SCORE_TIE,
     )
+    frag_slots = None
+    if cfg.w_frag > 0 and cfg.frag_workload:  # FGD's term, with the config's target workload
+        s_frag, frag_slots = S.s_frag(spec, view, nodes, Workload.of(cfg.frag_workload))
+        total = (total * wsum + cfg.w_frag * s_frag) / (wsum + cfg.w_frag)
+        best = pick(total)
     n = int(nodes[best])
-    if frac:
-        gpu_idx: tuple[int, ...] = (int(slot[best]),)
+    if frag_slots is not None and frac:
+        gpu_idx: tuple[int, ...] = frag_slots[best]
+        share = float(spec.gpus)
+    elif frac:
+        gpu_idx = (int(slot[best]),)
         share = float(spec.gpus)
     else:  # the lowest-numbered fully free GPUs (a few slots: plain Python)
         one = 1.0 - EPS
@@ -146,7 +156,8 @@ def place(
         gpu_indices=gpu_idx,
         gpu_share=share,
         score=float(total[best]),
-        terms=dict(zip(TERMS, term_rows[:, best].tolist(), strict=True)),
+        terms=dict(zip(TERMS, term_rows[:, best].tolist(), strict=True))
+        | ({} if frag_slots is None else {"frag": float(s_frag[best])}),
         candidates=cands,
     )
 

@@ -119,6 +119,7 @@ def run_simulation(
     policy_kwargs: dict[str, dict] | None = None,
     keep_runs: dict[str, SimResult] | None = None,
     hot: HotNodes | None = None,
+    overrides: Sequence[str] = (),
 ) -> dict:
     """Replay ``trace`` on ``cluster`` under each policy; the ``results.json`` dict.
 
@@ -130,8 +131,16 @@ def run_simulation(
     ``progress(policy, fraction)`` is called as each run advances. ``keep_runs``, when given,
     receives each policy's raw run. ``hot``: a hot-node scenario (``libs.sim.thermal``): each
     policy's ``thermal`` figures, and mosaic run again without its guard for ``thermal``.
+    ``overrides``: ``KEY=VALUE`` settings of Mosaic's ``PolicyConfig``
+    (``libs.sim.overrides``), recorded in the results as ``overrides``.
     """
     from libs.sim.loaders import load_trace
+    from libs.sim.overrides import apply_overrides
+
+    cfg, overrides_set = apply_overrides(overrides)
+    if overrides_set:
+        policy_kwargs = dict(policy_kwargs or {})
+        policy_kwargs["mosaic"] = {"cfg": cfg, **policy_kwargs.get("mosaic", {})}
 
     names = parse_policies(policies)
     if load is not None and not (math.isfinite(load) and load > 0):
@@ -196,6 +205,7 @@ def run_simulation(
         },
         "tariff_usd_per_kwh": tariff_usd_per_kwh,
         "failure_model": vars(failures or FailureModel()),
+        "overrides": overrides_set,
         "assumptions": list(tr.assumptions),
         "bounds": {},
         "policies": {},
@@ -304,7 +314,28 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     ap.add_argument("--cluster", default="seed", help=", ".join(CLUSTERS))
     ap.add_argument("--gpus", type=int, default=1024, help="size of the seed cluster")
-    ap.add_argument("--policies", default="fifo,drf,tiresias,gavel,mosaic")
+    ap.add_argument(
+        "--policies",
+        default=None,
+        help="default fifo,drf,tiresias,gavel,mosaic (with --fill: random,bestfit,fgd,mosaic,"
+        "mosaic+defrag)",
+    )
+    ap.add_argument(
+        "--fill",
+        type=float,
+        default=None,
+        help="FGD's fill experiment: pods arrive shuffled and never leave until the arrived GPU "
+        "request is this x capacity (e.g. 1.3); needs --trace openb[:VARIANT] --cluster openb",
+    )
+    ap.add_argument(
+        "--set",
+        dest="overrides",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="override a PolicyConfig field for this run (repeatable; dotted for nested "
+        "records, e.g. defrag.enabled=true)",
+    )
     ap.add_argument("--out", type=Path, default=None, help="folder for results.json and plots")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--max-jobs", type=int, default=None)
@@ -342,6 +373,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     from libs.sim.report import render_table
 
     console = Console()
+    if args.fill is not None:
+        from libs.sim.fill_cli import main_fill
+
+        return main_fill(args, console)
     runs: dict[str, SimResult] = {}
     try:
         with Progress(console=console, transient=True) as bar:
@@ -356,7 +391,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 args.trace,
                 args.cluster,
                 args.gpus,
-                parse_policies(args.policies),
+                parse_policies(args.policies or "fifo,drf,tiresias,gavel,mosaic"),
                 args.out,
                 seed=args.seed,
                 max_jobs=args.max_jobs,
@@ -368,6 +403,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 tariff_usd_per_kwh=args.tariff,
                 keep_runs=runs,
                 hot=HotNodes.parse(args.hot_nodes, args.hot_share, args.hot_heat),
+                overrides=args.overrides,
             )
     except (ValueError, FileNotFoundError) as exc:
         console.print(f"[red]error:[/red] {exc}")

@@ -159,6 +159,28 @@ def test_fractions_pack_to_make_room_for_a_half():
     assert fits(half, apply(view, running, [m]), CFG)[0]
 
 
+def test_a_cpu_only_job_leaves_so_a_moved_half_has_cpus():
+    # a: 1 GPU, a movable half x; b: 1 GPU with a fixed half y and a movable CPU-only c holding
+    # all b's other CPUs; c3: a full GPU but 64 CPUs. A whole-GPU job fits on a once x moves to
+    # b, which has the GPU share but no CPUs until c moves to c3.
+    nodes = [node_spec("a", 1, cpus=8), node_spec("b", 1, cpus=8), node_spec("c3", 1, cpus=64)]
+    placed = [
+        (job("x", 0.5, cpus=2.0), 0, (0,), 0.5),
+        (job("y", 0.5, cpus=1.0), 1, (0,), 0.5),
+        (job("c", 0.0, cpus=7.0), 1, (), 1.0),
+        (job("z", 1.0, cpus=1.0), 2, (0,), 1.0),
+    ]
+    view, running = cluster(nodes, placed)
+    whole = job("whole", 1.0, cpus=2.0)
+    moves = plan(view, running, [whole], movable=lambda r: r.spec.id in ("x", "c"))
+    assert [(m.job_id, m.node_from, m.node_to) for m in moves] == [
+        ("c", "b", "c3"),
+        ("x", "a", "b"),
+    ]
+    assert moves[0].gpu_indices_to == ()
+    assert fits(whole, apply(view, running, moves), CFG)[0]
+
+
 def test_lost_work_is_time_since_checkpoint_or_start():
     cfg = replace(CFG, defrag=replace(CFG.defrag, checkpoint_interval_s=1000.0))
     r = RunningJob(job("x", 1, est_runtime_s=5000.0), 0, (0,), 1.0, expected_end=6000.0)

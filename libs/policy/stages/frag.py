@@ -23,7 +23,7 @@ Pure numpy: no I/O, no clock, no state.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -61,6 +61,32 @@ class Workload:
             cpus=np.array([np.median([s.cpus for s in groups[k]]) for k in keys]),
             host_mem_gb=np.array([np.median([s.host_mem_gb for s in groups[k]]) for k in keys]),
             probs=n / n.sum(),
+        )
+
+    def as_config(self) -> tuple[tuple[float, tuple[str, ...], float, float, float], ...]:
+        """The workload as plain data (``PolicyConfig.frag_workload``): one (GPUs, models,
+        CPUs, host memory, probability) row per class."""
+        return tuple(
+            (float(g), m, float(c), float(h), float(p))
+            for g, m, c, h, p in zip(
+                self.gpus, self.models, self.cpus, self.host_mem_gb, self.probs, strict=True
+            )
+        )
+
+    @classmethod
+    def of(cls, rows: Sequence[tuple[float, tuple[str, ...], float, float, float]]) -> Workload:
+        """The workload of ``as_config`` rows (probabilities normalised)."""
+        if not rows:
+            raise ValueError("Workload.of: no class")
+        p = np.array([r[4] for r in rows], dtype=float)
+        if (p < 0).any() or p.sum() <= 0:
+            raise ValueError("Workload.of: probabilities must be >= 0 with a positive sum")
+        return cls(
+            gpus=np.array([r[0] for r in rows], dtype=float),
+            models=tuple(tuple(r[1]) for r in rows),
+            cpus=np.array([r[2] for r in rows], dtype=float),
+            host_mem_gb=np.array([r[3] for r in rows], dtype=float),
+            probs=p / p.sum(),
         )
 
     def allowed(self, view: ClusterView) -> np.ndarray:
@@ -120,8 +146,9 @@ def placements(
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Every way to place ``spec`` on the nodes ``fit`` allows: (node per option, GPU slots
     per option as bool[O, G], share). A fractional task has one option per GPU with its share
-    free; a k-GPU task one per node (its lowest k free GPUs: whole free GPUs are alike for the
-    measure); a CPU-only task one per node, no GPU."""
+    free (one per distinct free share on a node: equal GPUs give equal states); a k-GPU task
+    one per node (its lowest k free GPUs: whole free GPUs are alike for the measure); a
+    CPU-only task one per node, no GPU."""
     nodes = np.flatnonzero(fit)
     g = view.gpu_free.shape[1]
     if spec.gpus <= 0:
@@ -129,6 +156,10 @@ def placements(
     free = view.gpu_free[nodes]
     if spec.gpus < 1.0 - EPS:
         ok = free >= spec.gpus - EPS
+        # GPUs of a node with the same free share give the same node state: keep the first
+        g_idx = np.arange(g)
+        same = (free[:, :, None] == free[:, None, :]) & (g_idx[None, :] < g_idx[:, None])[None]
+        ok &= ~(same & ok[:, None, :]).any(axis=2)
         rows, cols = np.nonzero(ok)
         slots = np.zeros((len(rows), g), dtype=bool)
         slots[np.arange(len(rows)), cols] = True
@@ -147,16 +178,30 @@ def growth(
     nodes, slots, share = placements(spec, view, fit)
     if len(nodes) == 0:
         return nodes, slots, np.zeros(0)
-    before_free = view.gpu_free[nodes]
-    after_free = before_free - slots * share
-    cpus = view.cpus_free[nodes]
-    host = view.host_mem_free_gb[nodes]
-    al = allowed[:, nodes]
-    before = node_fragmentation(before_free, cpus, host, al, work)
-    after = node_fragmentation(after_free, cpus - spec.cpus, host - spec.host_mem_gb, al, work)
+    uniq, inv = np.unique(nodes, return_inverse=True)  # each node's "before" once
+    before = node_fragmentation(
+        view.gpu_free[uniq],
+        view.cpus_free[uniq],
+        view.host_mem_free_gb[uniq],
+        allowed[:, uniq],
+        work,
+    )[inv]
+    after_free = view.gpu_free[nodes] - slots * share
+    cpus = view.cpus_free[nodes] - spec.cpus
+    host = view.host_mem_free_gb[nodes] - spec.host_mem_gb
+    after = node_fragmentation(after_free, cpus, host, allowed[:, nodes], work)
     return nodes, slots, after - before
 
 
 def slot_tuple(row: np.ndarray) -> tuple[int, ...]:
     """The GPU slots of one option (``placements``) as indices."""
     return tuple(int(j) for j in np.flatnonzero(row))
+
+
+def cpu_only_node(view: ClusterView, spec: JobSpec, fit: np.ndarray, work: Workload) -> int:
+    """Where a task without GPUs does least harm: among the nodes ``fit`` allows, the least
+    growth of fragmentation for ``work`` (its CPUs and memory may strand a node's GPUs), then
+    the least free GPU share, then the fewest free CPUs."""
+    nodes, _, g = growth(spec, view, fit, work, work.allowed(view))
+    key = np.lexsort((view.cpus_free[nodes], view.gpu_free[nodes].sum(axis=1), np.round(g, 9)))
+    return int(nodes[key[0]])

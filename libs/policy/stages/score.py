@@ -22,6 +22,8 @@ from libs.policy.config import PolicyConfig
 
 if TYPE_CHECKING:
     from libs.policy.scores import ModelTables, SizeMix
+    from libs.policy.stages.frag import Workload
+    from proto.jobs import JobSpec
 
 
 def fragmentation(free: np.ndarray, mix: SizeMix) -> np.ndarray:
@@ -87,3 +89,31 @@ def s_thermal(view: ClusterView, nodes: np.ndarray, cfg: PolicyConfig) -> np.nda
 def s_memory_fit(view: ClusterView, nodes: np.ndarray, gpu_mem_gb: float) -> np.ndarray:
     """Share of the GPU's memory the job uses: keeps large-memory GPUs for jobs that need them."""
     return np.clip(gpu_mem_gb / np.maximum(view.gpu_mem_gb[nodes], EPS), 0.0, 1.0)
+
+
+def s_frag(
+    spec: JobSpec, view: ClusterView, nodes: np.ndarray, work: Workload
+) -> tuple[np.ndarray, list[tuple[int, ...]]]:
+    """(score, GPU slots) per feasible node: FGD's term (``stages.frag``, Weng et al., ATC'23).
+
+    A node's growth of expected fragmentation for the target workload ``work`` when the job
+    lands there, on the GPU(s) of that node that grow it least; the least growth scores 1.
+    Unlike ``s_pack`` (the pending queue's GPU sizes only), the workload carries GPU models,
+    CPUs and memory, so a node whose CPUs a job exhausts counts its stranded GPUs. Used when
+    the config carries a workload (``PolicyConfig.frag_workload``) and ``w_frag`` > 0.
+    """
+    from libs.policy.stages.frag import growth
+
+    fit = np.zeros(len(view.node_ids), dtype=bool)
+    fit[nodes] = True
+    opt_node, opt_slots, g = growth(spec, view, fit, work, work.allowed(view))
+    pos = np.searchsorted(nodes, opt_node)  # ``nodes`` is increasing (np.flatnonzero)
+    # per node, the first option of the least growth (options run node by node, GPU by GPU)
+    order = np.lexsort((np.arange(len(g)), np.round(g, 12), pos))
+    first = order[np.flatnonzero(np.r_[True, np.diff(pos[order]) != 0])]
+    best = np.full(len(nodes), np.inf)
+    best[pos[first]] = g[first]
+    slots: list[tuple[int, ...]] = [()] * len(nodes)
+    for i, o in zip(pos[first].tolist(), first.tolist(), strict=True):
+        slots[i] = tuple(np.flatnonzero(opt_slots[o]).tolist())
+    return normalize_higher_better(-best), slots

@@ -201,3 +201,64 @@ def load_openb(traces_dir: Path, *, variant: str = "default", seed: int = 0) -> 
         extra_models=extra,
         nodes=nodes,
     )
+
+
+FILL_GPU_MEM_GB = 0.0  # not in the trace: FGD's experiment binds GPU share, CPU and memory only
+MOVABLE_QOS = frozenset({"BE", "Burstable"})  # may be migrated by the fill's defragmenter
+# the experiment has no clock: a short runtime keeps the rules that trade waiting for speed
+# (Mosaic's slow-GPU guard, the speed weight that grows with runtime) out of a placement that
+# cannot wait
+FILL_RUNTIME_S = 60.0
+
+
+def load_fill_pods(traces_dir: Path, *, variant: str = "default") -> tuple[list, list[str]]:
+    """Every pod of an openb pod list as a ``JobSpec`` for FGD's fill experiment, with its QoS.
+
+    Unlike ``load_openb`` (a replay over time), this keeps what FGD's experiment keeps: every
+    pod, CPU-only ones included (they take CPUs and memory, which strands GPUs), whatever its
+    phase or lifetime. ``gpus`` = gpu_milli / 1000 for a 1-GPU pod asking < 1000 milli (0 for a
+    CPU-only pod), else num_gpu; ``cpus`` = cpu_milli / 1000; ``host_mem_gb`` = memory_mib /
+    1024; ``constraints`` = the ``gpu_spec`` alternatives; ``gpu_mem_gb`` = 0 (the trace has no
+    GPU memory, and FGD's experiment does not bind it); priority from QoS as in ``load_openb``
+    (lower bound of its range: no draw); ``checkpointable`` for QoS in ``MOVABLE_QOS``;
+    ``est_runtime_s`` = ``FILL_RUNTIME_S``.
+    """
+    from proto.jobs import JobSpec
+
+    v = variant.strip().lower()
+    path = traces_dir / DIR / f"openb_pod_list_{v}.csv"
+    if not path.is_file():
+        have = sorted(p.stem.removeprefix("openb_pod_list_") for p in (traces_dir / DIR).glob("*"))
+        raise FileNotFoundError(f"openb variant {variant!r}: {path} not found; have {have}")
+    cols, rows = read_csv(path, ("name", "cpu_milli", "memory_mib", "num_gpu", "gpu_milli"))
+    spec_col, qos_col = cols.get("gpu_spec"), cols.get("qos")
+    specs: list[JobSpec] = []
+    qos: list[str] = []
+    for r in rows:
+        try:
+            num, milli = int(r[cols["num_gpu"]]), int(r[cols["gpu_milli"]] or 0)
+            cpu_milli, mem_mib = int(r[cols["cpu_milli"]]), int(r[cols["memory_mib"]])
+        except ValueError as exc:
+            raise ValueError(f"{path}: unparsable value: {exc}") from None
+        q = r[qos_col] if qos_col is not None else "BE"
+        if q not in QOS_PRIORITY:
+            raise ValueError(f"{path}: unknown qos {q!r}; known: {', '.join(QOS_PRIORITY)}")
+        raw = r[spec_col] if spec_col is not None else ""
+        cons = tuple(dict.fromkeys(model_of(c, path) for c in raw.split("|") if c.strip()))
+        gpus = milli / 1000.0 if num == 1 and 0 < milli < 1000 else float(num)
+        specs.append(
+            JobSpec(
+                id=r[cols["name"]],
+                priority=QOS_PRIORITY[q][0],
+                gpus=gpus,
+                gpu_mem_gb=FILL_GPU_MEM_GB,
+                host_mem_gb=mem_mib / 1024.0,
+                cpus=cpu_milli / 1000.0,
+                constraints=cons if gpus > 0 else (),
+                checkpointable=q in MOVABLE_QOS,
+                kind="inference" if q == "LS" else "training",
+                est_runtime_s=FILL_RUNTIME_S,
+            )
+        )
+        qos.append(q)
+    return specs, qos
