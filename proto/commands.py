@@ -29,5 +29,14 @@ class KillCommand(msgspec.Struct, frozen=True, kw_only=True):
 
 
 class CheckpointCommand(msgspec.Struct, frozen=True, kw_only=True):
+    """Checkpoint a running job and give its GPUs back: the executor answers ``Checkpointed``
+    (the progress kept) then ``Preempted`` (the attempt), once the checkpoint is done.
+
+    ``attempt``: only that attempt (a late command for an earlier one is ignored); ``cost_s``:
+    simulated mode only, the Mosaic seconds this checkpoint takes (default: the executor's
+    ``--checkpoint-cost-s``), during which the job still holds its GPUs."""
+
     job_id: str
     reason: str
+    attempt: int | None = None
+    cost_s: float | None = None

@@ -19,9 +19,20 @@ bound the move could break) and commits or refuses it, with a ``preempt``/``migr
 
 from __future__ import annotations
 
+import re
+
 import msgspec
 
 MOVE_KINDS = ("preempt", "migrate")
+_ID = re.compile(r"[A-Za-z0-9_.:-]{1,200}")
+
+
+def sound_intent_id(value: str) -> bool:
+    """An intent id: 1-200 letters, digits, '_', '.', ':' or '-' (it names a job id, 64 at
+    most, with the sender's prefix and the attempt, and is the message's Nats-Msg-Id)."""
+    return isinstance(value, str) and bool(_ID.fullmatch(value))
+
+
 HOLD_HOT = "hot"  # the thermal guard's hold name (the scheduler's cordon holds: core.Scheduler)
 
 

@@ -51,6 +51,10 @@ class JobSpec(msgspec.Struct, frozen=True, kw_only=True):
     est_runtime_s: float = 3600.0
     kind: JobKind = "training"
     command: str | None = None
+    # local mode, checkpoint-preemption (docs/runtime-contract.md "Job side"): the signal the
+    # job's processes get to save and exit, and the wall seconds they have before SIGTERM
+    checkpoint_signal: str = "SIGUSR1"
+    checkpoint_grace_s: float = 30.0
     submit_time: float | None = None  # stamped by the gateway on the Mosaic clock
 
 

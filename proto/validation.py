@@ -22,7 +22,7 @@ from collections.abc import Iterable
 
 import msgspec
 
-from proto.commands import RunCommand
+from proto.commands import CheckpointCommand, RunCommand
 from proto.events import Submitted
 from proto.gpus import CATALOG, canonical_model, known_names, matches
 from proto.jobs import JobSpec
@@ -43,6 +43,20 @@ MAX_COMMAND_BYTES = 16 * 1024  # UTF-8; a longer script belongs in a file the co
 # (a field added later) and keeps every message carrying a spec (Submitted, RunCommand, the
 # ranked queue's entries) far below NATS' max payload (1 MiB by default).
 MAX_JOB_BYTES = 32 * 1024
+# Signals a job may ask to be checkpointed with: the ones a process can catch and that no
+# terminal or runtime sends by itself (SIGKILL and SIGSTOP cannot be caught; SIGCHLD, SIGPIPE,
+# SIGSEGV... mean something else already).
+CHECKPOINT_SIGNALS: tuple[str, ...] = (
+    "SIGUSR1",
+    "SIGUSR2",
+    "SIGTERM",
+    "SIGINT",
+    "SIGHUP",
+    "SIGQUIT",
+    "SIGALRM",
+    "SIGWINCH",
+)
+MAX_CHECKPOINT_GRACE_S = 3600.0  # wall seconds; a longer save holds GPUs others wait for
 
 JOB_FIELDS: frozenset[str] = frozenset(JobSpec.__struct_fields__)
 _encoder = msgspec.json.Encoder()
@@ -158,6 +172,15 @@ def _strings(spec: JobSpec, errs: list[FieldError]) -> None:
             errs.append(FieldError("command", "must not contain NUL characters"))
 
 
+def _checkpoint(spec: JobSpec, errs: list[FieldError]) -> None:
+    """The checkpoint signal is one a job can catch; its grace a finite (0, 3600] seconds."""
+    if spec.checkpoint_signal not in CHECKPOINT_SIGNALS:
+        got = repr(spec.checkpoint_signal)[:80]
+        known = ", ".join(CHECKPOINT_SIGNALS)
+        errs.append(FieldError("checkpoint_signal", f"must be one of {known}, got {got}"))
+    _positive(errs, "checkpoint_grace_s", spec.checkpoint_grace_s, MAX_CHECKPOINT_GRACE_S)
+
+
 def revalidate_spec(spec: JobSpec) -> list[FieldError]:
     """Every reason ``spec`` is unsound whatever the cluster and the clock. Empty means sound.
 
@@ -179,6 +202,7 @@ def revalidate_spec(spec: JobSpec) -> list[FieldError]:
     _number(errs, "energy_sensitivity", spec.energy_sensitivity, 0.0, 1.0)
     _positive(errs, "est_runtime_s", spec.est_runtime_s, HORIZON_S)
     _deadline(spec, errs)
+    _checkpoint(spec, errs)
     if spec.elastic is not None:
         e = spec.elastic
         if not 1 <= e.min_gpus <= e.max_gpus <= MAX_GPUS_PER_JOB:
@@ -289,6 +313,22 @@ def revalidate_command(cmd: RunCommand) -> list[FieldError]:
         errs.append(FieldError("allocation.gpu_indices", "must be distinct and >= 0"))
     if a.attempt < 1:
         errs.append(FieldError("allocation.attempt", f"must be >= 1, got {a.attempt}"))
+    return errs
+
+
+MAX_CHECKPOINT_COST_S = 86400.0  # Mosaic seconds a simulated checkpoint may take
+
+
+def revalidate_checkpoint_command(cmd: CheckpointCommand) -> list[FieldError]:
+    """Every reason a ``node.<node>.checkpoint`` command is unsound: the executor dead-letters
+    it rather than act on a job id that is no id or a cost that is no duration."""
+    errs: list[FieldError] = []
+    if not sound_id(cmd.job_id):
+        errs.append(FieldError("job_id", "must be 1-64 characters of letters, digits, '-' or '_'"))
+    if cmd.attempt is not None and (isinstance(cmd.attempt, bool) or cmd.attempt < 1):
+        errs.append(FieldError("attempt", f"must be >= 1, got {cmd.attempt!r}"))
+    if cmd.cost_s is not None:
+        _number(errs, "cost_s", cmd.cost_s, 0.0, MAX_CHECKPOINT_COST_S)
     return errs
 
 

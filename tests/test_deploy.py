@@ -425,7 +425,15 @@ def test_compose_every_mosaic_service_has_the_common_env(compose: dict[str, Any]
         assert key in common
     assert common["OTEL_EXPORTER_OTLP_ENDPOINT"].endswith(":4318")
     services = _mosaic_services(compose)
-    assert {"gateway", "scorer", "placer", "telemetry-sim", "executor-sim"} <= services.keys()
+    assert {
+        "gateway",
+        "scorer",
+        "placer",
+        "thermal",
+        "defrag",
+        "telemetry-sim",
+        "executor-sim",
+    } <= services.keys()
     for name, svc in services.items():
         env = svc["environment"]
         missing = {k for k, v in common.items() if env.get(k) != v}

@@ -233,6 +233,8 @@ def permissions(user: str, *, nodes: Sequence[str] = ()) -> Permissions:
         pub += [subjects.decisions(user)]
         pub += _kv_read(subjects.KV_LEDGER) + _kv_read(subjects.KV_NODES)
         sub += [subjects.TELEMETRY_ALL]
+        if user == "defrag":  # the queue: who waits, and why (the placer's Queued reasons)
+            pub += _consume(subjects.STREAM_LIFECYCLE)
     return Permissions(publish=_unique(pub), subscribe=_unique(sub))
 
 

@@ -284,6 +284,15 @@ def sim(
         list[str] | None, typer.Option("--set", help="KEY=VALUE of PolicyConfig (repeatable)")
     ] = None,
     traces_dir: Annotated[Path | None, typer.Option("--traces-dir")] = None,
+    hot_nodes: Annotated[
+        str | None, typer.Option("--hot-nodes", help="hot-node scenario: nodes that run hot")
+    ] = None,
+    hot_share: Annotated[
+        float | None, typer.Option("--hot-share", help="or this share of the nodes")
+    ] = None,
+    hot_heat: Annotated[
+        float | None, typer.Option("--hot-heat", help="their heat factor (default 1.5)")
+    ] = None,
 ) -> None:
     """Replay a trace through the simulator under several policies and compare them."""
     if fill is not None:  # the runner's own command line runs the fill experiment
@@ -330,13 +339,28 @@ def sim(
                 progress=progress,
                 traces_dir=traces_dir,
                 overrides=overrides or (),
+                hot=_hot_scenario(hot_nodes, hot_share, hot_heat),
             )
         except (ValueError, FileNotFoundError) as exc:
             raise UsageProblem(str(exc)) from None
     rendered = render_table(results)
     for part in rendered if isinstance(rendered, list | tuple) else [rendered]:
         out.print(part)
+    from libs.sim.thermal import summary_line
+
+    if (line := summary_line(results)) is not None:
+        out.print(line, highlight=False)
     out.print(f"results in {out_dir}", highlight=False)
+
+
+def _hot_scenario(names: str | None, share: float | None, heat: float | None):
+    """``mosaic sim``'s hot-node scenario (``libs.sim.thermal``), or None."""
+    from libs.sim.thermal import HotNodes
+
+    try:
+        return HotNodes.parse(names, share, heat)
+    except ValueError as exc:
+        raise UsageProblem(str(exc)) from None
 
 
 @app.command()

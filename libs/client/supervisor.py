@@ -48,6 +48,10 @@ from proto.nodes import NodeSpec
 
 # Start order: telemetry first (it puts the node specs into KV), the gateway last.
 SERVICES: tuple[str, ...] = ("telemetry", "executor", "scorer", "placer", "gateway")
+# the thermal guard (issue 14) just before the gateway (a line of its own: additions merge)
+SERVICES = (*SERVICES[:-1], "thermal", SERVICES[-1])
+# the defragmenter (issue 14), likewise before the gateway
+SERVICES = (*SERVICES[:-1], "defrag", SERVICES[-1])
 
 
 class StackError(RuntimeError):

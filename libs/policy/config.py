@@ -32,6 +32,50 @@ class RegimeWeights:
         return dataclasses.asdict(self)
 
 
+@dataclass(frozen=True, slots=True)
+class ThermalConfig:
+    """The thermal guard (``libs.policy.stages.thermal``; issue 14), live and in the simulator.
+
+    A GPU at or above ``threshold_c`` for ``window`` consecutive samples makes its node hot:
+    the guard holds it (no new work) and migrates at most ``max_moves_per_window`` of its
+    movable jobs per window, hottest GPU first. The node is released when every GPU has read
+    below ``clear_c`` for ``window`` consecutive samples (hysteresis: a GPU hovering at the
+    threshold does not flap the hold). The hold is renewed every window while the node is hot
+    and lasts ``hold_ttl_windows`` windows of the node's sample cadence (at least
+    ``hold_ttl_min_s``), so a guard that dies leaves no node held for long. ``threshold_c``
+    defaults to ``PolicyConfig.thermal_max_c``, the placement filter's limit: a node the guard
+    drains is one the filter already refuses new work.
+
+    ``enabled``: the simulator runs the guard (the live service runs it when deployed).
+    ``sim_sample_s``: the simulator's telemetry cadence (the live one is the telemetry
+    service's ``--interval-s``, 5 s by default).
+    """
+
+    enabled: bool = True
+    threshold_c: float = 85.0
+    clear_c: float = 75.0
+    window: int = 3  # consecutive samples
+    max_moves_per_window: int = 2  # migrations per node per window
+    hold_ttl_windows: float = 4.0
+    hold_ttl_min_s: float = 60.0
+    sim_sample_s: float = 60.0
+
+    def __post_init__(self) -> None:
+        if not self.clear_c < self.threshold_c:
+            raise ValueError("thermal.clear_c must be below thermal.threshold_c (hysteresis)")
+        if self.window < 1:
+            raise ValueError(f"thermal.window must be >= 1 sample, got {self.window}")
+        if self.max_moves_per_window < 0:
+            raise ValueError("thermal.max_moves_per_window must be >= 0")
+        if not (self.hold_ttl_windows >= 1 and self.hold_ttl_min_s > 0):
+            raise ValueError("thermal.hold_ttl_windows must be >= 1, hold_ttl_min_s > 0")
+        if not self.sim_sample_s > 0:
+            raise ValueError("thermal.sim_sample_s must be > 0")
+
+    def as_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+
 def _low() -> RegimeWeights:
     return RegimeWeights(fair_share=0.7, energy=0.1, deadline=0.1, priority=0.1)
 
@@ -48,6 +92,45 @@ def _size_mix() -> tuple[tuple[float, float], ...]:
     # Default mix of request sizes (GPUs, probability) for the fragmentation measure when the
     # caller does not pass the pending mix: roughly Philly/openb shaped (mostly 1 GPU).
     return ((0.5, 0.15), (1.0, 0.55), (2.0, 0.1), (4.0, 0.1), (8.0, 0.1))
+
+
+@dataclass(frozen=True, slots=True)
+class PreemptConfig:
+    """Moving running jobs (``libs.policy.stages.preempt``): who may be moved, how often, and the
+    priority-protection rule. The simulator charges ``checkpoint_cost_s`` per move; the live
+    executor takes what the job's save takes."""
+
+    enabled: bool = True  # the priority-protection rule (protected jobs are never moved anyway)
+    resume_bound_s: float = 1800.0  # a moved job must be able to start again within this
+    min_interval_s: float = 3600.0  # a job is not moved twice within this window
+    min_run_s: float = 300.0  # nor in the first minutes of an attempt (it would gain nothing)
+    protect_priority: int = 8  # a blocked job of at least this priority may preempt
+    priority_gap: int = 3  # ... jobs of at most its priority minus this
+    min_wait_s: float = 600.0  # ... once it has waited this long
+    # ... when the GPU-seconds lost are at most this times the GPU-seconds it has waited
+    lost_per_wait: float = 1.0
+    at_risk_share: float = 0.1  # share of an attempt's run a move counts as at risk ...
+    lost_work_cap_s: float = 1800.0  # ... of at most this much run
+    checkpoint_cost_s: float = 30.0  # time a checkpoint takes (sim) / is expected to take
+    max_per_pass: int = 4  # moves the scheduler decides per pass
+    interval_s: float = 60.0  # the rule looks at most this often (a plan is a search)
+    # a moved job is first in line again: its place counts as resume_credit_s older (aging at
+    # 0.025/h: +4.2 for a week, above any fresh score), so the resume bound the plan checked
+    # is kept (measured on the first 8k Philly jobs: without it p99 resume delay was 20 h)
+    resume_credit_s: float = 7 * 86_400.0
+    # whether a victim's resume may count on GPUs of running jobs expected to end within the
+    # bound. Off: expected ends are estimates (measured on the first 8k Philly jobs, counting
+    # them let the p99 resume delay reach 7 h); a victim must have room elsewhere now
+    resume_counts_ends: bool = False
+
+    def __post_init__(self) -> None:
+        for name in ("resume_bound_s", "min_interval_s", "min_run_s", "min_wait_s"):
+            if not getattr(self, name) >= 0:
+                raise ValueError(f"preempt.{name} must be >= 0")
+        if not self.lost_per_wait >= 0 or not self.checkpoint_cost_s >= 0:
+            raise ValueError("preempt.lost_per_wait and preempt.checkpoint_cost_s must be >= 0")
+        if self.max_per_pass < 0 or self.priority_gap < 0:
+            raise ValueError("preempt.max_per_pass and preempt.priority_gap must be >= 0")
 
 
 @dataclass(frozen=True, slots=True)
@@ -169,6 +252,7 @@ class PolicyConfig:
     # --- thermal ---
     thermal_max_c: float = 85.0  # a node at or above this takes no new job
     thermal_ambient_c: float = 30.0  # headroom is measured from here to thermal_max_c
+    thermal: ThermalConfig = field(default_factory=ThermalConfig)  # the guard (issue 14)
     # --- scheduling pass (libs.policy.scheduler / backfill) ---
     backfill: bool = True
     # blocked jobs protected by a reservation per pass: the head and the next ones that cannot
@@ -219,6 +303,8 @@ class PolicyConfig:
     power_demand_cap: int = 256  # blocked jobs (in rank order) the resume decision looks at
     max_places_per_pass: int = 1_000_000  # cap on placements per pass (live placer may lower it)
     explain_top_k: int = 5  # candidates kept in an explained placement
+    # --- moving jobs (libs.policy.stages.preempt; issue 14) ---
+    preempt: PreemptConfig = field(default_factory=PreemptConfig)
     # --- fragmentation and defragmentation (issue 14) ---
     # FGD's fragmentation term in the placement score (stages.score.s_frag: least growth of
     # the free GPU share the target workload could not use). It acts only when the config
@@ -246,7 +332,11 @@ class PolicyConfig:
         out: dict[str, Any] = {}
         for f in dataclasses.fields(self):
             v = getattr(self, f.name)
-            out[f.name] = v.as_dict() if isinstance(v, RegimeWeights | DefragConfig) else v
+            if isinstance(v, RegimeWeights):
+                v = v.as_dict()
+            elif dataclasses.is_dataclass(v) and not isinstance(v, type):
+                v = dataclasses.asdict(v)
+            out[f.name] = v
         out["size_mix"] = [list(p) for p in self.size_mix]
         out["frag_workload"] = [[g, list(m), c, h, p] for g, m, c, h, p in self.frag_workload]
         return out

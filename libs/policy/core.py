@@ -7,17 +7,21 @@ reservations), tenant usage (for DRF), the backfill cadence, the power states an
 reason of each waiting job all live here, so the same events give the same placements and
 power decisions whichever driver feeds them. No I/O, no wall clock, no globals.
 
-Events: ``queue_job``, ``cancel_job``, ``start_job`` (a job this scheduler placed, or one the
-driver found running, e.g. in the ledger after a restart), ``end_job``, ``set_cordoned``
-(operator cordons, down nodes: one named hold each), ``set_temp``, ``node_resumed``.
-Decisions: ``schedule_pass`` (the pass: rank, filter, score, pick, reserve/backfill, in
-``libs.policy.scheduler.schedule``), ``power_step`` (suspend/resume), or both at once with
-``tick``. Explanations: ``reason_of``, ``reasons``, ``explain``.
+Events: ``queue_job``, ``cancel_job``, ``start_job``, ``end_job``, ``set_cordoned`` (named
+holds), ``set_temp``, ``node_resumed``, ``power_fact``. Decisions: ``schedule_pass`` (rank,
+filter, score, pick, reserve/backfill: ``libs.policy.scheduler``), ``preempt_step`` (moves,
+``core_moves``), ``power_step``, or all at once with ``tick``. Explanations: ``reason_of``,
+``reasons``, ``explain``.
 
-Placements are applied to the view at once (the pass updates it in place); the driver then
-reports each start with ``start_job`` (the simulator when its engine starts the job, the
-placer after its ledger commit) and a commit that failed with ``end_job`` + ``start_job`` of
-what the ledger holds instead.
+A pass's placements are started in the scheduler at once: the pass updates the view in place
+and ``schedule_pass`` books each one as ``start_job`` would (out of the queue, into the running
+set, the move book, tenant usage, the power stage's demand). The driver then confirms each
+with ``start_job`` (the simulator when its engine starts the job, the placer after its ledger
+commit) or gives it back with ``unplace`` (a commit that failed). Why at once: the two drivers
+report starts at different moments of the same instant (the engine before the instant's moves
+and power step, the placer only after its whole ``tick``), and every stage after the pass
+reads what is running; booked by the pass, the moves and the power step see the same state
+whichever driver feeds them.
 """
 
 from __future__ import annotations
@@ -32,10 +36,9 @@ from libs.policy import scheduler
 from libs.policy.cadence import BackfillCadence
 from libs.policy.cluster import EPS, ClusterView
 from libs.policy.config import PolicyConfig
-from libs.policy.decisions import (
-    Decisions,
-    Place,
-)
+from libs.policy.core_moves import MovesMixin
+from libs.policy.decisions import Decisions, MoveOrder, Place
+from libs.policy.moves import MoveBook
 from libs.policy.placement import to_allocation
 from libs.policy.power_state import PowerState, PowerStep
 from libs.policy.priority import regime
@@ -78,7 +81,7 @@ def tenant_usage(allocations: Iterable[Allocation]) -> dict[str, np.ndarray]:
     return usage
 
 
-class Scheduler:
+class Scheduler(MovesMixin):
     """One cluster's scheduling state and decisions (see the module docstring)."""
 
     def __init__(
@@ -98,7 +101,8 @@ class Scheduler:
         self.running = B.RunningSet()  # kept across passes, as the pass asks
         self.usage: dict[str, np.ndarray] = {}  # per tenant, RESOURCES order
         self._held: dict[str, tuple[Allocation, np.ndarray, str]] = {}  # alloc, usage, tenant
-        self._applied: set[tuple] = set()  # placed by a pass, not yet reported started
+        # started by a pass, not yet confirmed by the driver: (job, node, GPUs) -> the job
+        self._applied: dict[tuple, PendingJob] = {}
         self._never = F.NeverFits(self.view.nodes)  # could some node ever hold a request shape
         self._holds: dict[str, set[str]] = {}  # node -> why it is cordoned (operator, down...)
         self._cadence = BackfillCadence(cfg.backfill_interval_s)
@@ -108,7 +112,11 @@ class Scheduler:
         self._asks: dict[tuple[float, float], int] = {}  # (GPUs, GPU memory) -> jobs queued
         self.wakeups = Wakeups()  # the instants a driver owes the scheduler (see tick)
         self.last: CycleResult | None = None
+        self._preempt_due_s = now  # the priority-protection rule looks again from then
         self.regime = regime(0.0, cfg)
+        self.moves = MoveBook(
+            len(self.view.node_ids)
+        )  # running attempts' history, ordered moves (stages.preempt)
 
     # ----- events: jobs --------------------------------------------------------------------
     def can_ever_place(self, spec: JobSpec) -> bool:
@@ -131,39 +139,51 @@ class Scheduler:
             self._dequeue(job_id)
         elif job_id in self._held:
             self.end_job(job_id, now)
+        self.moves.forget(job_id)
+        self._release_room(job_id)
 
     def start_job(self, job_id: str, alloc: Allocation, spec: JobSpec, now: float) -> None:
-        """The job runs with ``alloc``: one this scheduler placed (already on the view) or one
-        the driver found running. Expected end: the allocation's time plus the profile's
-        runtime on that GPU model (what a live placer can know, not the simulator's truth)."""
+        """The job runs with ``alloc``: one this scheduler placed (a confirmation: the pass
+        booked it already, see the module docstring) or one the driver found running."""
+        key = (alloc.job_id, alloc.node, alloc.gpu_indices)
+        if self._applied.pop(key, None) is not None:
+            return
+        self.view.allocate(alloc)
+        self.power.node_taken(self.view.index[alloc.node])
+        self._book_start(job_id, alloc, spec)
+
+    def _book_start(self, job_id: str, alloc: Allocation, spec: JobSpec) -> None:
+        """What a start changes, its allocation already on the view. Expected end: the
+        allocation's time plus the profile's runtime on that GPU model (what a live placer
+        can know, not the simulator's truth)."""
         if job_id in self.queue:
             self.power.left_queue(self.queue.seq()[self.queue.position(job_id)])
             self._dequeue(job_id)
-        self.why.forget(job_id)
-        key = (alloc.job_id, alloc.node, alloc.gpu_indices)
+        self.why.forget(job_id)  # (again, if dequeued: a dict pop)
+        self._release_room(job_id)
         i = self.view.index[alloc.node]
-        if key in self._applied:
-            self._applied.discard(key)
-        else:
-            self.view.allocate(alloc)
-            self.power.node_taken(i)
         vec = usage_of(alloc)
         self._held[job_id] = (alloc, vec, spec.tenant)
         cur = self.usage.get(spec.tenant)
         self.usage[spec.tenant] = vec.copy() if cur is None else cur + vec
         model = self.view.nodes[i].gpu_model
         est_end = alloc.time + self.profiles.runtime_s(spec, model)
-        self.running.add(RunningJob(spec, i, alloc.gpu_indices, alloc.gpu_share, est_end))
+        rj = RunningJob(spec, i, alloc.gpu_indices, alloc.gpu_share, est_end)
+        self.running.add(rj)
+        self.moves.started(rj, alloc.attempt, alloc.node, alloc.time)
 
-    def end_job(self, job_id: str, now: float) -> None:
-        """The job's attempt stopped (completed, failed, preempted, killed): free what it held."""
+    def end_job(self, job_id: str, now: float) -> MoveOrder | None:
+        """The attempt stopped (completed, failed, preempted, killed): free what it held; the
+        move that stopped it, if one did (the driver requeues it with ``moved_job``)."""
         alloc, vec, tenant = self._held.pop(job_id)
+        self._applied.pop((alloc.job_id, alloc.node, alloc.gpu_indices), None)
         self.view.release(alloc)
         i = self.view.index[alloc.node]
         if self.view.whole_free[i] >= self.view.gpu_total[i]:
             self.power.node_emptied(i, now)
         self.usage[tenant] = np.maximum(self.usage[tenant] - vec, 0.0)
         self.running.remove(job_id)
+        return self.moves.ended(job_id, i)
 
     def _dequeue(self, job_id: str) -> None:
         spec = self.queue.remove(job_id).spec
@@ -177,15 +197,13 @@ class Scheduler:
 
     def unplace(self, alloc: Allocation, now: float) -> None:
         """A placement of the last pass that the driver could not commit (the ledger holds
-        another, or the lease was lost): give its resources back; the job stays queued."""
-        key = (alloc.job_id, alloc.node, alloc.gpu_indices)
-        if key not in self._applied:
+        another, or the lease was lost): its start is undone and the job waits again, as a new
+        queue entry (the placer then takes what the ledger holds, or rebuilds on takeover)."""
+        job = self._applied.get((alloc.job_id, alloc.node, alloc.gpu_indices))
+        if job is None:
             return
-        self._applied.discard(key)
-        self.view.release(alloc)
-        i = self.view.index[alloc.node]
-        if self.view.whole_free[i] >= self.view.gpu_total[i]:
-            self.power.node_emptied(i, now)
+        self.end_job(alloc.job_id, now)
+        self.queue_job(job)
 
     def holds(self, job_id: str) -> Allocation | None:
         entry = self._held.get(job_id)
@@ -266,9 +284,11 @@ class Scheduler:
             self.power.note_blocked(res, self.queue, self._green_col()[:, 0])
         self.why.note(res, full)
         out: list[Place] = []
-        for pj, placement in res.assignments:
+        rooms = self._fill_rooms(res, now)
+        for pj, placement in [*res.assignments, *rooms]:
             alloc = to_allocation(pj.spec, placement, now, pj.attempt)
-            self._applied.add((alloc.job_id, alloc.node, alloc.gpu_indices))
+            self._applied[(alloc.job_id, alloc.node, alloc.gpu_indices)] = pj
+            self._book_start(pj.spec.id, alloc, pj.spec)  # started now (module docstring)
             out.append(Place(pj, placement, alloc))
         return out
 
@@ -282,9 +302,10 @@ class Scheduler:
         if not self.cfg.power_saving:
             return PowerStep((), (), None)
         step = self.power.step(now, self.queue)
-        ids = self.view.node_ids
-        for i in step.suspend + step.resume:
-            self.set_cordoned(ids[i], POWER_HOLD, True)
+        if step.suspend or step.resume:  # most steps decide nothing
+            ids = self.view.node_ids
+            for i in step.suspend + step.resume:
+                self.set_cordoned(ids[i], POWER_HOLD, True)
         return step
 
     def could_place_now(self) -> bool:
@@ -325,16 +346,23 @@ class Scheduler:
         instants the driver owes the scheduler next are in ``wakeups`` (``next_tick_s``)."""
         woke = self.wakeups.due(now) or woke
         places: list[Place] = []
+        moves: list[MoveOrder] = []
         passed = False
         if woke and self.could_place_now():
             places = self.schedule_pass(now)
             passed = True
             self.wakeups.after_pass(now, self._tick_at)
+        # at every instant, woken or not (a full cluster places nothing, and is where priority
+        # protection matters): both drivers give the scheduler the same instants, not always
+        # the same reasons to wake
+        moves = self.preempt_step(now)
+        self.wakeups.after_pass(now, self.next_move_s(now))
         step = self.power_step(now)
         self.wakeups.after_power(now, step.next_s)
         ids = self.view.node_ids
         return Decisions(
             places=places,
+            moves=tuple(moves),
             suspend=tuple(ids[i] for i in step.suspend),
             wake=tuple(ids[i] for i in step.resume),
             next_tick_s=self.wakeups.next_s(),

@@ -30,13 +30,32 @@ class Place:
 
 
 @dataclass(frozen=True, slots=True)
+class MoveOrder:
+    """Checkpoint ``job_id``'s attempt ``attempt`` on ``node`` and requeue it with its progress
+    and a resume deadline (``stages.preempt``). ``kind``: ``preempt`` (room for ``for_job``)
+    or ``migrate`` (leave the node); ``intent``: the ``proto.intents`` id it answers, "" when
+    the scheduler decided it itself (the priority-protection rule)."""
+
+    job_id: str
+    attempt: int
+    node: str
+    kind: str
+    reason: str
+    for_job: str = ""
+    intent: str = ""
+    source: str = "scheduler"
+    to_node: str = ""  # where the moved job resumes (held for it while it saves), "" unknown
+
+
+@dataclass(frozen=True, slots=True)
 class Decisions:
-    """One tick: jobs to start (in commit order), nodes to suspend and to wake, and when the
+    """One tick: jobs to start (in commit order), jobs to move, nodes to suspend and wake, when the
     scheduler wants a tick again without an event (None: only on an event)."""
 
     places: list[Place] = field(default_factory=list)
     suspend: tuple[str, ...] = ()
     wake: tuple[str, ...] = ()
     next_tick_s: float | None = None
+    moves: tuple[MoveOrder, ...] = ()  # running jobs to checkpoint and requeue
     passed: bool = False  # whether a scheduling pass ran (else only the power stage)
     regime: str = ""

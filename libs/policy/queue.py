@@ -84,7 +84,7 @@ def _row(j: PendingJob, tenants: dict[str, int]) -> tuple:
         j.enqueued_at,
         s.est_runtime_s,
         j.progress,
-        np.nan if s.deadline is None else s.deadline,
+        np.nan if j.urgency_deadline is None else j.urgency_deadline,
         s.gpus,
         CLASS_INDEX.get(s.workload_class, CLASS_INDEX["other"]),
         t,

@@ -53,7 +53,7 @@ class WaitReasons:
 
     def note(self, res: CycleResult, full: bool) -> None:
         """After a pass (``full``: a backfill pass)."""
-        placed = {pj.spec.id for pj, _ in res.assignments}
+        placed = {pj.spec.id for pj, _ in res.assignments} if res.assignments else ()
         old = self._why
         if full:
             new = {j: r for j, r in res.waiting.items() if j not in placed}

@@ -6,7 +6,7 @@ pass learnt so far (head job, reservations, refused shapes), so every later row 
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import numpy as np
 
@@ -42,6 +42,12 @@ def failed_memo(view: ClusterView, cfg: PolicyConfig) -> dict[tuple, str]:
         hit = (view.freed_gen, cfg, {})
         view.memo.failed = hit
     return hit[2]
+
+
+def fill_test(largest: LargestFree, assigned: list, cap: int) -> Callable[[], bool]:
+    """``Pass.full`` for the bulk walk, which keeps it: a closure over the fill state, not a
+    bound method, which would make walk and pass a reference cycle (see test_garbage.py)."""
+    return lambda: largest.max_share < EPS or len(assigned) >= cap
 
 
 def place_context(pending, q, is_queue: bool, view, profiles, cfg) -> PlaceContext:
@@ -159,13 +165,8 @@ class Pass:
         # failed in this pass changes nothing but its own reason: with reasons=False the walk
         # drops such rows in bulk (``Walk.skip_dead``). Not with a finite backfill_depth
         # below the queue's length, where every row passed over counts towards the depth.
-        self.can_bulk = (
-            W.BULK_SKIP
-            and is_queue
-            and not reasons
-            and backfill
-            and cfg.backfill_depth >= len(pending)
-        )
+        deep = cfg.backfill_depth >= len(pending)
+        self.can_bulk = W.BULK_SKIP and is_queue and not reasons and backfill and deep
         self.dead: DeadRows | None = None  # what the bulk walk drops (from the switch on)
 
     # -- the walk's control --------------------------------------------------------------
@@ -223,7 +224,8 @@ class Pass:
             dead.slow_refused(self.shape_ids[k], c)
         dead.block(self.max_share, self.max_whole)
         prefix = None if walked_limit is None else max(1, walked_limit)
-        self.walked.skip_dead(dead, self.full, prefix)
+        full = fill_test(self._largest, self.assignments, self.cfg.max_places_per_pass)
+        self.walked.skip_dead(dead, full, prefix)
         # the reservations are made (``behind_head_step``): drop what cannot start
         dead.screen(
             view, self.cfg, self.unreserved(), self.shape_specs, self.shape_keys, self.failed

@@ -23,6 +23,20 @@ class PendingJob:
     enqueued_at: float
     attempt: int = 1
     progress: float = 0.0
+    # a moved job (checkpointed and requeued) must start again by then (Mosaic clock)
+    resume_by: float | None = None
+
+    @property
+    def urgency_deadline(self) -> float | None:
+        """The deadline the rank stage's urgency term reads: the job's own, or for a moved job
+        its resume deadline plus its remaining reference runtime, whichever comes first. So a
+        moved job's priority rises as its resume deadline nears, by the same urgency rule as a
+        deadline (``stages.rank``), and stays put for every job that was never moved."""
+        own = self.spec.deadline
+        if self.resume_by is None:
+            return own
+        by = self.resume_by + self.spec.est_runtime_s * max(0.0, 1.0 - self.progress)
+        return by if own is None else min(own, by)
 
 
 @dataclass(frozen=True, slots=True)

@@ -36,6 +36,7 @@ import numpy as np
 
 from libs.sim.cluster import EPS, SimCluster
 from libs.sim.failures import FailureModel
+from libs.sim.moves import Mover, move_hook
 from libs.sim.state import (
     BACKOFF,
     COMPLETED,
@@ -49,7 +50,8 @@ from libs.sim.state import (
 )
 from proto.nodes import NodeSpec
 
-ARRIVE, FINISH, OOM, RESUBMIT, RESUMED, POWER, TICK = 0, 1, 2, 3, 4, 5, 6
+ARRIVE, FINISH, OOM, RESUBMIT, RESUMED, POWER, TICK, CKPT = 0, 1, 2, 3, 4, 5, 6, 7
+SAMPLE = 8  # a thermal sample instant (libs.sim.thermal)
 STANDBY_W_PER_GPU = 0.0  # a powered-down node's GPUs draw nothing (host power not modelled)
 
 
@@ -99,6 +101,8 @@ class Engine:
         runtimes: np.ndarray | None = None,
         samples: int = 2000,
         progress: Callable[[float], None] | None = None,
+        checkpoint_cost_s: float = 30.0,
+        thermal: Any = None,
     ):
         self.cluster = SimCluster(nodes)
         self.policy = policy
@@ -150,7 +154,13 @@ class Engine:
         # a policy may ask for a pass at a time without an event (mosaic: the next backfill)
         self._tick = getattr(policy, "next_pass_s", None)
         self._next_tick = float("inf")
+        # moves (libs.sim.moves): the same checkpoint cost for every policy that moves jobs
+        self._mover = Mover(self._push, CKPT, checkpoint_cost_s)
+        self._move_step = move_hook(policy)
         policy.attach(SimContext(self.cluster, models, profiles, self.jobs))
+        self._thermal = thermal  # libs.sim.thermal.SimThermal: heat, throttling, the guard
+        if thermal is not None:
+            thermal.attach(self, lambda at: self._push(at, SAMPLE, 0))
 
     # ----- events --------------------------------------------------------------------------
     def _push(self, t: float, kind: int, job: int, token: int = 0) -> None:
@@ -228,13 +238,17 @@ class Engine:
                 (self._node_model[a.node] for a in allocs),
                 key=lambda m: job.runtime_s[self._model_pos[m]],
             )
-        duration, oom = self.failures.attempt_duration_s(float(slowest), fits)
+        job.attempt_full_s = float(slowest)
+        Mover.started(job, now)
+        duration, oom = self.failures.attempt_duration_s(float(slowest) * (1 - job.progress), fits)
         job.oom = oom
         job.state = RUNNING
         job.token += 1
         self.running[job.idx] = job
         self._push(now + duration, OOM if oom else FINISH, job.idx, job.token)
         self.policy.started(job, now)
+        if self._thermal is not None:
+            self._thermal.started(job, now)
 
     def _stop(self, job: SimJob, now: float) -> None:
         """Release an attempt's resources and account its GPU time and energy."""
@@ -257,7 +271,7 @@ class Engine:
             self._up_at[idx] = np.nan
             self.policy.power_resumed(self.cluster.nodes[idx].id, t)  # type: ignore[attr-defined]
             return True
-        if kind == POWER:
+        if kind in (POWER, SAMPLE):
             return False
         if kind == TICK:
             if self._next_tick <= t:
@@ -276,8 +290,21 @@ class Engine:
         if kind == RESUBMIT:
             self._enqueue(job, t)
             return True
+        if kind == CKPT:  # a move's checkpoint is saved: the job waits again with its progress
+            if token != job.token or job.ckpt_start_s < 0:
+                return False
+            self._mover.checkpointed(job)
+            self._stop(job, t)
+            job.preempted_at_s = t
+            self._enqueue(job, t)
+            return True
         if token != job.token or job.state != RUNNING:
             return False  # stale
+        if kind == FINISH and self._thermal is not None:  # throttled: work left to make up
+            late_s = self._thermal.deferral_s(idx)
+            if late_s > 0:
+                self._push(t + late_s, FINISH, idx, token)
+                return False
         self._stop(job, t)
         if kind == FINISH:
             self._terminate(job, COMPLETED, t)
@@ -289,6 +316,15 @@ class Engine:
                 job.state = BACKOFF
                 self._push(t + self.failures.resubmit_delay_s, RESUBMIT, idx)
         return True
+
+    def _stale(self, kind: int, idx: int, token: int) -> bool:
+        """An attempt's end that no longer stands (the job was moved, or ended otherwise)."""
+        if kind not in (FINISH, OOM, CKPT):
+            return False
+        job = self.jobs[idx]
+        if kind == CKPT:
+            return token != job.token or job.ckpt_start_s < 0
+        return token != job.token or job.state != RUNNING
 
     def _placeable(self) -> bool:
         """Could any pending request shape fit anywhere now? Cheap, and never wrong in the
@@ -323,6 +359,8 @@ class Engine:
         self._seq = len(self.jobs)
         heapq.heapify(self._heap)
         t0 = self._heap[0][0] if self._heap else 0.0
+        if self._thermal is not None:
+            self._thermal.start(t0)
         last_submit = max((j.submit_s for j in self.jobs), default=t0)
         step = max(1.0, (last_submit - t0) / max(1, self._samples))
         s_t: list[float] = []
@@ -351,10 +389,18 @@ class Engine:
                     busy_alloc += a * dt
                 t_prev = t
             wake = False
+            real = 0
+            if self._thermal is not None:  # temperatures up to t, a sample when one is due
+                wake = self._thermal.at(t)
             while heap and heap[0][0] == t:
                 _, _, kind, idx, token = heapq.heappop(heap)
                 events += 1
+                if self._stale(kind, idx, token):
+                    continue
+                real += 1
                 wake |= self._handle(t, kind, idx, token)
+            if not real:  # only stale events (a moved job's old finish): not an instant
+                continue
             if wake and self._placeable():
                 passes += 1
                 # dict views (ordered, sized, iterable): a policy that ignores them pays nothing
@@ -368,6 +414,14 @@ class Engine:
                     if nxt is not None and t < nxt < self._next_tick - 1e-9:
                         self._next_tick = nxt
                         self._push(nxt, TICK, 0)
+            if self._move_step is not None:  # every instant, full cluster too: libs.sim.moves
+                orders = self._move_step(t)
+                if orders:
+                    self._mover.apply(orders, t)
+                nxt = self.policy.next_move_s(t)  # type: ignore[attr-defined]
+                if nxt is not None and t < nxt < self._next_tick - 1e-9:
+                    self._next_tick = nxt
+                    self._push(nxt, TICK, 0)
             if self._power is not None and self.finished < len(self.jobs):
                 self._power_step(t)
             if not heap and self.queue:
@@ -416,6 +470,7 @@ class Engine:
             idle_saved_j=self.idle_saved_j,
             node_suspend_s=self.node_suspend_s,
             end_idle_power_w=end_idle_w,
+            preempted_non_checkpointable=self._mover.refused_non_checkpointable,
         )
 
     # ----- power saving (policies with power_step) -----------------------------------------

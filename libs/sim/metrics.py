@@ -105,6 +105,24 @@ def compute(r: SimResult, tariff_usd_per_kwh: float = DEFAULT_TARIFF_USD_PER_KWH
         "jobs_per_s": len(jobs) / r.wall_s if r.wall_s > 0 else math.inf,
         "events": r.events,
         "passes": r.passes,
+        **move_metrics(r),
+    }
+
+
+def move_metrics(r: SimResult) -> dict:
+    """Moves (libs.sim.moves): checkpoint-and-requeue counts, and the delay from each requeue
+    to the next start (the resume bound is 30 min by default: the max says whether it held)."""
+    delays = np.array([d for j in r.jobs for d in j.resume_delays_s])
+    moves = sum(j.moves for j in r.jobs)
+    migrations = sum(j.migrations for j in r.jobs)
+    return {
+        "preemptions": moves - migrations,
+        "migrations": migrations,
+        "moved_jobs": sum(1 for j in r.jobs if j.moves),
+        "resume_delay_p50_s": _pct(delays, 50),
+        "resume_delay_p99_s": _pct(delays, 99),
+        "resume_delay_max_s": float(delays.max()) if delays.size else float("nan"),
+        "preempted_non_checkpointable": r.preempted_non_checkpointable,
     }
 
 

@@ -31,7 +31,9 @@ from libs.sim.baselines import make_policy, parse_policies
 from libs.sim.cluster import SimCluster
 from libs.sim.engine import Engine, runtime_matrix
 from libs.sim.failures import FailureModel
+from libs.sim.fill_cli import add_fill_args
 from libs.sim.state import SimResult
+from libs.sim.thermal import HotNodes, guard_report, sim_thermal_for, summary_line, without_guard
 from proto.nodes import NodeSpec
 
 CLUSTERS = ("seed", "openb", "demo", "counts:MODEL=GPUS,...", "MODEL=GPUS,...", "FILE.json")
@@ -118,6 +120,7 @@ def run_simulation(
     policy_kwargs: dict[str, dict] | None = None,
     keep_runs: dict[str, SimResult] | None = None,
     overrides: Sequence[str] = (),
+    hot: HotNodes | None = None,
 ) -> dict:
     """Replay ``trace`` on ``cluster`` under each policy; the ``results.json`` dict.
 
@@ -129,6 +132,8 @@ def run_simulation(
     ``progress(policy, fraction)`` is called as each run advances. ``keep_runs``, when given,
     receives each policy's raw run. ``overrides``: ``KEY=VALUE`` settings of Mosaic's
     ``PolicyConfig`` (``libs.sim.overrides``), recorded in the results as ``overrides``.
+    ``hot``: a hot-node scenario (``libs.sim.thermal``): each policy's ``thermal`` figures, and
+    mosaic run again without its guard for ``thermal``.
     """
     from libs.sim.loaders import load_trace
     from libs.sim.overrides import apply_overrides
@@ -214,14 +219,33 @@ def run_simulation(
     for name in names:
         policy = built[name]
         cb = (lambda f, _n=name: progress(_n, f)) if progress is not None else None
-        engine = Engine(jobs, nodes, policy, profiles, failures=failures, runtimes=rt, progress=cb)
+        thermal = sim_thermal_for(policy, nodes, hot)
+        engine = Engine(
+            jobs,
+            nodes,
+            policy,
+            profiles,
+            failures=failures,
+            runtimes=rt,
+            progress=cb,
+            thermal=thermal,
+        )
         if not bounds_done:
             results["bounds"] = B.compute(engine.jobs, models, capacity, idle_w, profiles)
             bounds_done = True
         run = engine.run()
         m = M.compute(run, tariff_usd_per_kwh)
         m["bound_violations"] = B.check(run, m, results["bounds"])
+        if thermal is not None:
+            m["thermal"] = thermal.totals.as_dict()
         results["policies"][name] = m
+        off = without_guard(policy) if hot is not None and thermal is not None else None
+        if off is not None:  # the same run without the guard: what the guard avoided
+            off_thermal = sim_thermal_for(off, nodes, hot)
+            Engine(
+                jobs, nodes, off, profiles, failures=failures, runtimes=rt, thermal=off_thermal
+            ).run()
+            results["thermal"] = guard_report(hot, nodes, thermal, off_thermal)
         if runs is not None:
             runs[name] = run
         del engine
@@ -273,6 +297,13 @@ def _scaled_deadline(spec, submit_s: float, scale: float):
     return msgspec.structs.replace(spec, deadline=submit_s / scale + (spec.deadline - submit_s))
 
 
+def add_hot_args(ap: argparse.ArgumentParser) -> None:
+    """The hot-node scenario's flags (``libs.sim.thermal.HotNodes``)."""
+    ap.add_argument("--hot-nodes", default=None, help="nodes that run hot, e.g. a100-0,a100-1")
+    ap.add_argument("--hot-share", type=float, default=None, help="or this share of the nodes")
+    ap.add_argument("--hot-heat", type=float, default=None, help="their heat factor (1.5)")
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     ap = argparse.ArgumentParser(
         prog="python -m libs.sim.runner", description="Replay a trace under several policies."
@@ -290,22 +321,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         help="default fifo,drf,tiresias,gavel,mosaic (with --fill: random,bestfit,fgd,mosaic,"
         "mosaic+defrag)",
     )
-    ap.add_argument(
-        "--fill",
-        type=float,
-        default=None,
-        help="FGD's fill experiment: pods arrive shuffled and never leave until the arrived GPU "
-        "request is this x capacity (e.g. 1.3); needs --trace openb[:VARIANT] --cluster openb",
-    )
-    ap.add_argument(
-        "--set",
-        dest="overrides",
-        action="append",
-        default=[],
-        metavar="KEY=VALUE",
-        help="override a PolicyConfig field for this run (repeatable; dotted for nested "
-        "records, e.g. defrag.enabled=true)",
-    )
+    add_fill_args(ap)
     ap.add_argument("--out", type=Path, default=None, help="folder for results.json and plots")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--max-jobs", type=int, default=None)
@@ -335,6 +351,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         default=M.DEFAULT_TARIFF_USD_PER_KWH,
         help="energy price, USD per kWh",
     )
+    add_hot_args(ap)
     args = ap.parse_args(argv)
     from rich.console import Console
     from rich.progress import Progress
@@ -372,12 +389,15 @@ def main(argv: Sequence[str] | None = None) -> int:
                 tariff_usd_per_kwh=args.tariff,
                 keep_runs=runs,
                 overrides=args.overrides,
+                hot=HotNodes.parse(args.hot_nodes, args.hot_share, args.hot_heat),
             )
     except (ValueError, FileNotFoundError) as exc:
         console.print(f"[red]error:[/red] {exc}")
         return 2
     for part in render_table(results):
         console.print(part)
+    if (line := summary_line(results)) is not None:
+        console.print(line, highlight=False)
     if args.out is not None:
         console.print(f"wrote {args.out / 'results.json'} and plots")
     return 0

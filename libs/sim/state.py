@@ -48,6 +48,16 @@ class SimJob:
     token: int = 0  # invalidates stale finish events
     reason: str = ""
     terminal_count: int = 0  # must end at exactly 1
+    # moves (libs.sim.moves): work done so far (0..1, kept by a checkpoint), when the job was
+    # last checkpointed and requeued (-1: it runs or never moved), how long each resume took
+    progress: float = 0.0
+    preempted_at_s: float = -1.0
+    moves: int = 0
+    migrations: int = 0
+    resume_delays_s: list[float] = field(default_factory=list)
+    ckpt_start_s: float = -1.0  # a checkpoint under way since then (-1: none)
+    ckpt_kind: str = ""  # that checkpoint's move kind (preempt | migrate)
+    attempt_full_s: float = 0.0  # the whole job's runtime on the current attempt's GPUs
 
     @property
     def gpus(self) -> float:
@@ -123,3 +133,6 @@ class SimResult:
     idle_saved_j: float = 0.0
     node_suspend_s: float = 0.0
     end_idle_power_w: float | None = None
+    # moves the policy ordered on a job that is neither checkpointable nor elastic: the engine
+    # refuses them and counts them here (must be 0)
+    preempted_non_checkpointable: int = 0

@@ -14,7 +14,9 @@ events that were about to go out are re-published (JetStream drops the repeats).
 run command for a journaled attempt is ignored, so no attempt runs twice. Every
 ``report_interval_s`` wall seconds, and at once after a start and after each job starts or
 ends, an ``ExecutorReport`` lists the running attempts with this process's ``boot_id``, so the
-placer can reconcile its ledger with what runs and notice a restart.
+placer can reconcile its ledger with what runs and notice a restart. A checkpoint command
+(``services.executor.checkpoint``) replaces an attempt's run by its checkpoint, journaled
+like the rest, and the attempt is reported until its ``Checkpointed``/``Preempted`` are out.
 
 Known limits: an attempt whose journal file is unreadable, or a node whose state directory is
 lost, is not re-adopted; it disappears from the node's reports and the placer's reconciliation
@@ -42,11 +44,9 @@ from proto import subjects
 from proto.commands import CheckpointCommand, KillCommand, RunCommand
 from proto.events import (
     Cancelled,
-    Checkpointed,
     Completed,
     Failed,
     LifecycleEvent,
-    Preempted,
     Started,
     event_type,
 )
@@ -54,6 +54,7 @@ from proto.nodes import NodeSpec
 from proto.power import PowerCommand
 from proto.validation import describe, revalidate_command
 from proto.validation_records import revalidate_allocation
+from services.executor.checkpoint import Checkpoints, default_checkpoint_cost_s
 from services.executor.journal import Entry, Journal
 from services.executor.power import (
     NodePowerControl,
@@ -62,7 +63,7 @@ from services.executor.power import (
     default_boot_s,
 )
 from services.executor.reports import REPORT_INTERVAL_S, Reports
-from services.executor.runners import Outcome, Runner, StartFailed
+from services.executor.runners import Outcome, Runner, StartFailed, energy_kwh
 from services.executor.spans import event_span, traced_run
 
 COMMAND_TYPES = {
@@ -73,22 +74,18 @@ COMMAND_TYPES = {
 }
 
 
-def energy_kwh(node: NodeSpec, cmd: RunCommand, runtime_s: float) -> float:
-    """Estimate: every allocated GPU share at the node's max power for the whole run."""
-    gpus = len(cmd.allocation.gpu_indices) * cmd.allocation.gpu_share
-    return node.max_power_w * gpus * runtime_s / 3.6e6
-
-
 @dataclass
 class RunningJob:
     entry: Entry  # as journaled; ``entry.started_at`` is on the Mosaic clock
     task: asyncio.Task[None]
 
 
-class NodeExecutor(Reports, PowerHandling):
+class NodeExecutor(Reports, PowerHandling, Checkpoints):
     """Runs the jobs of one node with ``runner``, journaled in ``journal``, and keeps its power
     state (``services.executor.power``; ``boot_s`` Mosaic seconds to wake, default the policy's
-    ``resume_s``; ``power_hooks`` the operator's commands, none by default).
+    ``resume_s``; ``power_hooks`` the operator's commands, none by default). Checkpoints:
+    ``services.executor.checkpoint`` (``checkpoint_cost_s``: simulated mode's default cost,
+    by default the policy's).
 
     ``keep_on_stop``: a clean stop leaves the running attempts to the next executor on the same
     journal (their processes go on); else (a temporary journal) it terminates local ones."""
@@ -106,6 +103,7 @@ class NodeExecutor(Reports, PowerHandling):
         keep_on_stop: bool = True,
         boot_s: float | None = None,
         power_hooks: PowerHooks | None = None,
+        checkpoint_cost_s: float | None = None,
     ) -> None:
         self.bus = bus
         self.node = node
@@ -114,6 +112,9 @@ class NodeExecutor(Reports, PowerHandling):
         self.journal = journal
         self.report_interval_s = report_interval_s
         self.keep_on_stop = keep_on_stop
+        self.checkpoint_cost_s = (
+            default_checkpoint_cost_s() if checkpoint_cost_s is None else checkpoint_cost_s
+        )
         self.boot_id = uuid.uuid4().hex  # fresh per start: the placer sees a restart by it
         self.log = (log or bus.log).bind(node=node.id)
         self.running: dict[str, RunningJob] = {}
@@ -162,6 +163,9 @@ class NodeExecutor(Reports, PowerHandling):
                 await self._finish(entry, entry.pending)
                 continue
             entry = self.runner.adopt(entry, self.journal.rc_path(entry.job_id, entry.attempt))
+            if entry.checkpoint is not None:  # it was checkpointing: finish that, run nothing
+                self.resume_checkpoint(entry)
+                continue
             self.log.info(
                 "job_adopted",
                 job_id=entry.job_id,
@@ -203,9 +207,9 @@ class NodeExecutor(Reports, PowerHandling):
         elif isinstance(cmd, KillCommand) and cmd.silent:
             await self.on_stop_superseded(cmd.job_id, cmd.attempt)
         elif isinstance(cmd, KillCommand):
-            await self.on_stop(cmd.job_id, cmd.reason, checkpoint=False)
+            await self.on_stop(cmd.job_id, cmd.reason)
         else:
-            await self.on_stop(cmd.job_id, cmd.reason, checkpoint=True)
+            await self.on_checkpoint(cmd)
 
     def _spawn(self, coro: Coroutine[Any, Any, None], name: str) -> asyncio.Task[None]:
         task = asyncio.create_task(coro, name=f"{name}:{self.node.id}")
@@ -302,7 +306,10 @@ class NodeExecutor(Reports, PowerHandling):
             self.journal.put(entry)
         except OSError as exc:  # it runs now: watch it; a restart finds a process by /proc
             self.log.error("journal_write_failed", job_id=entry.job_id, error=repr(exc))
-        task = self._spawn(self._run(entry, failure), f"job:{entry.job_id}")
+        self._track(entry, self._spawn(self._run(entry, failure), f"job:{entry.job_id}"))
+
+    def _track(self, entry: Entry, task: asyncio.Task[None]) -> None:
+        """``task`` is what the attempt does now (runs, or checkpoints): a kill cancels it."""
         self.running[entry.job_id] = RunningJob(entry=entry, task=task)
         self._report_now.set()
 
@@ -367,11 +374,12 @@ class NodeExecutor(Reports, PowerHandling):
             return
         await self._supersede(job, attempt + 1)
 
-    async def on_stop(self, job_id: str, reason: str, *, checkpoint: bool) -> None:
+    async def on_stop(self, job_id: str, reason: str) -> None:
+        """A kill: the attempt (running or checkpointing) ends ``Cancelled``."""
         job = self.running.pop(job_id, None)
         if job is None:
             # finished already (its terminal event is out), or never ran here
-            self.log.info("stop_ignored_not_running", job_id=job_id, checkpoint=checkpoint)
+            self.log.info("stop_ignored_not_running", job_id=job_id)
             return
         job.task.cancel()
         with contextlib.suppress(asyncio.CancelledError, Exception):
@@ -379,17 +387,5 @@ class NodeExecutor(Reports, PowerHandling):
         entry = job.entry
         await self.runner.stop(entry)
         self._report_now.set()
-        now = self.clock.now()
-        events: tuple[LifecycleEvent, ...]
-        if checkpoint:
-            cmd = entry.cmd
-            done = (now - entry.started_at) / cmd.runtime_s if cmd.runtime_s > 0 else 0.0
-            progress = min(0.999, cmd.progress + done)
-            same = {"job_id": job_id, "time": now, "node": self.node.id, "reason": reason}
-            events = (
-                Checkpointed(**same, progress=progress),
-                Preempted(**same, attempt=entry.attempt),  # the attempt: see proto.events
-            )
-        else:
-            events = (Cancelled(job_id=job_id, time=now, node=self.node.id, reason=reason),)
-        await self._finish(entry, events)
+        event = Cancelled(job_id=job_id, time=self.clock.now(), node=self.node.id, reason=reason)
+        await self._finish(entry, (event,))

@@ -14,6 +14,9 @@ An entry goes through three states, each a rewrite of the same file:
 3. ending: ``pending``, the lifecycle events still to publish, written before they are
    published; the file is removed once they are out. A restart re-publishes them with the same
    ``Nats-Msg-Id`` (JetStream drops the repeat) instead of running the job again.
+   A checkpoint under way (``checkpoint``, ``services.executor.checkpoint``) is journaled
+   before its command is acked: a restart completes it (or redoes what is left of it) instead
+   of running the attempt on or losing it.
 4. done: an empty ``<job>-<attempt>.done`` tombstone replaces the entry for ``DONE_KEEP_S``, so a
    run command whose ack was lost in a crash, redelivered after the attempt ended, is ignored
    instead of running the attempt a second time.
@@ -53,6 +56,18 @@ class Launch(msgspec.Struct, frozen=True, kw_only=True):
     work_dir: str
 
 
+class Checkpoint(msgspec.Struct, frozen=True, kw_only=True):
+    """A checkpoint of the attempt under way: what the executor needs to finish it after a
+    restart, as when it was asked."""
+
+    reason: str
+    requested_at: float  # Mosaic clock
+    done_at: float  # Mosaic clock: simulated mode, when its cost is paid
+    estimate: float  # the progress from elapsed time at the request (the fallback)
+    signal: str = "SIGUSR1"  # local mode: what the job's processes get
+    grace_until: float = 0.0  # local mode: wall unix seconds, when SIGTERM follows
+
+
 class Entry(msgspec.Struct, frozen=True, kw_only=True):
     """One attempt this node runs (see the module docstring for its three states)."""
 
@@ -64,6 +79,7 @@ class Entry(msgspec.Struct, frozen=True, kw_only=True):
     started_sent: bool = False
     launch: Launch | None = None
     pending: tuple[LifecycleEvent, ...] = ()
+    checkpoint: Checkpoint | None = None
 
     @property
     def job_id(self) -> str:
@@ -74,14 +90,21 @@ class Entry(msgspec.Struct, frozen=True, kw_only=True):
         return self.cmd.allocation.attempt
 
 
-def file_stem(job_id: str, attempt: int) -> str:
-    """A file name for (job, attempt) whatever characters the job id holds (no ``/``, no
-    ``..`` on its own); a very long id is shortened with a hash so names stay distinct."""
+def job_stem(job_id: str) -> str:
+    """A file name for a job whatever characters its id holds (no ``/``, no ``..`` on its
+    own); a very long id is shortened with a hash so names stay distinct."""
     safe = quote(job_id, safe="._-")
+    if not safe.strip("."):  # "", "." and ".." are no names of their own
+        safe = f"~{safe.replace('.', '%2E')}"
     if len(safe) > _MAX_NAME:
         digest = hashlib.sha256(job_id.encode()).hexdigest()[:16]
         safe = f"{safe[: _MAX_NAME - 17]}~{digest}"
-    return f"{safe}-{attempt}"
+    return safe
+
+
+def file_stem(job_id: str, attempt: int) -> str:
+    """A file name for (job, attempt) (``job_stem`` and the attempt)."""
+    return f"{job_stem(job_id)}-{attempt}"
 
 
 class Journal:

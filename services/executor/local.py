@@ -16,8 +16,9 @@ from pathlib import Path
 import msgspec
 
 from proto.nodes import NodeSpec
-from services.executor.journal import Entry, Launch, file_stem
-from services.executor.runners import Outcome, StartFailed
+from services.executor.journal import Entry, Launch, file_stem, job_stem
+from services.executor.progress import PROGRESS_FILE, read_progress
+from services.executor.runners import CheckpointEnd, Outcome, StartFailed
 
 KILL_GRACE_S = 10.0  # wall seconds between SIGTERM and SIGKILL of a local job
 POLL_S = 0.2  # wall seconds between two looks at whether a job's process has ended
@@ -99,10 +100,12 @@ class LocalRunner:
     What is isolated: the job runs as an unprivileged user (uid, primary gid, no supplementary
     groups; never root), with only an allow-listed environment (``PATH=/usr/bin:/bin``, ``HOME``
     = its working directory, ``LANG``, ``USER``/``LOGNAME``, its ``MOSAIC_*`` job variables and
-    ``CUDA_VISIBLE_DEVICES``), never the executor's (which may hold NATS credentials), stdin from
-    /dev/null and no inherited file descriptors but its log. It works in a directory of its own
-    (``<work_root>/<job>-<attempt>``, mode 0700, owned by that user); its exit status goes to the
-    executor's private state directory, which it cannot write.
+    ``CUDA_VISIBLE_DEVICES``; the checkpoint protocol's ``MOSAIC_RESUME_PROGRESS``,
+    ``MOSAIC_CHECKPOINT_DIR``, ``MOSAIC_PROGRESS_FILE``, ``MOSAIC_CHECKPOINT_SIGNAL`` and
+    ``MOSAIC_CHECKPOINT_GRACE_S``), never the executor's (which may hold NATS credentials),
+    stdin from /dev/null and no inherited file descriptors but its log. It works in a directory
+    of its own (``<work_root>/<job>-<attempt>``, mode 0700, owned by that user); its exit status
+    goes to the executor's private state directory, which it cannot write.
     What is NOT isolated: no cgroups (CPU, memory, pids are not limited; ``CUDA_VISIBLE_DEVICES``
     is a convention a job can ignore, not a device fence), no network isolation (it reaches
     whatever the node reaches, NATS included: only credentials keep it out), no filesystem or pid
@@ -112,7 +115,10 @@ class LocalRunner:
     Output goes to ``<log_dir>/<job>-<attempt>.log``, opened by the executor (it stays readable
     by the executor, whoever the job runs as); a non-zero exit fails the job with the last line
     of that log in the reason. ``stop`` terminates the process group: SIGTERM, then SIGKILL after
-    ``KILL_GRACE_S``.
+    ``KILL_GRACE_S``. ``checkpoint`` sends the job's checkpoint signal to the process group
+    and waits its grace before that (``services.executor.checkpoint``). Each job has one
+    checkpoint directory for all its attempts, ``<checkpoint_root>/<job>`` (default root
+    ``<work_root>/checkpoints``; point it at shared storage for attempts on other nodes).
     """
 
     outlives_executor = True
@@ -123,9 +129,11 @@ class LocalRunner:
         work_root: Path,
         run_as: RunAs,
         extra_env: dict[str, str] | None = None,
+        checkpoint_root: Path | None = None,
     ) -> None:
         self.log_dir = log_dir
         self.work_root = work_root
+        self.checkpoint_root = checkpoint_root or work_root / "checkpoints"
         self.run_as = run_as
         self.extra_env = dict(extra_env or {})
         self._children: dict[int, subprocess.Popen[bytes]] = {}
@@ -133,6 +141,7 @@ class LocalRunner:
     def job_env(self, entry: Entry, node: NodeSpec, work_dir: Path) -> dict[str, str]:
         """The whole environment of the job: an allow-list, nothing inherited."""
         alloc = entry.cmd.allocation
+        spec = alloc.spec
         return {
             "PATH": PATH,
             "HOME": str(work_dir),
@@ -146,7 +155,21 @@ class LocalRunner:
             "MOSAIC_PROGRESS": repr(entry.cmd.progress),
             "MOSAIC_NODE": node.id,
             "MOSAIC_WORK_DIR": str(work_dir),
+            "MOSAIC_RESUME_PROGRESS": repr(entry.cmd.progress),
+            "MOSAIC_CHECKPOINT_DIR": str(self.checkpoint_dir(entry.job_id)),
+            "MOSAIC_PROGRESS_FILE": str(work_dir / PROGRESS_FILE),
+            "MOSAIC_CHECKPOINT_SIGNAL": spec.checkpoint_signal if spec else "SIGUSR1",
+            "MOSAIC_CHECKPOINT_GRACE_S": repr(spec.checkpoint_grace_s if spec else 30.0),
         }
+
+    def checkpoint_dir(self, job_id: str) -> Path:
+        return self.checkpoint_root / job_stem(job_id)
+
+    def _job_dir(self, path: Path) -> None:
+        """A directory only the job's user may use (created by the executor, given to it)."""
+        path.mkdir(mode=0o700, parents=True, exist_ok=True)
+        if self.run_as.switch:
+            os.chown(path, self.run_as.uid, self.run_as.gid)
 
     async def start(self, entry: Entry, node: NodeSpec, rc_path: Path) -> Launch | None:
         spec = entry.cmd.allocation.spec
@@ -154,13 +177,14 @@ class LocalRunner:
             raise StartFailed("local mode: the job has no command to run")
         stem = file_stem(entry.job_id, entry.attempt)
         work_dir = self.work_root / stem
-        work_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
-        if self.run_as.switch:
-            os.chown(work_dir, self.run_as.uid, self.run_as.gid)
+        self._job_dir(work_dir)
+        self.checkpoint_root.mkdir(mode=0o711, parents=True, exist_ok=True)
+        self._job_dir(self.checkpoint_dir(entry.job_id))
         self.log_dir.mkdir(parents=True, exist_ok=True)
         log_path = self.log_dir / f"{stem}.log"
         drop = ["--uid", str(self.run_as.uid), "--gid", str(self.run_as.gid)]
         argv = [sys.executable, "-I", str(WRAPPER), "--rc-file", str(rc_path)]
+        argv += ["--checkpoint-signal", spec.checkpoint_signal]
         argv += [*(drop if self.run_as.switch else []), "--", spec.command]
         with contextlib.suppress(FileNotFoundError):
             rc_path.unlink()  # a stale status from an earlier try must not be read as this one's
@@ -235,22 +259,67 @@ class LocalRunner:
         return Outcome(False, f"{what}: {_last_line(Path(launch.log_path))}".rstrip(": "))
 
     async def stop(self, entry: Entry) -> None:
-        """SIGTERM to the job's process group, SIGKILL after ``KILL_GRACE_S``; only while its
-        wrapper is the process the journal names (a reused pid is left alone)."""
+        """SIGTERM to the job's process group, SIGKILL after ``KILL_GRACE_S``; only when its
+        wrapper is the process the journal names (a reused pid is left alone).
+
+        The group, not only the wrapper, is waited for: a job that ignores SIGTERM outlives
+        the shell and the wrapper that SIGTERM ends (the wrapper then writes its status and
+        exits), and would hold its GPUs unseen. Its pid cannot be reused as a group id while
+        any member of the group lives, so signalling the group until it is empty is safe."""
         launch = entry.launch
-        if launch is None or launch.pid <= 0:
+        if launch is None or launch.pid <= 0 or not alive(launch):
+            self._reap(launch)
             return
         for sig, grace_s in ((signal.SIGTERM, KILL_GRACE_S), (signal.SIGKILL, 5.0)):
-            if not alive(launch):
+            if not self._group_alive(launch):
                 break
             with contextlib.suppress(ProcessLookupError, PermissionError):
                 os.killpg(launch.pid, sig)
             deadline = time.monotonic() + grace_s
-            while alive(launch) and time.monotonic() < deadline:
+            while self._group_alive(launch) and time.monotonic() < deadline:
                 await asyncio.sleep(0.05)
-        child = self._children.pop(launch.pid, None)
+        self._reap(launch)
+
+    def _group_alive(self, launch: Launch) -> bool:
+        child = self._children.get(launch.pid)
+        if child is not None:
+            child.poll()  # a zombie wrapper still counts as a member of its group
+        try:
+            os.killpg(launch.pid, 0)
+        except ProcessLookupError:
+            return False
+        except PermissionError:
+            return True
+        return True
+
+    def _reap(self, launch: Launch | None) -> None:
+        child = self._children.pop(launch.pid, None) if launch is not None else None
         if child is not None:
             child.poll()  # reap it (it is gone, or SIGKILL is on its way)
+
+    async def checkpoint(self, entry: Entry) -> CheckpointEnd:
+        """Send the checkpoint signal to the job's process group (again after an executor
+        restart: a job must treat repeats as one), wait until it exits or its grace ends, then
+        ``stop`` it (SIGTERM, SIGKILL) if it has not, and read its last progress record.
+
+        A job that ended while no executor watched (it saved and exited during a restart) is
+        not signalled: its status and its progress file say how it ended."""
+        ck, launch = entry.checkpoint, entry.launch
+        assert ck is not None
+        stem = file_stem(entry.job_id, entry.attempt)
+        work_dir = Path(launch.work_dir) if launch is not None else self.work_root / stem
+        in_grace = True
+        if launch is not None and launch.pid > 0:
+            if alive(launch) and time.time() < ck.grace_until:
+                with contextlib.suppress(ProcessLookupError, PermissionError):
+                    os.killpg(launch.pid, getattr(signal, ck.signal))
+            while alive(launch) and time.time() < ck.grace_until:
+                await asyncio.sleep(POLL_S)
+            in_grace = not alive(launch)
+            await self.stop(entry)
+        status = read_status(Path(launch.rc_path)) if launch is not None else None
+        report = read_progress(work_dir / PROGRESS_FILE)
+        return CheckpointEnd(report=report, status=status, in_grace=in_grace)
 
 
 def _last_line(path: Path, max_chars: int = 300) -> str:

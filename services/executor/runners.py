@@ -3,8 +3,10 @@
 
 A runner only runs; it knows nothing of NATS. ``start`` launches an attempt (``StartFailed`` when
 it cannot), ``wait`` returns its ``Outcome`` and is also how a restarted executor resumes an
-attempt it finds in its journal, ``stop`` ends it (kill, checkpoint); the executor decides which
-lifecycle event to publish. Everything a runner needs to resume is in the journal ``Entry``.
+attempt it finds in its journal, ``stop`` ends it (kill), ``checkpoint`` saves and ends it (a
+signal and a grace for a process, a cost in Mosaic time for a simulated run; see
+``services.executor.checkpoint``); the executor decides which lifecycle event to publish.
+Everything a runner needs to resume is in the journal ``Entry``.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ from libs.clock import Clock
 from proto.commands import RunCommand
 from proto.nodes import NodeSpec
 from services.executor.journal import Entry, Launch
+from services.executor.progress import JobProgress
 
 OOM_AFTER_S = 30.0  # Mosaic seconds before a simulated out-of-memory failure shows up
 
@@ -26,6 +29,23 @@ class Outcome:
     ok: bool
     reason: str = ""
     time: float | None = None  # when it ended, if the runner knows better than "now"
+
+
+@dataclass(frozen=True)
+class CheckpointEnd:
+    """How a checkpoint ended: what the job reported last and how its process ended (local
+    mode), or only when (simulated)."""
+
+    report: JobProgress | None = None
+    status: int | None = None  # the job's exit status (minus the signal), when known
+    in_grace: bool = True  # it exited by itself within its grace (not by SIGTERM/SIGKILL)
+    time: float | None = None  # when it was done, if the runner knows better than "now"
+
+
+def energy_kwh(node: NodeSpec, cmd: RunCommand, runtime_s: float) -> float:
+    """Estimate: every allocated GPU share at the node's max power for the whole run."""
+    gpus = len(cmd.allocation.gpu_indices) * cmd.allocation.gpu_share
+    return node.max_power_w * gpus * runtime_s / 3.6e6
 
 
 class StartFailed(Exception):
@@ -42,6 +62,8 @@ class Runner(Protocol):
     async def wait(self, entry: Entry, node: NodeSpec) -> Outcome: ...
 
     async def stop(self, entry: Entry) -> None: ...
+
+    async def checkpoint(self, entry: Entry) -> CheckpointEnd: ...
 
     def adopt(self, entry: Entry, rc_path: Path) -> Entry: ...
 
@@ -75,7 +97,10 @@ class SimRunner:
         return None
 
     def deadline(self, entry: Entry, node: NodeSpec) -> float:
-        """The Mosaic time the attempt ends (completes, or fails out of memory)."""
+        """The Mosaic time the attempt ends (completes, fails out of memory, or is done
+        checkpointing: the stepped clock's controller steps there, ``stepping.next_due``)."""
+        if entry.checkpoint is not None:
+            return entry.checkpoint.done_at
         cmd = entry.cmd
         remaining_s = max(0.0, cmd.runtime_s * (1.0 - cmd.progress))
         run_s = remaining_s if oom_reason(cmd, node) is None else min(OOM_AFTER_S, remaining_s)
@@ -92,6 +117,14 @@ class SimRunner:
 
     async def stop(self, entry: Entry) -> None:
         return None
+
+    async def checkpoint(self, entry: Entry) -> CheckpointEnd:
+        """The checkpoint's cost: the job holds its GPUs until ``done_at`` on the Mosaic clock
+        (on a stepped clock, reported done at ``done_at`` whatever step woke it)."""
+        assert entry.checkpoint is not None
+        done_at = entry.checkpoint.done_at
+        await self.clock.sleep(done_at - self.clock.now())
+        return CheckpointEnd(time=done_at if self.clock.stepped else None)
 
     def adopt(self, entry: Entry, rc_path: Path) -> Entry:
         return entry

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import math
 import os
 import tempfile
 from pathlib import Path
@@ -13,6 +14,7 @@ from urllib.parse import quote
 from libs.bus import ServiceContext, common_arg_parser
 from libs.bus.nodeargs import add_node_spec_arg, node_specs_from_args
 from libs.bus.runtime import env_float
+from proto.validation import MAX_CHECKPOINT_COST_S
 from services.executor.executor import REPORT_INTERVAL_S, NodeExecutor
 from services.executor.journal import Journal
 from services.executor.local import LocalRunner, RunAs
@@ -64,7 +66,27 @@ def arg_parser() -> argparse.ArgumentParser:
         "by the run-as user (env MOSAIC_EXECUTOR_WORK_ROOT; default: a new temporary directory)",
     )
     add_power_args(p)
+    add_checkpoint_args(p)
     return p
+
+
+def add_checkpoint_args(p: argparse.ArgumentParser) -> None:
+    """Checkpoint-preemption (issue 14; services.executor.checkpoint)."""
+    p.add_argument(
+        "--checkpoint-cost-s",
+        type=float,
+        default=env_float("MOSAIC_EXECUTOR_CHECKPOINT_COST_S", "-1"),
+        help="sim mode: Mosaic seconds a checkpoint takes, the job holding its GPUs, unless the "
+        "command says (env MOSAIC_EXECUTOR_CHECKPOINT_COST_S; default: the policy's "
+        "preempt.checkpoint_cost_s, 30, as in the simulator)",
+    )
+    p.add_argument(
+        "--checkpoint-root",
+        default=os.environ.get("MOSAIC_EXECUTOR_CHECKPOINT_ROOT") or None,
+        help="local mode: where each job gets its checkpoint directory, the same for all its "
+        "attempts (MOSAIC_CHECKPOINT_DIR); shared storage lets an attempt resume on another "
+        "node (env MOSAIC_EXECUTOR_CHECKPOINT_ROOT; default WORK_ROOT/checkpoints)",
+    )
 
 
 def add_power_args(p: argparse.ArgumentParser) -> None:
@@ -100,6 +122,9 @@ def validate(args: argparse.Namespace) -> None:
     node_specs_from_args(args.node_spec)
     if args.report_interval <= 0:
         raise SystemExit("--report-interval must be > 0")
+    cost_s = args.checkpoint_cost_s
+    if cost_s != -1 and not (math.isfinite(cost_s) and 0 <= cost_s <= MAX_CHECKPOINT_COST_S):
+        raise SystemExit(f"--checkpoint-cost-s must be 0-{MAX_CHECKPOINT_COST_S:g}, got {cost_s}")
     if args.mode == "local":
         try:
             RunAs.resolve(args.run_as)
@@ -130,13 +155,21 @@ async def main(ctx: ServiceContext) -> None:
         log_dir = Path(args.log_dir or tempfile.mkdtemp(prefix="mosaic-executor-"))
         work_root = _work_root(getattr(args, "work_root", None))
         run_as = RunAs.resolve(getattr(args, "run_as", None))
-        runner = LocalRunner(log_dir, work_root, run_as, extra_env=ctx.clock.env())
+        ckpt_root = getattr(args, "checkpoint_root", None)
+        runner = LocalRunner(
+            log_dir,
+            work_root,
+            run_as,
+            extra_env=ctx.clock.env(),
+            checkpoint_root=Path(ckpt_root) if ckpt_root else None,
+        )
         ctx.log.info(
             "local_mode", log_dir=str(log_dir), work_root=str(work_root), run_as=run_as.name
         )
     ctx.log.info("executor_state", state_dir=str(state_root), persistent=persistent)
     interval_s = getattr(args, "report_interval", REPORT_INTERVAL_S)
     boot_s = getattr(args, "boot_s", -1.0)
+    cost_s = getattr(args, "checkpoint_cost_s", -1.0)
     hooks = PowerHooks(
         suspend=getattr(args, "suspend_command", "") or "",
         wake=getattr(args, "wake_command", "") or "",
@@ -153,6 +186,7 @@ async def main(ctx: ServiceContext) -> None:
             keep_on_stop=persistent,
             boot_s=None if boot_s is None or boot_s < 0 else boot_s,
             power_hooks=hooks,
+            checkpoint_cost_s=cost_s if cost_s is not None and cost_s >= 0 else None,
         )
         for n in nodes
     ]

@@ -2,7 +2,8 @@
 
 Why these conditions make a node's executor "settled" at Mosaic time ``now``: everything it
 owes at ``now`` is then out. Every simulated attempt due by ``now`` has published its end
-(``Completed`` at its deadline, not at the step's time: ``SimRunner.wait``), a boot due by
+(``Completed`` at its deadline, not at the step's time: ``SimRunner.wait``; a checkpoint's
+events at the end of its cost, which ``SimRunner.deadline`` names), a boot due by
 ``now`` has made the node awake, and its command consumer holds no message it has not handled
 (the server's count, so a command the placer published before acking the step is seen even if
 it is still on its way to this process).

@@ -1,6 +1,6 @@
 """Runs one local job's command and writes its exit status to a file: the job's keeper.
 
-``python -I wrapper.py --rc-file PATH [--uid N --gid N] -- COMMAND``
+``python -I wrapper.py --rc-file PATH [--checkpoint-signal SIG] [--uid N --gid N] -- COMMAND``
 
 Why a wrapper: a job must outlive a kill -9 of the executor, and the executor that comes back is
 no longer its parent, so it cannot ``wait()`` for the exit status. This process (started in a
@@ -11,8 +11,18 @@ cannot write, so a job cannot forge its result). A restarted executor polls this
 and reads the file.
 
 Signals it receives (TERM, INT, HUP) are passed on to the job, and it keeps waiting, so the
-status is still written when a job is stopped. Standard library only: it is run by path with
-``python -I``, without the project on ``sys.path`` and without the caller's environment.
+status is still written when a job is stopped.
+
+The checkpoint signal (``--checkpoint-signal``, SIGUSR1 by default in the job's spec) goes to
+the whole process group, and must end neither this process nor the ``/bin/sh`` between it and
+the job: either would end the attempt while the job still saves its checkpoint. So both start
+with it ignored (an ignored disposition is inherited through ``exec``): the shell survives it,
+and a job that installs a handler (``libs.runtime``) gets it; a job that installs none ignores
+it and is stopped with SIGTERM when its grace is over. (A POSIX shell cannot ``trap`` a signal
+ignored at its start: a shell script that wants it should ``exec`` its program.)
+
+Standard library only: it is run by path with ``python -I``, without the project on
+``sys.path`` and without the caller's environment.
 """
 
 from __future__ import annotations
@@ -41,6 +51,7 @@ def main(argv: list[str]) -> int:
     p.add_argument("--rc-file", required=True)
     p.add_argument("--uid", type=int, default=None)
     p.add_argument("--gid", type=int, default=None)
+    p.add_argument("--checkpoint-signal", default=None)
     p.add_argument("command")
     args = p.parse_args(argv)
     drop: dict[str, object] = {}
@@ -54,9 +65,18 @@ def main(argv: list[str]) -> int:
                 child.send_signal(signum)
 
     # before the job starts, so a stop that comes at once cannot end this process first
-    for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+    forwarded = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
+    for sig in forwarded:
         signal.signal(sig, forward)
+    ckpt = getattr(signal, args.checkpoint_signal or "", None)
+    if isinstance(ckpt, signal.Signals):
+        try:
+            signal.signal(ckpt, signal.SIG_IGN)  # for the shell: inherited by the fork below
+        except (OSError, ValueError):  # SIGKILL, SIGSTOP: refused by validation before here
+            ckpt = None
     child = subprocess.Popen(["/bin/sh", "-c", args.command], **drop)  # type: ignore[call-overload]
+    if isinstance(ckpt, signal.Signals) and ckpt in forwarded:
+        signal.signal(ckpt, forward)  # this process forwards it, the shell ignores it
     status = child.wait()
     write_status(args.rc_file, status)
     return status if status >= 0 else 128 - status

@@ -24,6 +24,7 @@ from proto.ledger import Allocation
 from services.placer.announce import SERVICE
 from services.placer.cycle import audit_candidates, chosen_only
 from services.placer.feed import PowerFacts, SchedulerFeed
+from services.placer.moves import RESUME_DELAY
 from services.placer.power import NodePower
 from services.placer.settings import PlacerSettings
 from services.placer.tracker import JobTracker
@@ -64,6 +65,9 @@ class Committer:
             if await self._commit(p, cands):
                 sched.start_job(p.allocation.job_id, p.allocation, p.job.spec, now)
                 placed += 1
+                if p.job.resume_by is not None:  # a moved job resumes: how long it waited
+                    requeued = p.job.resume_by - self.policy.preempt.resume_bound_s
+                    RESUME_DELAY.observe(max(0.0, now - requeued))
             else:  # the ledger holds another allocation: the next sync takes the ledger's
                 sched.unplace(p.allocation, now)
                 self.feed.touch(p.allocation.job_id)
@@ -77,10 +81,12 @@ class Committer:
         woke = [n for n, _ in p.awake_events()] + [n for n, _ in p.refusal_events()]
         return PowerFacts(states, tuple(woke))
 
-    def node_holds(self, down: set[str]) -> dict[str, set[str]]:
+    def node_holds(self, down: set[str], now: float) -> dict[str, set[str]]:
         """Why nodes are held out of placement now: down (a silent executor), cordoned (by an
-        operator, ``services.placer.cordons``, or by a node label)."""
-        return {"down": down, "cordoned": set(self.cordons.ids(self.nodes.values()))}
+        operator, ``services.placer.cordons``, or by a node label), hot (the thermal guard's
+        hold intents, ``services.placer.moves``)."""
+        cordoned = set(self.cordons.ids(self.nodes.values()))
+        return {"down": down, "cordoned": cordoned, "hot": self.hot_nodes(now)}  # type: ignore[attr-defined]
 
     async def _tell_reasons(self, sched: Scheduler) -> None:
         """Publish the waits whose reason changed (a bounded number per cycle)."""

@@ -163,6 +163,9 @@ class SchedulerFeed:
         never: list[JobSpec],
     ) -> None:
         want = self._wanted(job, tracker, ledger, gone, self._by_id)
+        moved = tracker.moved_at.get(job)
+        if isinstance(want, PendingJob) and moved is not None:  # checkpointed: as it moved
+            want = sched.moved_job(want, moved)
         held = sched.holds(job)
         queued = sched.queue.get(job)
         if want is None:
@@ -205,6 +208,7 @@ class SchedulerFeed:
             rows = sorted(range(len(old.queue)), key=lambda r: seq[r])
             order = [old.queue[r].spec.id for r in rows]
         sched = Scheduler(nodes, cfg=self.cfg, profiles=self.profiles, now=now)
+        sched.moves.moved_at.update(tracker.moved_at)  # the move rate limit outlives a rebuild
         self.sched, self._nodes = sched, nodes
         self._by_id = {n.id: n for n in nodes}
         self.rebuilds += 1

@@ -33,6 +33,7 @@ from libs.policy.profiles import ProfileTable
 from libs.policy.warmup import warm_up
 from proto import subjects
 from proto.events import LifecycleEvent, Preempted, Submitted, is_terminal
+from proto.intents import Intent
 from proto.jobs import CancelRequest
 from proto.ledger import Allocation
 from proto.nodes import ExecutorReport, NodeSpec, TelemetrySample
@@ -50,6 +51,7 @@ from services.placer.cycle import (
 from services.placer.feed import SchedulerFeed, TouchingSet
 from services.placer.leadership import Leadership
 from services.placer.ledger_gc import purge_ledger_markers
+from services.placer.moves import MoveCommitter
 from services.placer.nodewatch import NodeWatch
 from services.placer.power import send_power_commands
 from services.placer.reconcile import Reconciler
@@ -69,7 +71,7 @@ CYCLE_SECONDS = Histogram(
 )
 
 
-class Placer(Committer, Announcer, NodeWatch, Cancels):
+class Placer(Committer, MoveCommitter, Announcer, NodeWatch, Cancels):
     def __init__(
         self,
         bus: Bus,
@@ -108,6 +110,8 @@ class Placer(Committer, Announcer, NodeWatch, Cancels):
         self._lock = asyncio.Lock()
         self._active = False
         self._cancels: Consumer | None = None
+        self._intents: Consumer | None = None
+        self._init_moves()  # services.placer.moves
         self.placed_count = 0  # commits by this replica (tests and logs)
         self._unannounced: set[str] = set()  # committed, but Placed/run not yet published
         self.lease: Lease | None = None
@@ -221,6 +225,13 @@ class Placer(Committer, Announcer, NodeWatch, Cancels):
             self._on_cancel,
             durable="placer-cancel",
         )
+        self._intents = await self.bus.consume(  # the defragmenter's and thermal guard's
+            subjects.STREAM_INTENTS,
+            f"{subjects.INTENTS_PREFIX}.>",
+            Intent,
+            self._on_intent,
+            durable=subjects.CONSUMER_INTENTS,
+        )
         self.log.info("placer_active", holder=self.holder, ledger=len(self.ledger), resent=resent)
         self._kick.set()
 
@@ -230,6 +241,9 @@ class Placer(Committer, Announcer, NodeWatch, Cancels):
         if self._cancels is not None:
             await self._cancels.stop()
             self._cancels = None
+        if self._intents is not None:
+            await self._intents.stop()
+            self._intents = None
 
     # --- the cycle -------------------------------------------------------------------------
     async def run(self, stop: asyncio.Event) -> None:
@@ -303,6 +317,7 @@ class Placer(Committer, Announcer, NodeWatch, Cancels):
                 if spec.id not in self.ended_here:
                     await self._refuse(Refuse(spec, f"{INVALID}: {describe(errors)}"))
             now = self.clock.now()
+            self._take_holds(now)  # the thermal guard's holds, before the holds sync
             settled = time.monotonic() - self._nodes_changed >= self.settings.settle_s
             # a down node stays in the view, cordoned: nothing lands on it, and a job only it
             # could hold waits for it instead of being refused as never fitting
@@ -311,7 +326,7 @@ class Placer(Committer, Announcer, NodeWatch, Cancels):
                 tracker=self.tracker,
                 ledger=self.ledger,
                 gone=self.ended_here,
-                holds=self.node_holds(down),
+                holds=self.node_holds(down, now),
                 temps=self.temps,
                 now=now,
                 settled=settled,
@@ -323,6 +338,7 @@ class Placer(Committer, Announcer, NodeWatch, Cancels):
                     await self._refuse(never_fits_refusal(spec, nodes, self.profiles, self.policy))
             if sched is None:
                 return 0
+            await self._answer_intents(sched, now)
             due = self._pass_due or self.feed.holds_changed
             self._pass_due = False
             budget = self.settings.explain_per_cycle
@@ -330,6 +346,7 @@ class Placer(Committer, Announcer, NodeWatch, Cancels):
             decisions = sched.tick(now, woke=due)
             self.next_tick_s = decisions.next_tick_s
             placed = await self._commit_all(sched, decisions, before, now)
+            await self._commit_moves(decisions.moves, now)
             if decisions.suspend or decisions.wake:
                 await send_power_commands(
                     self.bus, decisions.suspend, decisions.wake, now, "power saving"

@@ -35,6 +35,8 @@ gateway forgets finished jobs after a day) is a new job, as it is for the gatewa
 
 from __future__ import annotations
 
+import math
+
 import msgspec
 
 from libs.obs.jobspans import clean_traceparent
@@ -70,6 +72,7 @@ class TrackerSnapshot(msgspec.Struct, kw_only=True):
     invalid: dict[str, tuple[JobSpec, list[FieldError]]]
     enqueued_at: dict[str, float] = {}
     traces: dict[str, str] = {}  # live jobs' traceparents (absent before issue 13: none)
+    moved_at: dict[str, float] = {}  # checkpointed jobs' last checkpoint (issue 14)
 
 
 class _Version(msgspec.Struct):
@@ -89,6 +92,8 @@ class JobTracker:
         self.started: dict[str, int] = {}  # job -> highest attempt with a Started event
         self.freed_attempt: dict[str, int] = {}  # job -> highest attempt that a Preempted ended
         self.progress: dict[str, float] = {}
+        # job -> time of its last checkpoint (a move): its resume deadline counts from there
+        self.moved_at: dict[str, float] = {}
         self.enqueued_at: dict[str, float] = {}  # job -> its place in line (submit time)
         self.invalid: dict[str, tuple[JobSpec, list[FieldError]]] = {}  # until it ends
         self.traces: dict[str, str] = {}  # live job -> its trace (Submitted.trace, cleaned)
@@ -124,6 +129,8 @@ class JobTracker:
         elif isinstance(ev, Checkpointed):
             if sound_progress(ev.progress):
                 self.progress[job] = ev.progress
+            if math.isfinite(ev.time):
+                self.moved_at[job] = ev.time
         elif isinstance(ev, Preempted):
             freed = ev.attempt or self.placed.get(job, 0)  # 0: an event that names no attempt
             self.freed_attempt[job] = max(freed, self.freed_attempt.get(job, 0))
@@ -137,6 +144,7 @@ class JobTracker:
                 self.freed_attempt,
                 self.progress,
                 self.enqueued_at,
+                self.moved_at,
             ):
                 d.pop(job, None)
             self.traces.pop(job, None)
@@ -205,6 +213,7 @@ class JobTracker:
                 started=self.started,
                 freed_attempt=self.freed_attempt,
                 progress=self.progress,
+                moved_at=self.moved_at,
                 invalid=self.invalid,
                 enqueued_at=self.enqueued_at,
                 traces=self.traces,
@@ -225,6 +234,7 @@ class JobTracker:
         self.placed, self.started = snap.placed, snap.started
         self.freed_attempt, self.progress = snap.freed_attempt, snap.progress
         self.invalid = snap.invalid
+        self.moved_at = snap.moved_at
         # a snapshot from before enqueued_at was kept: the submit time the spec carries
         known = snap.enqueued_at
         self.enqueued_at = {j: known.get(j, s.submit_time or 0.0) for j, s in self.specs.items()}

@@ -37,7 +37,7 @@ from opentelemetry import trace
 from prometheus_client import Gauge
 
 from libs.bus.connection import Bus
-from libs.bus.refusals import refused
+from libs.bus.mirrors import ClusterMirror
 from libs.bus.replay import wait_caught_up
 from libs.bus.runtime import ServiceContext
 from libs.bus.snapshot import SnapshotFollower, SnapshotSettings
@@ -48,10 +48,7 @@ from libs.policy.config import REGIMES, PolicyConfig
 from libs.policy.profiles import ProfileTable
 from proto import subjects
 from proto.events import LifecycleEvent, Queued, Submitted
-from proto.ledger import Allocation
-from proto.nodes import NodeSpec
 from proto.validation import FieldError, describe
-from proto.validation_records import revalidate_allocation, revalidate_node_spec
 from services.scorer.admission import Admission, AdmissionScore, admission_scores
 from services.scorer.pending import PendingSet
 
@@ -93,8 +90,8 @@ class Scorer:
         self.policy = policy or PolicyConfig.default()
         self.profiles = profiles or ProfileTable.default()
         self.pending = PendingSet(on_invalid=self._on_invalid)
-        self.nodes: dict[str, NodeSpec] = {}
-        self.ledger: dict[str, Allocation] = {}
+        self.mirror = ClusterMirror(bus)
+        self.nodes, self.ledger = self.mirror.nodes, self.mirror.ledger
         self.last_round: Admission | None = None
         self.snapshots = SnapshotFollower(
             bus, SNAPSHOT_KEY, subjects.STREAM_LIFECYCLE, self.settings.snapshots
@@ -106,13 +103,7 @@ class Scorer:
     async def start(self) -> None:
         """Mirror nodes and ledger, restore the pending set from its snapshot, replay the
         lifecycle events after it, and wait until caught up."""
-        nodes_kv = await self.bus.kv(subjects.KV_NODES, NodeSpec)
-        ledger_kv = await self.bus.kv(subjects.KV_LEDGER, Allocation)
-        # one watch per bucket delivers the current values and then every change: a snapshot
-        # followed by a separate watch would miss a key deleted in between, and the load would
-        # count a freed allocation as held until the next restart
-        await nodes_kv.watch(self._on_node)
-        await ledger_kv.watch(self._on_alloc)
+        await self.mirror.start()  # libs.bus.mirrors: one watch per bucket, revalidated
         consumer = await self.snapshots.follow(
             f"{subjects.LIFECYCLE_PREFIX}.>",
             LifecycleEvent,
@@ -128,19 +119,6 @@ class Scorer:
     def _on_invalid(self, ev: Submitted, errors: list[FieldError]) -> None:
         """Kept out of the pending set; the placer publishes its Failed (``pending``)."""
         self.log.warning("invalid_job_from_bus", job_id=ev.job_id, errors=describe(errors))
-
-    async def _on_node(self, key: str, value: NodeSpec | None) -> None:
-        if value is None or refused(self.bus, "node", revalidate_node_spec(value, key), key=key):
-            self.nodes.pop(key, None)
-        else:
-            self.nodes[key] = value
-
-    async def _on_alloc(self, key: str, value: Allocation | None) -> None:
-        errs = [] if value is None else revalidate_allocation(value)
-        if value is None or refused(self.bus, "allocation", errs, key=key):
-            self.ledger.pop(key, None)
-        else:
-            self.ledger[key] = value
 
     async def _on_event(self, ev: LifecycleEvent) -> None:
         if self.pending.apply(ev):

@@ -17,6 +17,7 @@ from typing import Any, Protocol
 
 import numpy as np
 
+from libs.policy.thermal_model import UTIL_PER_SHARE, ThermalModel, gpu_power_w, heat_factor
 from proto.gpus import CATALOG, canonical_model
 from proto.ledger import Allocation
 from proto.nodes import GpuSample, NodeSpec, TelemetrySample
@@ -34,10 +35,10 @@ class GpuBackend(Protocol):
 
 # --- simulated --------------------------------------------------------------------------------
 
-AMBIENT_C = 30.0
-IDLE_C = 35.0  # a datacenter GPU idles around here
-FULL_LOAD_C = 78.0  # and settles around here at full power
-THERMAL_ALPHA = 0.5  # fraction of the gap to the steady temperature closed per sample
+MODEL = ThermalModel()  # libs.policy.thermal_model: the simulator's model too
+AMBIENT_C = MODEL.ambient_c
+IDLE_C = 35.0  # a datacenter GPU idles around here: where a fresh backend's GPUs start
+NOMINAL_STEP_S = 5.0  # a sample whose clock did not move counts as one telemetry interval
 
 
 @dataclass(frozen=True)
@@ -67,26 +68,36 @@ class SimulatedGpuBackend:
 
     A GPU's load is the sum of the shares allocated on it; utilization is that load times a
     per-job efficiency near 0.9, power is idle + (max − idle) × utilization, and temperature
-    moves part of the way towards a steady value set by power each sample (thermal inertia).
-    Deterministic for a given seed and sequence of calls.
+    follows ``libs.policy.thermal_model`` (first order toward a steady state set by power and
+    the node's heat profile, its ``mosaic/heat`` label or ``heat``; cooling toward ambient
+    when idle) over the Mosaic-clock time since the node's last sample. A call whose clock
+    did not move (a test sampling in a loop, a stepped clock between steps) counts as one
+    ``NOMINAL_STEP_S`` step, so every call is one reading. Deterministic for a given seed and
+    sequence of calls. ``hot``: pinned readings (tests, demos); ``pin``/``unpin`` change them
+    while the backend runs.
     """
 
     name = "sim"
 
     def __init__(
-        self, nodes: list[NodeSpec], *, seed: int = 0, hot: Iterable[HotSpot] = ()
+        self,
+        nodes: list[NodeSpec],
+        *,
+        seed: int = 0,
+        hot: Iterable[HotSpot] = (),
+        heat: dict[str, float] | None = None,
+        model: ThermalModel = MODEL,
     ) -> None:
         self.nodes = list(nodes)
-        self.hot = list(hot)
-        ids = {n.id for n in self.nodes}
-        for h in self.hot:
-            if h.node is not None and h.node not in ids:
-                raise ValueError(f"--hot names node {h.node!r}, which this process does not host")
-            for n in self.nodes:
-                if (h.node in (None, n.id)) and not 0 <= h.gpu_index < n.gpu_count:
-                    raise ValueError(f"--hot GPU {h.gpu_index} is not on {n.id} ({n.gpu_count})")
+        self.model = model
+        self.hot: list[HotSpot] = []
+        for h in hot:
+            self.pin(h)
+        # a bad mosaic/heat label is a start-up error naming the node, not a silent 1.0
+        self.heat = {n.id: heat_factor(n, (heat or {}).get(n.id)) for n in self.nodes}
         self._rng = {n.id: np.random.default_rng([seed, _stable_hash(n.id)]) for n in self.nodes}
         self._temp_c = {n.id: np.full(n.gpu_count, IDLE_C) for n in self.nodes}
+        self._last_s: dict[str, float] = {}
         self._load: dict[str, np.ndarray] = {}
         self._mem_gb: dict[str, np.ndarray] = {}
         self.asleep: set[str] = set()  # hosted nodes whose executor reports them asleep
@@ -94,6 +105,27 @@ class SimulatedGpuBackend:
 
     def node_specs(self) -> list[NodeSpec]:
         return list(self.nodes)
+
+    def pin(self, spot: HotSpot) -> None:
+        """Pin a GPU's reading (replacing an earlier pin of the same GPU); ValueError naming
+        the flag when the node or GPU is not hosted here."""
+        ids = {n.id for n in self.nodes}
+        if spot.node is not None and spot.node not in ids:
+            raise ValueError(f"--hot names node {spot.node!r}, which this process does not host")
+        for n in self.nodes:
+            if (spot.node in (None, n.id)) and not 0 <= spot.gpu_index < n.gpu_count:
+                raise ValueError(f"--hot GPU {spot.gpu_index} is not on {n.id} ({n.gpu_count})")
+        self.unpin(spot.gpu_index, spot.node)
+        self.hot.append(spot)
+
+    def unpin(self, gpu_index: int, node: str | None = None) -> None:
+        """Let a pinned GPU follow the model again (from its pinned temperature)."""
+        self.hot = [h for h in self.hot if (h.gpu_index, h.node) != (gpu_index, node)]
+
+    def _dt_s(self, node: str, now: float) -> float:
+        last = self._last_s.get(node)
+        self._last_s[node] = now if last is None else max(last, now)
+        return now - last if last is not None and now > last else NOMINAL_STEP_S
 
     def set_allocations(self, allocations: Iterable[Allocation]) -> None:
         """Replace the allocation picture (the whole ledger; other nodes' entries are ignored)."""
@@ -124,9 +156,10 @@ class SimulatedGpuBackend:
 
     def _asleep_sample(self, node: NodeSpec, now: float) -> TelemetrySample:
         """Flagged ``asleep``, so no reader takes the cold, powerless GPUs for a fault."""
-        temp = self._temp_c[node.id]
-        temp += (AMBIENT_C - temp) * THERMAL_ALPHA
-        np.maximum(temp, AMBIENT_C, out=temp)
+        temp = self.model.step(
+            self._temp_c[node.id], 0.0, self._dt_s(node.id, now), max_power_w=node.max_power_w
+        )
+        self._temp_c[node.id] = temp
         gpus = tuple(
             GpuSample(
                 index=i, util=0.0, mem_used_gb=0.0, temp_c=round(float(temp[i]), 2), power_w=0.0
@@ -139,30 +172,34 @@ class SimulatedGpuBackend:
         rng = self._rng[node.id]
         load = self._load[node.id]
         busy = load > 0
-        efficiency = np.clip(rng.normal(0.9, 0.04, node.gpu_count), 0.6, 1.0)
+        efficiency = np.clip(rng.normal(UTIL_PER_SHARE, 0.04, node.gpu_count), 0.6, 1.0)
         util = np.where(
             busy, load * efficiency, np.clip(rng.normal(0.0, 0.005, node.gpu_count), 0, 0.02)
         )
-        power_w = node.idle_power_w + (node.max_power_w - node.idle_power_w) * util
+        power_w = gpu_power_w(node.idle_power_w, node.max_power_w, util)
         power_w = np.maximum(
             0.0, power_w + rng.normal(0.0, 0.01 * node.max_power_w, node.gpu_count)
         )
-        frac = np.clip(power_w / node.max_power_w, 0.0, 1.0) if node.max_power_w > 0 else util
-        steady_c = IDLE_C + (FULL_LOAD_C - IDLE_C) * frac
-        temp = self._temp_c[node.id]
-        temp += (steady_c - temp) * THERMAL_ALPHA
-        temp += rng.normal(0.0, 0.3, node.gpu_count)
-        np.maximum(temp, AMBIENT_C, out=temp)
+        temp = self.model.step(
+            self._temp_c[node.id],
+            power_w,
+            self._dt_s(node.id, now),
+            max_power_w=node.max_power_w,
+            heat=self.heat[node.id],
+        )
+        self._temp_c[node.id] = temp  # the model's state; the reading adds sensor noise
+        reading = np.maximum(temp + rng.normal(0.0, 0.3, node.gpu_count), AMBIENT_C)
         for h in self.hot:
             if h.node in (None, node.id):
-                temp[h.gpu_index] = h.temp_c + rng.normal(0.0, 0.2)
+                temp[h.gpu_index] = h.temp_c  # unpinned, it cools or heats from here
+                reading[h.gpu_index] = h.temp_c + rng.normal(0.0, 0.2)
         mem_gb = np.minimum(self._mem_gb[node.id] + np.where(busy, 0.4, 0.0), node.gpu_mem_gb)
         gpus = tuple(
             GpuSample(
                 index=i,
                 util=round(float(util[i]), 4),
                 mem_used_gb=round(float(mem_gb[i]), 3),
-                temp_c=round(float(temp[i]), 2),
+                temp_c=round(float(reading[i]), 2),
                 power_w=round(float(power_w[i]), 2),
             )
             for i in range(node.gpu_count)

@@ -243,7 +243,14 @@ def run_chaos(stack: Stack, sup: Supervisor, n_jobs: int) -> dict[str, float]:
     return recovery_s
 
 
-@pytest.mark.parametrize("chaos_stack", [1, 3], ids=["1-nats", "3-nats"], indirect=True)
+# the three-server variant is a soak (about 40 s on 2 cores): `make test-all`; the one-server
+# variant keeps every fault of the schedule in `make test`
+@pytest.mark.parametrize(
+    "chaos_stack",
+    [1, pytest.param(3, marks=pytest.mark.slow)],
+    ids=["1-nats", "3-nats"],
+    indirect=True,
+)
 def test_chaos_short(chaos_stack: tuple[Stack, Supervisor]) -> None:
     stack, sup = chaos_stack
     recovery = run_chaos(stack, sup, 300)

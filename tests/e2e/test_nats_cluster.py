@@ -14,6 +14,7 @@ import time
 
 import msgspec
 import nats
+import pytest
 
 from libs.bus.server import NatsCluster
 from libs.client.api import ClientError
@@ -40,6 +41,17 @@ async def _ephemeral_consumer_host(url: str) -> int:
     return int(name.removeprefix("mosaic-"))
 
 
+def _report_unfinished(stack, client, ids: set[str]) -> None:  # type: ignore[no-untyped-def]
+    """On a timeout, print what each unfinished job was doing and the services' last words:
+    a failure on CI must say where the run stopped, not only that it did."""
+    for j in client.jobs():
+        if j.id in ids and j.state not in ("completed", "failed", "cancelled"):
+            print(f"unfinished {j.id}: state={j.state} node={j.node} reason={j.reason!r}")
+    for name, svc in stack.services.items():
+        print(f"--- {name} ({svc.log_path}) ---\n{svc.tail(40)}")
+
+
+@pytest.mark.slow  # a soak of three servers and a loss (`make test-all`); see the docstring
 def test_a_job_run_survives_losing_one_of_three_nats_servers(tmp_path) -> None:  # type: ignore[no-untyped-def]
     require_services()
     stack = start_stack(demo_cluster(), clock_factor=600.0, data_dir=tmp_path, nats_cluster=3)
@@ -77,7 +89,11 @@ def test_a_job_run_survives_losing_one_of_three_nats_servers(tmp_path) -> None: 
         cluster.kill(victim)  # mid-run, and the server an ephemeral consumer (a read model) is on
         alive = next(s for i, s in enumerate(cluster.servers) if i != victim)
         ids |= submit("after", 20)
-        wait_for(all_terminal(client, ids), timeout_s=150, what="40 jobs to end", stack=stack)
+        try:
+            wait_for(all_terminal(client, ids), timeout_s=150, what="40 jobs to end", stack=stack)
+        except BaseException:
+            _report_unfinished(stack, client, ids)
+            raise
         states = {j.id: j.state for j in client.jobs() if j.id in ids}
         assert set(states.values()) == {"completed"}, states
 

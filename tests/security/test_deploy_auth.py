@@ -31,6 +31,7 @@ CONF = K8S / "nats-server.conf"
 # the NATS user each deployed service runs as, by its module
 USER_OF = {"gateway": "gateway", "scorer": "scorer", "placer": "placer"}
 USER_OF |= {"telemetry": "telemetry", "executor": "executor"}
+USER_OF |= {"thermal": "thermal", "defrag": "defrag"}  # issue 14
 
 
 def _module(command: list[str]) -> str:

@@ -1,6 +1,6 @@
 """The simulated executor on the stepped clock (issue 13, part 8): a job ending at t ends at the
 first step at or after t, reported with time t, before the step's barrier lets go; a boot ends
-at its ``ready_at`` the same way."""
+at its ``ready_at`` the same way; a checkpoint's cost ends the same way (issue 14)."""
 
 from __future__ import annotations
 
@@ -17,10 +17,11 @@ from libs.bus import Bus, ServiceConfig, serve
 from libs.bus.steps import StepController
 from libs.clock import SteppedClock
 from proto import subjects
-from proto.events import Completed, Started
+from proto.events import Checkpointed, Completed, Preempted, Started
 from proto.nodes import ExecutorReport
 from services.executor.service import main
 from services.placer.power import send_power_commands
+from tests.runtime._jobs import checkpoint
 from tests.services.test_executor import T4, Harness
 
 
@@ -104,3 +105,26 @@ async def test_a_boot_ends_at_ready_at_on_the_step_that_reaches_it(
         await asyncio.sleep(0.05)
     assert reports[-1].power.since == 320.0
     assert any(r.power.state == "waking" and r.power.ready_at == 320.0 for r in reports)
+
+
+async def test_a_checkpoint_cost_is_a_timer_the_stepped_clock_honours(
+    stepped: tuple[Harness, StepController],
+) -> None:
+    """Asked at t=20 with a cost of 50: nothing at the step to 60, both events within the
+    step that passes 70, at 70 (not the step's time), with the progress as of the request."""
+    h, ctl = stepped
+    await ctl.step(10.0)
+    await h.run("k", runtime_s=1000.0)
+    await ctl.step(10.0)
+    await ctl.step(20.0)
+    await checkpoint(h.bus, "k", "defrag", cost_s=50.0)
+    await ctl.step(20.0)  # drain: the command is handled at t=20
+    await ctl.step(60.0)
+    await asyncio.sleep(0.1)
+    assert [type(e) for e in h.of("k")] == [Started]
+    await ctl.step(100.0)
+    _, checkpointed, preempted = await h.wait("k", 3, timeout_s=2)
+    assert isinstance(checkpointed, Checkpointed) and isinstance(preempted, Preempted)
+    assert checkpointed.time == 70.0 and preempted.time == 70.0
+    assert checkpointed.progress == pytest.approx((20.0 - 10.0) / 1000.0)
+    assert preempted.attempt == 1

@@ -1,19 +1,350 @@
-"""Preempt: the stage between reserve/backfill and power, left ready for the next issue.
+"""Preempt: which running jobs may be moved, and the priority-protection rule (the definitions).
 
-Nothing is preempted yet: ``plan`` decides nothing and the pass does not call it. The next
-issue fills it in (elastic, checkpointable jobs only: DESIGN.md's defragmenter sends preempt
-intents the placer checks) and calls it from ``scheduler.schedule`` after the walk, with the
-blocked jobs the pass found and the running set.
+A move is a checkpoint and a requeue: the job stops at its last checkpoint, keeps its progress
+and waits again with a resume deadline (``PreemptConfig.resume_bound_s``, 30 min by default,
+the field report's "resume within 30 minutes"). Both drivers apply a move the same way: the
+simulator charges the checkpoint time, the live placer sends ``node.<node>.checkpoint``.
+
+**Protected jobs** (``protection``: never moved, whoever asks; the reason says why):
+
+* a job that is neither checkpointable nor elastic (it would lose its work),
+* an inference job (a service: moving it drops requests),
+* a job moved less than ``min_interval_s`` ago (nothing thrashes), or one whose current attempt
+  started less than ``min_run_s`` ago (it has barely started: moving it gains nothing),
+* a job whose resume bound the move could break (``resume_feasible``): it must fit somewhere
+  else now, or on a node where enough running work is expected to end within the bound.
+
+**Priority protection** (``priority_plan``, rule ``PRIORITY_RULE``): the best-ranked blocked
+job with priority >= ``protect_priority`` that has waited ``min_wait_s`` may stop running jobs
+of priority <= its own - ``priority_gap`` on ONE node, the cheapest such set (lowest priority,
+then least lost work first), when the work lost (``lost_gpu_s``: the save and the restore, and
+a share of the attempt's run, over the victims' GPUs) is at most ``lost_per_wait`` x the
+GPU-seconds the blocked job has already waited. That is the trade-off, printed in the reason.
+Slurm's ``PreemptType=preempt/qos`` with ``PreemptMode=REQUEUE`` is the model; the bound on
+lost work is Mosaic's own (Slurm preempts whenever the QOS allows).
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import dataclasses
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
 
-from libs.policy.types import PendingJob, RunningJob
+import numpy as np
+
+from libs.policy.cluster import EPS, ClusterView
+from libs.policy.config import PolicyConfig, PreemptConfig
+from libs.policy.filters import static_mask
+from libs.policy.stages.filter import frac_slot_ok, is_fractional, whole_gpus
+from libs.policy.types import PendingJob, Placement, RunningJob
+from proto.jobs import JobSpec
+
+PRIORITY_RULE = "priority-protection"
+PRIORITY_LEVELS = 10  # JobSpec.priority is 0-9 (proto.validation)
 
 
-def plan(blocked: Sequence[PendingJob], running: Sequence[RunningJob]) -> tuple[str, ...]:
-    """The ids of running jobs to preempt for the blocked jobs (best ranked first): none yet."""
-    del blocked, running
-    return ()
+@dataclass(frozen=True, slots=True)
+class MoveFacts:
+    """What the scheduler knows of a running job's history, for the protection rules."""
+
+    started_at: float  # when its current attempt started (Mosaic clock)
+    last_moved_at: float | None = None  # when it was last preempted or migrated
+
+
+@dataclass(frozen=True, slots=True)
+class Victim:
+    """A running job a plan stops, and the work it loses."""
+
+    job_id: str
+    node: str
+    lost_gpu_s: float
+
+
+@dataclass(frozen=True, slots=True)
+class PriorityPlan:
+    """Stop ``victims`` on ``node`` so that ``for_job`` can start there; ``reason`` prints it."""
+
+    for_job: str
+    node: str
+    victims: tuple[Victim, ...]
+    reason: str
+    rooms: tuple[tuple[str, str], ...] = ()  # (victim, node it resumes on)
+
+
+def gpus_held(job: RunningJob) -> float:
+    return job.gpu_share * len(job.gpu_indices)
+
+
+def protection(job: RunningJob, facts: MoveFacts | None, now: float, pc: PreemptConfig) -> str:
+    """Why ``job`` may not be moved now ("" when it may). Resume feasibility is separate
+    (``resume_feasible``): it needs the cluster."""
+    spec = job.spec
+    if spec.kind == "inference":
+        return "inference job (a service is never preempted)"
+    if not (spec.checkpointable or spec.elastic is not None):
+        return "neither checkpointable nor elastic"
+    if facts is not None:
+        if facts.last_moved_at is not None and now - facts.last_moved_at < pc.min_interval_s:
+            ago = now - facts.last_moved_at
+            return f"moved {ago:.0f} s ago (window {pc.min_interval_s:.0f} s)"
+        if now - facts.started_at < pc.min_run_s:
+            return f"started {now - facts.started_at:.0f} s ago (min run {pc.min_run_s:.0f} s)"
+    return ""
+
+
+def lost_gpu_s(job: RunningJob, facts: MoveFacts | None, now: float, pc: PreemptConfig) -> float:
+    """GPU-seconds a move costs the job: the checkpoint's save and the restore after it
+    (``checkpoint_cost_s`` each, over its GPUs), plus ``at_risk_share`` of the attempt's run
+    (capped at ``lost_work_cap_s``): a save may miss the last steps, and a job that ran longer
+    has more to lose if it fails. The job saves on the move itself (``libs.runtime``), so its
+    progress is kept: the run is not counted lost whole."""
+    ran_s = max(0.0, now - facts.started_at) if facts is not None else 0.0
+    at_risk_s = pc.at_risk_share * min(ran_s, pc.lost_work_cap_s)
+    return gpus_held(job) * (2.0 * pc.checkpoint_cost_s + at_risk_s)
+
+
+def _static_ok(spec: JobSpec, view: ClusterView) -> np.ndarray:
+    """Nodes whose shape could ever hold ``spec`` (``filters.static_mask``: the filter stage's
+    static rules, memoised per request shape), as a copy the caller may change."""
+    return static_mask(spec, view).copy()
+
+
+def fits_after_release(
+    spec: JobSpec, view: ClusterView, i: int, released: Sequence[RunningJob]
+) -> bool:
+    """Would ``spec`` fit on node ``i`` once ``released`` (jobs on that node) stopped? Only the
+    node's free resources are considered (the static rules are the caller's)."""
+    free = view.gpu_free[i].copy()
+    mem = view.gpu_mem_free_gb[i].copy()
+    host = float(view.host_mem_free_gb[i])
+    cpus = float(view.cpus_free[i])
+    for r in released:
+        for g in r.gpu_indices:
+            free[g] += r.gpu_share
+            mem[g] += r.spec.gpu_mem_gb
+        host += r.spec.host_mem_gb
+        cpus += r.spec.cpus
+    if host < spec.host_mem_gb - EPS or cpus < spec.cpus - EPS:
+        return False
+    exists = view.gpu_exists[i]
+    if is_fractional(spec):
+        ok = exists & (free >= spec.gpus - EPS) & (mem >= spec.gpu_mem_gb - EPS)
+        return bool(ok.any())
+    whole = exists & (free >= 1.0 - EPS)
+    return int(whole.sum()) >= whole_gpus(spec)
+
+
+def whole_free_within(
+    view: ClusterView, running: Iterable[RunningJob], now: float, bound_s: float
+) -> np.ndarray:
+    """float[N]: whole GPUs each node has free now, plus those held by running jobs expected
+    to end within ``bound_s`` (``RunningJob.expected_end``; a negative bound: none, free now
+    only, ``PreemptConfig.resume_counts_ends``): the room a moved job could resume in before
+    its deadline. Host memory and CPUs are not counted (GPUs are what runs out)."""
+    soon = view.whole_free.astype(float)
+    if bound_s < 0:
+        return soon
+    horizon = now + bound_s
+    for r in running:
+        if r.expected_end <= horizon and r.gpu_share >= 1.0 - EPS:
+            soon[r.node_index] += len(r.gpu_indices)
+    return soon
+
+
+def resume_rooms(
+    victims: Sequence[RunningJob],
+    view: ClusterView,
+    soon_free: np.ndarray,
+    cfg: PolicyConfig,
+    *,
+    exclude: int | None = None,
+) -> dict[str, int] | None:
+    """Where each of ``victims`` starts again (job id -> node index), so that all of them can
+    resume within the bound if moved now; None when one cannot. Never the node a victim leaves
+    nor ``exclude`` (the node being cleared). Each victim, widest first, takes its room from
+    ``soon_free`` (``whole_free_within``), best fit, so two victims never count the same GPUs;
+    a fractional one needs a GPU slot with its share free now, or a whole GPU. The scheduler
+    holds these rooms for the victims while they save (``core.Scheduler``'s room holds)."""
+    soon = soon_free.copy()
+    avail = ~view.cordoned & ~(view.temp_c >= cfg.thermal_max_c)
+    if exclude is not None:
+        avail[exclude] = False
+    rooms: dict[str, int] = {}
+    for v in sorted(victims, key=lambda r: (-gpus_held(r), r.spec.id)):
+        spec = v.spec
+        ok = avail & _static_ok(spec, view)
+        ok[v.node_index] = False
+        if is_fractional(spec):
+            slot = np.flatnonzero(ok & frac_slot_ok(spec, view).any(axis=1))
+            if len(slot):
+                rooms[spec.id] = int(slot[0])
+                continue
+            need = 1.0
+        else:
+            need = float(whole_gpus(spec))
+        hit = np.flatnonzero(ok & (soon >= need - EPS))
+        if not len(hit):
+            return None
+        i = int(hit[np.argmin(soon[hit])])  # best fit: keep big holes for big jobs
+        soon[i] -= need
+        rooms[spec.id] = i
+    return rooms
+
+
+def may_move(
+    job: RunningJob,
+    facts: Mapping[str, MoveFacts],
+    view: ClusterView,
+    soon_free: np.ndarray,
+    now: float,
+    cfg: PolicyConfig,
+    *,
+    exclude: int | None = None,
+) -> str:
+    """Every rule at once: "" when ``job`` may be moved now, else why not. ``soon_free``:
+    ``whole_free_within`` for the resume bound."""
+    why = protection(job, facts.get(job.spec.id), now, cfg.preempt)
+    if why:
+        return why
+    if resume_rooms((job,), view, soon_free, cfg, exclude=exclude) is None:
+        bound = cfg.preempt.resume_bound_s
+        return f"could not resume within {bound:.0f} s (no room for it elsewhere)"
+    return ""
+
+
+def movable_predicate(
+    facts: Mapping[str, MoveFacts],
+    view: ClusterView,
+    running: Sequence[RunningJob],
+    now: float,
+    cfg: PolicyConfig,
+) -> Callable[[RunningJob], bool]:
+    """``may_move`` as the predicate planners take (the defragmenter, the thermal guard)."""
+    pc = cfg.preempt
+    soon = whole_free_within(
+        view, running, now, pc.resume_bound_s if pc.resume_counts_ends else -1.0
+    )
+    return lambda job: not may_move(job, facts, view, soon, now, cfg)
+
+
+def _node_victims(
+    blocked: PendingJob,
+    i: int,
+    candidates: list[tuple[float, float, RunningJob]],
+    view: ClusterView,
+    most: int,
+) -> list[RunningJob] | None:
+    """The fewest cheapest victims (at most ``most``) on node ``i`` after which ``blocked``
+    fits, or None."""
+    chosen: list[RunningJob] = []
+    for _, _, r in candidates[:most]:
+        chosen.append(r)
+        if fits_after_release(blocked.spec, view, i, chosen):
+            return chosen
+    return None
+
+
+def priority_plan(
+    blocked: Sequence[PendingJob],
+    movers: Mapping[int, Sequence[RunningJob]],
+    movable_gpus: np.ndarray,
+    soon_free: np.ndarray,
+    view: ClusterView,
+    facts: Mapping[str, MoveFacts],
+    now: float,
+    cfg: PolicyConfig,
+) -> PriorityPlan | None:
+    """The priority-protection rule (module docstring) for the best-ranked eligible job of
+    ``blocked`` (in rank order), or None when no plan passes the trade-off. ``movers``: per
+    node index, its running jobs that are checkpointable or elastic and not inference (the
+    only ones a plan may stop); ``movable_gpus``: float[PRIORITY_LEVELS, N], the GPUs they
+    hold per priority and node (a cheap bound: a node where no plan can exist is skipped);
+    ``soon_free``: ``whole_free_within`` the resume bound.
+
+    Per job, the nodes are tried cheapest plan first; the first whose victims can all resume
+    within the bound (``resume_rooms``) is the plan."""
+    pc = cfg.preempt
+    if not pc.enabled or not movers:
+        return None
+    free_gpus = view.gpu_free.sum(axis=1)
+    for pj in blocked:
+        spec = pj.spec
+        waited_s = now - pj.enqueued_at
+        top = spec.priority - pc.priority_gap
+        if spec.priority < pc.protect_priority or waited_s < pc.min_wait_s or top < 0:
+            continue
+        need = spec.gpus if is_fractional(spec) else float(whole_gpus(spec))
+        ok = _static_ok(spec, view) & ~view.cordoned & ~(view.temp_c >= cfg.thermal_max_c)
+        ok &= free_gpus + movable_gpus[: top + 1].sum(axis=0) >= need - EPS
+        budget = pc.lost_per_wait * waited_s * max(spec.gpus, 0.01)
+        options: list[tuple[float, int, list[RunningJob]]] = []
+        for i in np.flatnonzero(ok).tolist():
+            cands = [
+                (r.spec.priority, lost_gpu_s(r, facts.get(r.spec.id), now, pc), r)
+                for r in movers.get(i, ())
+                if r.spec.priority <= top and not protection(r, facts.get(r.spec.id), now, pc)
+            ]
+            cands.sort(key=lambda c: (c[0], c[1], c[2].spec.id))
+            victims = _node_victims(pj, i, cands, view, pc.max_per_pass)
+            if victims is None:
+                continue
+            cost = sum(lost_gpu_s(r, facts.get(r.spec.id), now, pc) for r in victims)
+            if cost <= budget:
+                options.append((cost, i, victims))
+        options.sort(key=lambda o: (o[0], o[1]))
+        for cost, i, victims in options:
+            rooms = resume_rooms(victims, view, soon_free, cfg, exclude=i)
+            if rooms is not None:
+                plan = _plan(pj, view.node_ids[i], victims, cost, budget, waited_s, facts, now, pc)
+                to = tuple((j, view.node_ids[n]) for j, n in sorted(rooms.items()))
+                return dataclasses.replace(plan, rooms=to)
+    return None
+
+
+def _plan(
+    pj: PendingJob,
+    node: str,
+    victims: list[RunningJob],
+    cost: float,
+    budget: float,
+    waited_s: float,
+    facts: Mapping[str, MoveFacts],
+    now: float,
+    pc: PreemptConfig,
+) -> PriorityPlan:
+    spec = pj.spec
+    names = ", ".join(f"{r.spec.id} (priority {r.spec.priority})" for r in victims)
+    reason = (
+        f"{PRIORITY_RULE}: {spec.id} (priority {spec.priority}, waited {waited_s:.0f} s) "
+        f"needs {spec.gpus:g} GPUs on {node}; stopping {names} loses {cost:.0f} GPU-s "
+        f"<= {pc.lost_per_wait:g} x its wait ({budget:.0f} GPU-s)"
+    )
+    out = tuple(
+        Victim(r.spec.id, node, lost_gpu_s(r, facts.get(r.spec.id), now, pc)) for r in victims
+    )
+    return PriorityPlan(for_job=spec.id, node=node, victims=out, reason=reason)
+
+
+def room_placement(spec: JobSpec, view: ClusterView, i: int) -> Placement | None:
+    """Where a job that moves made room for starts: on node ``i``, the node they cleared (held
+    for it meanwhile, ``core.Scheduler``'s room hold, so no other job takes the room first).
+    A gang takes the lowest-numbered whole free GPUs with its memory, as ``placement.place``
+    does; a fraction the best-fit GPU. None while it does not fit there yet (the moved jobs'
+    checkpoints are still being saved)."""
+    if not static_mask(spec, view)[i]:
+        return None
+    if view.host_mem_free_gb[i] < spec.host_mem_gb - EPS or view.cpus_free[i] < spec.cpus - EPS:
+        return None
+    free, mem = view.gpu_free[i], view.gpu_mem_free_gb[i]
+    slots = view.gpu_exists[i] & (mem >= spec.gpu_mem_gb - EPS)
+    if is_fractional(spec):
+        ok = np.flatnonzero(slots & (free >= spec.gpus - EPS))
+        if not len(ok):
+            return None
+        g = int(ok[np.argmin(free[ok])])
+        return Placement(i, view.node_ids[i], (g,), float(spec.gpus), 0.0, {})
+    ok = np.flatnonzero(slots & (free >= 1.0 - EPS))
+    k = whole_gpus(spec)
+    if len(ok) < k:
+        return None
+    return Placement(i, view.node_ids[i], tuple(int(g) for g in ok[:k]), 1.0, 0.0, {})

@@ -43,9 +43,12 @@ class Mosaic(BasePolicy):
 
     def enqueued(self, job: SimJob, now: float) -> None:
         self.by_id[job.spec.id] = job
-        self.core.queue_job(
-            PendingJob(job.spec, enqueued_at=job.submit_s, attempt=job.attempts + 1)
+        pj = PendingJob(
+            job.spec, enqueued_at=job.submit_s, attempt=job.attempts + 1, progress=job.progress
         )
+        if job.preempted_at_s >= 0:  # moved: it waits with a resume deadline
+            pj = self.core.moved_job(pj, job.preempted_at_s)
+        self.core.queue_job(pj)
 
     def started(self, job: SimJob, now: float) -> None:
         (a,) = job.allocs  # Mosaic places a job on one node
@@ -59,6 +62,14 @@ class Mosaic(BasePolicy):
     ) -> list[Assignment]:
         return [(self.by_id[p.job.spec.id], [p.allocation]) for p in self.core.schedule_pass(now)]
 
+    def move_step(self, now: float) -> list[tuple[SimJob, str, str]]:
+        """The moves the scheduler decides now (``core.Scheduler.preempt_step``), as the
+        engine applies them (``libs.sim.moves``)."""
+        return [(self.by_id[m.job_id], m.kind, m.reason) for m in self.core.preempt_step(now)]
+
+    def next_move_s(self, now: float) -> float | None:
+        return self.core.next_move_s(now)
+
     def next_pass_s(self) -> float | None:
         """When the engine should run a pass even without an event (the next backfill)."""
         return self.core.next_pass_s()
@@ -66,6 +77,8 @@ class Mosaic(BasePolicy):
     def power_step(self, now: float) -> tuple[list[str], list[str], float | None]:
         """(node ids to suspend, node ids to resume, when to ask again or None)."""
         step = self.core.power_step(now)
+        if not step.suspend and not step.resume:  # most steps: no list to build
+            return [], [], step.next_s
         ids = self.view.node_ids
         return [ids[i] for i in step.suspend], [ids[i] for i in step.resume], step.next_s
 

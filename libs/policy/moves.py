@@ -1,0 +1,167 @@
+"""What the scheduler remembers to move jobs safely: the state behind ``stages.preempt``.
+
+Why a record of its own: the protection rules read history a pass does not carry (when each
+running attempt started, when each job was last moved, which moves are under way), and the
+priority-protection plan wants the running jobs that could ever be moved, per node, without a
+walk over every running job. ``MoveBook`` keeps those incrementally as the scheduler's events
+arrive (``started``, ``ended``); ``core.Scheduler`` owns one and asks it for decisions
+(``plan_priority``) and for the verdict on an intent (``check``). Pure state, no I/O.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+
+from libs.policy.backfill import RunningSet
+from libs.policy.cluster import EPS, ClusterView
+from libs.policy.config import PolicyConfig
+from libs.policy.decisions import MoveOrder
+from libs.policy.stages import preempt as P
+from libs.policy.types import PendingJob, RunningJob
+
+
+def soon_free(view: ClusterView, running: RunningSet, now: float, bound_s: float) -> np.ndarray:
+    """``stages.preempt.whole_free_within`` read off a ``RunningSet``: only nodes whose
+    earliest expected end falls within the bound are walked, in end order (tested equal to
+    the definition, ``tests/policy/test_preempt.py``)."""
+    soon = view.whole_free.astype(float)
+    if bound_s < 0:
+        return soon
+    horizon = now + bound_s
+    first = running.first_end_array(len(view.node_ids))
+    for i in np.flatnonzero(first <= horizon).tolist():
+        for r in running.on_node(i):
+            if r.expected_end > horizon:
+                break
+            if r.gpu_share >= 1.0 - EPS:
+                soon[i] += len(r.gpu_indices)
+    return soon
+
+
+def _ends_bound(cfg: PolicyConfig) -> float:
+    """How far ahead a resume may count on expected ends (``resume_counts_ends``)."""
+    pc = cfg.preempt
+    return pc.resume_bound_s if pc.resume_counts_ends else -1.0
+
+
+def _level(job: RunningJob) -> int:
+    return min(max(job.spec.priority, 0), P.PRIORITY_LEVELS - 1)
+
+
+def could_ever_move(job: RunningJob) -> bool:
+    """Checkpointable or elastic and not inference: the jobs a plan may consider at all."""
+    s = job.spec
+    return s.kind != "inference" and (s.checkpointable or s.elastic is not None)
+
+
+class MoveBook:
+    def __init__(self, n_nodes: int) -> None:
+        self.facts: dict[str, P.MoveFacts] = {}  # running job -> its attempt's history
+        self.moved_at: dict[str, float] = {}  # job -> when it was last moved (across attempts)
+        self.movers: dict[int, dict[str, RunningJob]] = {}  # node -> could-ever-move jobs
+        self.attempts: dict[str, tuple[int, str]] = {}  # running job -> (attempt, node id)
+        self.jobs: dict[str, RunningJob] = {}  # every running job
+        self.moving: dict[str, MoveOrder] = {}  # ordered, not yet ended
+        # job -> (the node moves are clearing for it, until when the room is held)
+        self.rooms: dict[str, tuple[str, float]] = {}
+        # GPUs the could-ever-move jobs hold, per priority and node (stages.preempt's bound)
+        self.movable_gpus = np.zeros((P.PRIORITY_LEVELS, n_nodes))
+
+    # ----- events --------------------------------------------------------------------------
+    def started(self, job: RunningJob, attempt: int, node: str, at: float) -> None:
+        jid = job.spec.id
+        self.facts[jid] = P.MoveFacts(started_at=at, last_moved_at=self.moved_at.get(jid))
+        self.attempts[jid] = (attempt, node)
+        self.jobs[jid] = job
+        if could_ever_move(job):
+            self.movers.setdefault(job.node_index, {})[jid] = job
+            self.movable_gpus[_level(job), job.node_index] += P.gpus_held(job)
+
+    def ended(self, job_id: str, node_index: int) -> MoveOrder | None:
+        """The attempt stopped; the order that stopped it, if it was a move."""
+        self.facts.pop(job_id, None)
+        self.attempts.pop(job_id, None)
+        self.jobs.pop(job_id, None)
+        d = self.movers.get(node_index)
+        if d is not None:
+            job = d.pop(job_id, None)
+            if job is not None:
+                m = self.movable_gpus
+                k = _level(job)
+                m[k, node_index] = max(0.0, m[k, node_index] - P.gpus_held(job))
+            if not d:
+                del self.movers[node_index]
+                self.movable_gpus[:, node_index] = 0.0  # no rounding dust on an empty node
+        return self.moving.pop(job_id, None)
+
+    def forget(self, job_id: str) -> None:
+        """The job left for good (a terminal state)."""
+        self.moved_at.pop(job_id, None)
+
+    # ----- decisions -----------------------------------------------------------------------
+    def check(
+        self,
+        job_id: str,
+        attempt: int,
+        node: str,
+        view: ClusterView,
+        running: RunningSet,
+        now: float,
+        cfg: PolicyConfig,
+    ) -> str:
+        """Why a move of ``job_id``'s attempt ``attempt`` on ``node`` is refused ("" if not)."""
+        held = self.attempts.get(job_id)
+        if held is None:
+            return "not running"
+        if held != (attempt, node):
+            return f"stale: attempt {held[0]} runs on {held[1]}"
+        if job_id in self.moving:
+            return "already being moved"
+        job = self.jobs[job_id]
+        soon = soon_free(view, running, now, _ends_bound(cfg))
+        return P.may_move(job, self.facts, view, soon, now, cfg)
+
+    def order(self, move: MoveOrder, now: float, room_s: float) -> MoveOrder:
+        """Record a move decided or accepted now; a move that makes room for a job (``for_job``)
+        holds the node it clears for that job for ``room_s``."""
+        self.moving[move.job_id] = move
+        self.moved_at[move.job_id] = now
+        if move.for_job:
+            self.rooms[move.for_job] = (move.node, now + room_s)
+        if move.to_node:
+            self.rooms[move.job_id] = (move.to_node, now + room_s)
+        return move
+
+    def plan_priority(
+        self,
+        blocked: Sequence[PendingJob],
+        view: ClusterView,
+        running: RunningSet,
+        now: float,
+        cfg: PolicyConfig,
+    ) -> list[MoveOrder]:
+        """The priority-protection rule's moves for this pass (``stages.preempt``), ordered."""
+        movers = {
+            i: [r for jid, r in d.items() if jid not in self.moving] for i, d in self.movers.items()
+        }
+        soon = soon_free(view, running, now, _ends_bound(cfg))
+        plan = P.priority_plan(blocked, movers, self.movable_gpus, soon, view, self.facts, now, cfg)
+        if plan is None:
+            return []
+        out = []
+        to = dict(plan.rooms)
+        for v in plan.victims:
+            attempt, node = self.attempts[v.job_id]
+            mo = MoveOrder(
+                v.job_id,
+                attempt,
+                node,
+                "preempt",
+                plan.reason,
+                for_job=plan.for_job,
+                to_node=to.get(v.job_id, ""),
+            )
+            out.append(self.order(mo, now, cfg.preempt.resume_bound_s))
+        return out

@@ -1,0 +1,1 @@
+"""The thermal guard: telemetry in, hold and migrate intents out (issue 14)."""

@@ -1,0 +1,138 @@
+"""The preemption stage's invariants (libs.policy.stages.preempt), on random clusters: a plan
+never stops a protected job, never stops work of close priority, and keeps every promise it
+makes (the job it is for fits where it cleared, every victim has a room of its own elsewhere,
+and no two share GPUs); the fast read of the resume room equals its definition."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from libs.policy.backfill import RunningSet
+from libs.policy.cluster import ClusterView
+from libs.policy.config import PolicyConfig, PreemptConfig
+from libs.policy.moves import soon_free
+from libs.policy.stages import preempt as P
+from libs.policy.stages.filter import whole_gpus
+from libs.policy.types import PendingJob, RunningJob
+from proto.jobs import Elastic, JobSpec
+from proto.ledger import Allocation
+from tests.policy.strategies import nodes
+
+NOW = 10_000.0
+PLANS: list[bool] = []  # whether each example found a plan (the test checks some did)
+CFG = dataclasses.replace(PolicyConfig.default(), preempt=PreemptConfig(min_run_s=0.0))
+
+
+@st.composite
+def cluster(draw):  # type: ignore[no-untyped-def]
+    """A random cluster, filled with random 1-4 GPU jobs of random kinds and priorities."""
+    ns = draw(nodes(max_nodes=5))
+    view = ClusterView.build(ns)
+    running: list[RunningJob] = []
+    facts: dict[str, P.MoveFacts] = {}
+    for k in range(draw(st.integers(0, 14))):
+        i = draw(st.integers(0, len(ns) - 1))
+        free = [g for g in range(ns[i].gpu_count) if view.gpu_free[i, g] >= 1.0]
+        if not free:
+            continue
+        g = draw(st.integers(1, min(4, len(free))))
+        kind = draw(st.sampled_from(["ckpt", "ckpt", "elastic", "plain", "inference"]))
+        spec = JobSpec(
+            id=f"r{k}",
+            gpus=g,
+            gpu_mem_gb=4.0,
+            host_mem_gb=1.0,
+            cpus=1.0,
+            priority=draw(st.integers(0, 9)),
+            checkpointable=kind in ("ckpt", "inference"),
+            elastic=Elastic(min_gpus=1, max_gpus=g) if kind == "elastic" else None,
+            kind="inference" if kind == "inference" else "training",
+        )
+        alloc = Allocation(
+            job_id=spec.id, node=ns[i].id, gpu_indices=tuple(free[:g]), gpu_share=1.0,
+            gpu_mem_gb=4.0, host_mem_gb=1.0, cpus=1.0, time=0.0, attempt=1, spec=spec,
+        )  # fmt: skip
+        view.allocate(alloc)
+        end = draw(st.sampled_from([NOW - 1, NOW + 600, NOW + 5000]))
+        running.append(RunningJob.from_allocation(alloc, i, end))
+        moved = draw(st.sampled_from([None, NOW - 60, NOW - 7200]))
+        facts[spec.id] = P.MoveFacts(started_at=0.0, last_moved_at=moved)
+    return view, running, facts
+
+
+def _movers(running: list[RunningJob]) -> tuple[dict[int, list[RunningJob]], np.ndarray]:
+    by: dict[int, list[RunningJob]] = {}
+    m = np.zeros((P.PRIORITY_LEVELS, 8))
+    for r in running:
+        if r.spec.kind != "inference" and (r.spec.checkpointable or r.spec.elastic is not None):
+            by.setdefault(r.node_index, []).append(r)
+            m[r.spec.priority, r.node_index] += P.gpus_held(r)
+    return by, m
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(cluster(), st.integers(1, 8), st.integers(8, 9))
+def test_a_plan_never_stops_a_protected_job_and_keeps_its_promises(c, gpus, prio) -> None:  # type: ignore[no-untyped-def]
+    view, running, facts = c
+    by, m = _movers(running)
+    m = m[:, : len(view.node_ids)]
+    blocked = [PendingJob(JobSpec(id="urgent", gpus=gpus, gpu_mem_gb=4.0, priority=prio), 0.0)]
+    soon = P.whole_free_within(view, running, NOW, -1.0)
+    plan = P.priority_plan(blocked, by, m, soon, view, facts, NOW, CFG)
+    PLANS.append(plan is not None)
+    if plan is None:
+        return
+    jobs = {r.spec.id: r for r in running}
+    victims = [jobs[v.job_id] for v in plan.victims]
+    for r in victims:
+        assert P.protection(r, facts[r.spec.id], NOW, CFG.preempt) == ""  # never protected
+        assert r.spec.priority <= prio - CFG.preempt.priority_gap
+        assert view.node_ids[r.node_index] == plan.node
+    # the job it is for fits on the node once the victims are gone
+    i = view.index[plan.node]
+    assert P.fits_after_release(blocked[0].spec, view, i, victims)
+    # every victim has a room elsewhere, and the rooms together fit what is free now
+    rooms = dict(plan.rooms)
+    assert set(rooms) == {r.spec.id for r in victims}
+    taken = np.zeros(len(view.node_ids))
+    for r in victims:
+        n = view.index[rooms[r.spec.id]]
+        assert n != r.node_index and n != i
+        taken[n] += whole_gpus(r.spec)
+    assert np.all(taken <= view.whole_free + 1e-9)
+
+
+def test_the_random_clusters_do_make_plans() -> None:
+    """The property above is not vacuous: a good share of its examples found a plan."""
+    if not PLANS:
+        test_a_plan_never_stops_a_protected_job_and_keeps_its_promises()
+    assert sum(PLANS) >= 5, f"{sum(PLANS)} plans in {len(PLANS)} examples"
+
+
+@settings(max_examples=100, deadline=None)
+@given(cluster(), st.sampled_from([-1.0, 0.0, 600.0, 1800.0, 10_000.0]))
+def test_the_resume_room_read_off_a_running_set_is_its_definition(c, bound_s) -> None:  # type: ignore[no-untyped-def]
+    view, running, _ = c
+    want = P.whole_free_within(view, running, NOW, bound_s)
+    got = soon_free(view, RunningSet(running), NOW, bound_s)
+    assert np.array_equal(want, got)
+
+
+def test_the_rules_say_why_a_job_is_protected() -> None:
+    pc = CFG.preempt
+    base = JobSpec(id="j", gpus=1, checkpointable=True)
+    r = RunningJob(base, 0, (0,), 1.0, NOW)
+    assert P.protection(r, P.MoveFacts(0.0), NOW, pc) == ""
+    plain = dataclasses.replace(r, spec=JobSpec(id="j", gpus=1))
+    assert "neither checkpointable nor elastic" in P.protection(plain, None, NOW, pc)
+    inf = dataclasses.replace(
+        r, spec=JobSpec(id="j", gpus=1, checkpointable=True, kind="inference")
+    )
+    assert "inference" in P.protection(inf, None, NOW, pc)
+    assert "moved 60 s ago" in P.protection(r, P.MoveFacts(0.0, NOW - 60), NOW, pc)
+    fresh = PreemptConfig(min_run_s=300.0)
+    assert "started 10 s ago" in P.protection(r, P.MoveFacts(NOW - 10), NOW, fresh)
