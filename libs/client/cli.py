@@ -277,6 +277,13 @@ def sim(
     max_jobs: Annotated[int | None, typer.Option("--max-jobs")] = None,
     load: Annotated[float | None, typer.Option("--load")] = None,
     throughputs: Annotated[Path | None, typer.Option("--throughputs")] = None,
+    fill: Annotated[
+        float | None, typer.Option("--fill", help="FGD's fill experiment up to this x capacity")
+    ] = None,
+    overrides: Annotated[
+        list[str] | None, typer.Option("--set", help="KEY=VALUE of PolicyConfig (repeatable)")
+    ] = None,
+    traces_dir: Annotated[Path | None, typer.Option("--traces-dir")] = None,
     hot_nodes: Annotated[
         str | None, typer.Option("--hot-nodes", help="hot-node scenario: nodes that run hot")
     ] = None,
@@ -286,13 +293,6 @@ def sim(
     hot_heat: Annotated[
         float | None, typer.Option("--hot-heat", help="their heat factor (default 1.5)")
     ] = None,
-    fill: Annotated[
-        float | None, typer.Option("--fill", help="FGD's fill experiment up to this x capacity")
-    ] = None,
-    overrides: Annotated[
-        list[str] | None, typer.Option("--set", help="KEY=VALUE of PolicyConfig (repeatable)")
-    ] = None,
-    traces_dir: Annotated[Path | None, typer.Option("--traces-dir")] = None,
 ) -> None:
     """Replay a trace through the simulator under several policies and compare them."""
     if fill is not None:  # the runner's own command line runs the fill experiment
@@ -337,9 +337,9 @@ def sim(
                 load=load,
                 throughputs=throughputs,
                 progress=progress,
-                hot=_hot_scenario(hot_nodes, hot_share, hot_heat),
                 traces_dir=traces_dir,
                 overrides=overrides or (),
+                hot=_hot_scenario(hot_nodes, hot_share, hot_heat),
             )
         except (ValueError, FileNotFoundError) as exc:
             raise UsageProblem(str(exc)) from None

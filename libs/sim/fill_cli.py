@@ -1,5 +1,6 @@
-"""The command line of the fill experiment (``mosaic sim --fill F``): flags from the runner's
-parser, one ``run_fill`` per seed, a table of the allocation ratios at 100% and at the fill."""
+"""The command line of the fill experiment (``mosaic sim --fill F``): its flags (and ``--set``)
+on the runner's parser, one ``run_fill`` per seed, a table of the allocation ratios at 100%
+and at the fill."""
 
 from __future__ import annotations
 
@@ -8,6 +9,26 @@ from typing import Any
 
 from libs.sim.fill_run import FILL_POLICIES, run_fill
 from libs.sim.overrides import apply_overrides
+
+
+def add_fill_args(ap: argparse.ArgumentParser) -> None:
+    """The runner's flags for the fill experiment (``--fill``) and for overrides (``--set``)."""
+    ap.add_argument(
+        "--fill",
+        type=float,
+        default=None,
+        help="FGD's fill experiment: pods arrive shuffled and never leave until the arrived GPU "
+        "request is this x capacity (e.g. 1.3); needs --trace openb[:VARIANT] --cluster openb",
+    )
+    ap.add_argument(
+        "--set",
+        dest="overrides",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="override a PolicyConfig field for this run (repeatable; dotted for nested "
+        "records, e.g. defrag.enabled=true)",
+    )
 
 
 def main_fill(args: argparse.Namespace, console: Any) -> int:

@@ -31,6 +31,7 @@ from libs.sim.baselines import make_policy, parse_policies
 from libs.sim.cluster import SimCluster
 from libs.sim.engine import Engine, runtime_matrix
 from libs.sim.failures import FailureModel
+from libs.sim.fill_cli import add_fill_args
 from libs.sim.state import SimResult
 from libs.sim.thermal import HotNodes, guard_report, sim_thermal_for, summary_line, without_guard
 from proto.nodes import NodeSpec
@@ -118,8 +119,8 @@ def run_simulation(
     failures: FailureModel | None = None,
     policy_kwargs: dict[str, dict] | None = None,
     keep_runs: dict[str, SimResult] | None = None,
-    hot: HotNodes | None = None,
     overrides: Sequence[str] = (),
+    hot: HotNodes | None = None,
 ) -> dict:
     """Replay ``trace`` on ``cluster`` under each policy; the ``results.json`` dict.
 
@@ -129,10 +130,10 @@ def run_simulation(
     occupancy is higher than ``load``) or "effective" (each GPU counts at its speed relative to
     the job's fastest model, averaged over the trace's work mix; see ``effective_capacity``).
     ``progress(policy, fraction)`` is called as each run advances. ``keep_runs``, when given,
-    receives each policy's raw run. ``hot``: a hot-node scenario (``libs.sim.thermal``): each
-    policy's ``thermal`` figures, and mosaic run again without its guard for ``thermal``.
-    ``overrides``: ``KEY=VALUE`` settings of Mosaic's ``PolicyConfig``
-    (``libs.sim.overrides``), recorded in the results as ``overrides``.
+    receives each policy's raw run. ``overrides``: ``KEY=VALUE`` settings of Mosaic's
+    ``PolicyConfig`` (``libs.sim.overrides``), recorded in the results as ``overrides``.
+    ``hot``: a hot-node scenario (``libs.sim.thermal``): each policy's ``thermal`` figures, and
+    mosaic run again without its guard for ``thermal``.
     """
     from libs.sim.loaders import load_trace
     from libs.sim.overrides import apply_overrides
@@ -320,22 +321,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         help="default fifo,drf,tiresias,gavel,mosaic (with --fill: random,bestfit,fgd,mosaic,"
         "mosaic+defrag)",
     )
-    ap.add_argument(
-        "--fill",
-        type=float,
-        default=None,
-        help="FGD's fill experiment: pods arrive shuffled and never leave until the arrived GPU "
-        "request is this x capacity (e.g. 1.3); needs --trace openb[:VARIANT] --cluster openb",
-    )
-    ap.add_argument(
-        "--set",
-        dest="overrides",
-        action="append",
-        default=[],
-        metavar="KEY=VALUE",
-        help="override a PolicyConfig field for this run (repeatable; dotted for nested "
-        "records, e.g. defrag.enabled=true)",
-    )
+    add_fill_args(ap)
     ap.add_argument("--out", type=Path, default=None, help="folder for results.json and plots")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--max-jobs", type=int, default=None)
@@ -402,8 +388,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                 traces_dir=args.traces_dir,
                 tariff_usd_per_kwh=args.tariff,
                 keep_runs=runs,
-                hot=HotNodes.parse(args.hot_nodes, args.hot_share, args.hot_heat),
                 overrides=args.overrides,
+                hot=HotNodes.parse(args.hot_nodes, args.hot_share, args.hot_heat),
             )
     except (ValueError, FileNotFoundError) as exc:
         console.print(f"[red]error:[/red] {exc}")
