@@ -114,6 +114,7 @@ class PreemptConfig:
     checkpoint_cost_s: float = 30.0  # time a checkpoint takes (sim) / is expected to take
     max_per_pass: int = 4  # moves the scheduler decides per pass
     interval_s: float = 60.0  # the rule looks at most this often (a plan is a search)
+    candidate_nodes: int = 8  # nodes a plan tries per blocked job (most free GPUs first)
     # a moved job is first in line again: its place counts as resume_credit_s older (aging at
     # 0.025/h: +4.2 for a week, above any fresh score), so the resume bound the plan checked
     # is kept (measured on the first 8k Philly jobs: without it p99 resume delay was 20 h)

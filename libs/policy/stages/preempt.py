@@ -244,6 +244,17 @@ def _node_victims(
     return None
 
 
+def candidate_nodes(ok: np.ndarray, free_gpus: np.ndarray, most: int) -> list[int]:
+    """The nodes (indices ``ok``) a plan tries, at most ``most``: those with the most GPUs
+    free already (the fewest to stop), then in index order. A bound by design: a plan is
+    a search per node, and on a large cluster most nodes that could hold the job are as good
+    as one another."""
+    if len(ok) <= most:
+        return ok.tolist()
+    order = np.lexsort((ok, -free_gpus[ok]))
+    return ok[order[:most]].tolist()
+
+
 def priority_plan(
     blocked: Sequence[PendingJob],
     movers: Mapping[int, Sequence[RunningJob]],
@@ -278,7 +289,7 @@ def priority_plan(
         ok &= free_gpus + movable_gpus[: top + 1].sum(axis=0) >= need - EPS
         budget = pc.lost_per_wait * waited_s * max(spec.gpus, 0.01)
         options: list[tuple[float, int, list[RunningJob]]] = []
-        for i in np.flatnonzero(ok).tolist():
+        for i in candidate_nodes(np.flatnonzero(ok), free_gpus, pc.candidate_nodes):
             cands = [
                 (r.spec.priority, lost_gpu_s(r, facts.get(r.spec.id), now, pc), r)
                 for r in movers.get(i, ())
@@ -288,11 +299,15 @@ def priority_plan(
             victims = _node_victims(pj, i, cands, view, pc.max_per_pass)
             if victims is None:
                 continue
-            cost = sum(lost_gpu_s(r, facts.get(r.spec.id), now, pc) for r in victims)
+            cost = sum(c[1] for c in cands[: len(victims)])  # the victims: a prefix of cands
             if cost <= budget:
                 options.append((cost, i, victims))
         options.sort(key=lambda o: (o[0], o[1]))
+        room_total = float(soon_free.sum())
         for cost, i, victims in options:
+            held = sum(gpus_held(r) for r in victims)
+            if room_total - soon_free[i] < held - EPS:  # no room for them all, whatever the fit
+                continue
             rooms = resume_rooms(victims, view, soon_free, cfg, exclude=i)
             if rooms is not None:
                 plan = _plan(pj, view.node_ids[i], victims, cost, budget, waited_s, facts, now, pc)
