@@ -242,6 +242,8 @@ def _wait(predicate: Any, what: str, timeout_s: float = 30.0) -> None:
         time.sleep(0.2)
 
 
+# make test-all (test time): the committed cluster config is also checked statically here
+@pytest.mark.slow
 def test_three_servers_from_the_config_keep_an_r3_stream_through_a_lost_leader(
     members: tuple[list[_Member], Credentials, list[int]], tmp_path: Path
 ) -> None:

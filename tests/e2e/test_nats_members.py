@@ -88,6 +88,8 @@ def _local_messages(monitor_port: int) -> int | None:
     return None
 
 
+# make test-all (test time): a member lost and back is also covered by two_of_three below
+@pytest.mark.slow
 def test_a_dead_member_comes_back_alone_and_catches_up(tmp_path: Path) -> None:
     cluster = start_nats_cluster(tmp_path / "nats", n=3)
     stack = _stack(cluster, tmp_path)
@@ -200,6 +202,8 @@ def test_two_of_three_lost_stops_writes_and_loses_nothing_stored(tmp_path: Path)
         cluster.stop()
 
 
+# make test-all (test time): `mosaic up --nats-cluster 3` with a member killed and restarted
+@pytest.mark.slow
 def test_mosaic_up_with_three_nats_servers_brings_a_killed_one_back(tmp_path: Path) -> None:
     """``mosaic up --nats-cluster 3``: a SIGKILLed server is restarted alone and said so, the
     stack keeps running, and a Ctrl-C stops all three servers with the services."""

@@ -78,7 +78,13 @@ while True:
 
 @pytest.mark.skipif(PYTHON is None, reason="no python3 in /usr/bin:/bin for jobs")
 @pytest.mark.parametrize(
-    "when", ["while it saves", "after it saved and exited", "before the signal went out"]
+    "when",
+    [
+        "while it saves",
+        # make test-all (test time): the other two crash points
+        pytest.param("after it saved and exited", marks=pytest.mark.slow),
+        pytest.param("before the signal went out", marks=pytest.mark.slow),
+    ],
 )
 async def test_a_local_checkpoint_cut_by_a_crash_keeps_the_jobs_progress(
     local_node: Node,  # noqa: F811

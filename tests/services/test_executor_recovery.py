@@ -145,7 +145,8 @@ async def local_node(nats_url: str, tmp_path: Path) -> AsyncIterator[Node]:
         yield node
 
 
-@pytest.mark.parametrize("how", ["kill -9", "sigterm"])
+# sigterm in make test-all (test time): kill -9 is the harder case
+@pytest.mark.parametrize("how", ["kill -9", pytest.param("sigterm", marks=pytest.mark.slow)])
 async def test_sim_job_survives_a_restart_and_completes_once_on_time(
     sim_node: Node, how: str
 ) -> None:

@@ -26,6 +26,9 @@ class Mosaic(BasePolicy):
 
     def __init__(self, cfg: PolicyConfig | None = None):
         self.cfg = cfg or PolicyConfig.default()
+        if not self.cfg.preempt.enabled:  # the rule off: the engine asks nothing per instant
+            self.move_step = None  # type: ignore[assignment]
+            self.next_move_s = None  # type: ignore[assignment]
 
     def attach(self, ctx: SimContext) -> None:
         super().attach(ctx)
