@@ -58,6 +58,8 @@ class MovesMixin:
         """After the pass: each job moves made room for starts in its room once the moved jobs
         are gone (``stages.preempt.room_placement``), unless the pass placed it elsewhere. A
         room lapses after the resume bound, or when its node is held for another reason."""
+        if not self.moves.rooms:  # almost every pass: nothing is being made room for
+            return []
         out = []
         placed = {pj.spec.id for pj, _ in res.assignments}
         for job_id, (node, until) in list(self.moves.rooms.items()):
