@@ -160,8 +160,10 @@ def _end(r: RunningJob) -> float:
     return r.expected_end
 
 
-def _fits(spec: JobSpec, free, mem, host: float, cpus: float) -> bool:
-    """Plain-Python check on one node's few GPU slots (faster than numpy at this size)."""
+def fits_slots(spec: JobSpec, free, mem, host: float, cpus: float) -> bool:
+    """Would ``spec`` fit one node with these free GPU shares and GPU memory (per slot), host
+    memory and CPUs? Plain Python on a node's few GPU slots (faster than numpy at this size);
+    ``stages.preempt`` asks it of a node as it would be once some jobs stopped."""
     if host < spec.host_mem_gb - EPS or cpus < spec.cpus - EPS:
         return False
     if F.is_fractional(spec):
@@ -181,7 +183,7 @@ def _earliest_start_jobs(
     mem = view.gpu_mem_free_gb[node, :g].tolist()
     host = float(view.host_mem_free_gb[node])
     cpus = float(view.cpus_free[node])
-    if _fits(spec, free, mem, host, cpus):
+    if fits_slots(spec, free, mem, host, cpus):
         return now
     if not F.is_fractional(spec):
         # whole GPUs: count fully free GPUs as releases cross 1.0 instead of rescanning
@@ -207,7 +209,7 @@ def _earliest_start_jobs(
             mem[j] += s.gpu_mem_gb
         host += s.host_mem_gb
         cpus += s.cpus
-        if _fits(spec, free, mem, host, cpus):
+        if fits_slots(spec, free, mem, host, cpus):
             return max(r.expected_end, now)
     return float("inf")
 
@@ -323,4 +325,4 @@ def delays(
             mem[j] += r.gpu_mem_gb
         host += r.host_mem_gb
         cpus += r.cpus
-    return not _fits(head, free, mem, host, cpus)
+    return not fits_slots(head, free, mem, host, cpus)

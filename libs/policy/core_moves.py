@@ -134,8 +134,10 @@ class MovesMixin:
         if not pc.enabled or not self.moves.movers:
             return None
         rows = self._protected_rows()
-        at = self.queue.table()[rows, COL_ENQ] + pc.min_wait_s if len(rows) else rows
-        later = at[at > now] if len(rows) else at
+        if not len(rows):
+            return None
+        at = self.queue.table()[rows, COL_ENQ] + pc.min_wait_s
+        later = at[at > now]
         return float(later.min()) if len(later) else None
 
     def check_move(self: Scheduler, job_id: str, attempt: int, node: str, now: float) -> str:

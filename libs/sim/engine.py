@@ -36,7 +36,7 @@ import numpy as np
 
 from libs.sim.cluster import EPS, SimCluster
 from libs.sim.failures import FailureModel
-from libs.sim.moves import Mover, move_hook
+from libs.sim.moves import Mover
 from libs.sim.state import (
     BACKOFF,
     COMPLETED,
@@ -156,7 +156,7 @@ class Engine:
         self._next_tick = float("inf")
         # moves (libs.sim.moves): the same checkpoint cost for every policy that moves jobs
         self._mover = Mover(self._push, CKPT, checkpoint_cost_s)
-        self._move_step = move_hook(policy)
+        self._move_step = getattr(policy, "move_step", None)  # libs.sim.moves
         policy.attach(SimContext(self.cluster, models, profiles, self.jobs))
         self._thermal = thermal  # libs.sim.thermal.SimThermal: heat, throttling, the guard
         if thermal is not None:

@@ -68,6 +68,8 @@ class FillPolicy:
         self.work = work
 
     def choose(self, spec: JobSpec, fit: np.ndarray) -> Choice | None:
+        """Where ``spec`` goes among the nodes ``fit`` allows: each policy's own rule (random,
+        bestfit, fgd, mosaic); the base has none, as ``baselines.base.BasePolicy.schedule``."""
         raise NotImplementedError
 
     def place(self, spec: JobSpec, now: float) -> bool:

@@ -19,7 +19,6 @@ A move of a job that is neither checkpointable nor elastic is refused here and c
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
 
 from libs.sim.state import RUNNING, SimJob
 
@@ -59,7 +58,3 @@ class Mover:
         if job.preempted_at_s >= 0:
             job.resume_delays_s.append(t - job.preempted_at_s)
             job.preempted_at_s = -1.0
-
-
-def move_hook(policy: Any) -> Callable[[float], list[tuple[SimJob, str, str]]] | None:
-    return getattr(policy, "move_step", None)

@@ -32,6 +32,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from libs.policy.backfill import fits_slots
 from libs.policy.cluster import EPS, ClusterView
 from libs.policy.config import PolicyConfig, PreemptConfig
 from libs.policy.filters import static_mask
@@ -114,24 +115,18 @@ def fits_after_release(
 ) -> bool:
     """Would ``spec`` fit on node ``i`` once ``released`` (jobs on that node) stopped? Only the
     node's free resources are considered (the static rules are the caller's)."""
-    free = view.gpu_free[i].copy()
-    mem = view.gpu_mem_free_gb[i].copy()
+    g = int(view.gpu_total[i])
+    free = view.gpu_free[i, :g].tolist()
+    mem = view.gpu_mem_free_gb[i, :g].tolist()
     host = float(view.host_mem_free_gb[i])
     cpus = float(view.cpus_free[i])
     for r in released:
-        for g in r.gpu_indices:
-            free[g] += r.gpu_share
-            mem[g] += r.spec.gpu_mem_gb
+        for j in r.gpu_indices:
+            free[j] += r.gpu_share
+            mem[j] += r.spec.gpu_mem_gb
         host += r.spec.host_mem_gb
         cpus += r.spec.cpus
-    if host < spec.host_mem_gb - EPS or cpus < spec.cpus - EPS:
-        return False
-    exists = view.gpu_exists[i]
-    if is_fractional(spec):
-        ok = exists & (free >= spec.gpus - EPS) & (mem >= spec.gpu_mem_gb - EPS)
-        return bool(ok.any())
-    whole = exists & (free >= 1.0 - EPS)
-    return int(whole.sum()) >= whole_gpus(spec)
+    return fits_slots(spec, free, mem, host, cpus)
 
 
 def whole_free_within(
@@ -346,20 +341,14 @@ def room_placement(spec: JobSpec, view: ClusterView, i: int) -> Placement | None
     A gang takes the lowest-numbered whole free GPUs with its memory, as ``placement.place``
     does; a fraction the best-fit GPU. None while it does not fit there yet (the moved jobs'
     checkpoints are still being saved)."""
-    if not static_mask(spec, view)[i]:
-        return None
-    if view.host_mem_free_gb[i] < spec.host_mem_gb - EPS or view.cpus_free[i] < spec.cpus - EPS:
+    if not static_mask(spec, view)[i] or not fits_after_release(spec, view, i, ()):
         return None
     free, mem = view.gpu_free[i], view.gpu_mem_free_gb[i]
     slots = view.gpu_exists[i] & (mem >= spec.gpu_mem_gb - EPS)
     if is_fractional(spec):
         ok = np.flatnonzero(slots & (free >= spec.gpus - EPS))
-        if not len(ok):
-            return None
         g = int(ok[np.argmin(free[ok])])
         return Placement(i, view.node_ids[i], (g,), float(spec.gpus), 0.0, {})
     ok = np.flatnonzero(slots & (free >= 1.0 - EPS))
     k = whole_gpus(spec)
-    if len(ok) < k:
-        return None
     return Placement(i, view.node_ids[i], tuple(int(g) for g in ok[:k]), 1.0, 0.0, {})
