@@ -119,10 +119,10 @@ class Scheduler(MovesMixin):
         self.moves = MoveBook(
             len(self.view.node_ids)
         )  # running attempts' history, ordered moves (stages.preempt)
-        self.heat = HeatMemory(self.view.nodes)  # which nodes ran hot (stages.heat)
+        self.heat = HeatMemory(self.view.nodes, cfg)  # which nodes ran hot (stages.heat)
         self._hot: set[int] = set()  # nodes the thermal guard holds now
-        self.view.heat_risky = self.heat.note(np.zeros(0, dtype=np.int64), now, cfg)
-        self._heat_watch = bool(self.view.heat_risky.any())  # some node is risky: refresh
+        self.view.heat_risky = self.heat.labelled.copy()
+        self._heat_watch = False  # some node ran hot: note the heat every pass
 
     # ----- events: jobs --------------------------------------------------------------------
     def can_ever_place(self, spec: JobSpec) -> bool:
@@ -274,8 +274,9 @@ class Scheduler(MovesMixin):
         full = self._cadence.take(now)
         if self._hot or self._heat_watch:  # some node runs or ran hot: stages.heat
             hot = np.fromiter(self._hot, dtype=np.int64, count=len(self._hot))
-            self.view.heat_risky = self.heat.note(hot, now, self.cfg)
-            self._heat_watch = bool(self.view.heat_risky.any())
+            busy = self.view.whole_free < self.view.gpu_total  # (a fraction: not whole)
+            self.view.heat_risky = self.heat.note(hot, busy, now, self.cfg)
+            self._heat_watch = bool(self.heat.learnt.any())
         res = scheduler.schedule(
             self.queue,
             self.view,

@@ -141,6 +141,27 @@ class MoveBook:
         soon = soon_free(view, running, now, _ends_bound(cfg))
         return P.may_move(job, self.facts, view, soon, now, cfg)
 
+    def room_for(
+        self,
+        job_id: str,
+        view: ClusterView,
+        running: RunningSet,
+        now: float,
+        cfg: PolicyConfig,
+        *,
+        cool_only: bool = False,
+    ) -> str:
+        """Where a running job would resume if it left its node now: a room of its own on
+        another node (``stages.preempt.resume_rooms``), with ``cool_only`` one that did not
+        run hot (``stages.heat``'s risky nodes); "" when none has room now."""
+        job = self.jobs.get(job_id)
+        if job is None:
+            return ""
+        soon = soon_free(view, running, now, _ends_bound(cfg))
+        avoid = view.heat_risky if cool_only and view.heat_risky.any() else None
+        rooms = P.resume_rooms((job,), view, soon, cfg, exclude=job.node_index, avoid=avoid)
+        return view.node_ids[rooms[job_id]] if rooms else ""
+
     def order(self, move: MoveOrder, now: float, room_s: float) -> MoveOrder:
         """Record a move decided or accepted now; a move that makes room for a job (``for_job``)
         holds the node it clears for that job for ``room_s``."""

@@ -274,7 +274,7 @@ class SimThermal:
         check = getattr(self._core, "check_move", None)
         if check is None:
             return False  # a scheduler without the move rule moves nothing
-        why = check(job.job_id, job.attempt, node, t)
+        why = check(job.job_id, job.attempt, node, t, kind="migrate")
         if why:  # counted by the rule that refused (its numbers left out)
             key = re.sub(r"\d+(\.\d+)?", "N", why)
             self.totals.migrations_refused[key] = self.totals.migrations_refused.get(key, 0) + 1

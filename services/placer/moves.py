@@ -112,7 +112,12 @@ class MoveCommitter:
             if not error:
                 assert isinstance(intent, MoveIntent)
                 error = sched.check_move(
-                    intent.job_id, intent.attempt, intent.node, now, shrink_to=intent.shrink_to
+                    intent.job_id,
+                    intent.attempt,
+                    intent.node,
+                    now,
+                    shrink_to=intent.shrink_to,
+                    kind=intent.kind,
                 )
             if error:
                 await self._refuse_intent(intent, error, now)

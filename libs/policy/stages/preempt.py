@@ -42,6 +42,7 @@ from libs.policy.cluster import EPS, ClusterView
 from libs.policy.config import PolicyConfig, PreemptConfig
 from libs.policy.filters import static_mask
 from libs.policy.stages.filter import frac_slot_ok, is_fractional, whole_gpus
+from libs.policy.stages.heat import heat_averse
 from libs.policy.stages.shrink import shrink_floor
 from libs.policy.types import PendingJob, Placement, RunningJob
 from proto.jobs import JobSpec
@@ -181,10 +182,12 @@ def resume_rooms(
     cfg: PolicyConfig,
     *,
     exclude: int | None = None,
+    avoid: np.ndarray | None = None,
 ) -> dict[str, int] | None:
     """Where each of ``victims`` starts again (job id -> node index), so that all of them can
     resume within the bound if moved now; None when one cannot. Never the node a victim leaves
-    nor ``exclude`` (the node being cleared). Each victim, widest first, takes its room from
+    nor ``exclude`` (the node being cleared), nor the nodes ``avoid`` marks (bool[N]). Each
+    victim, widest first, takes its room from
     ``soon_free`` (``whole_free_within``), best fit, so two victims never count the same GPUs;
     a fractional one needs a GPU slot with its share free now, or a whole GPU. The scheduler
     holds these rooms for the victims while they save (``core.Scheduler``'s room holds)."""
@@ -192,6 +195,8 @@ def resume_rooms(
     avail = ~view.cordoned & ~(view.temp_c >= cfg.thermal_max_c)
     if exclude is not None:
         avail[exclude] = False
+    if avoid is not None:
+        avail &= ~avoid
     rooms: dict[str, int] = {}
     for v in sorted(victims, key=lambda r: (-gpus_held(r), r.spec.id)):
         spec = v.spec
@@ -208,6 +213,9 @@ def resume_rooms(
         hit = np.flatnonzero(ok & (soon >= need - EPS))
         if not len(hit):
             return None
+        if view.heat_risky[hit].any() and heat_averse(spec, cfg):  # stages.heat: cool first
+            cool = hit[~view.heat_risky[hit]]
+            hit = cool if len(cool) else hit
         i = int(hit[np.argmin(soon[hit])])  # best fit: keep big holes for big jobs
         soon[i] -= need
         rooms[spec.id] = i
