@@ -1,0 +1,107 @@
+"""Tiresias (libs.sim.baselines.tiresias): 2D-LAS queues, demotion, preemption through the
+engine's shared mechanism, STARVELIMIT, and the -np twin that never preempts."""
+
+from __future__ import annotations
+
+import pytest
+
+from libs.sim.baselines import make_policy
+from libs.sim.baselines.tiresias import Tiresias
+from libs.sim.engine import simulate
+from tests.sim.helpers import FlatProfiles, job, node
+
+PROFILES = FlatProfiles()
+NODES = [node("n0", gpus=2)]
+
+
+def _run(jobs, policy, cost_s: float = 0.0):  # type: ignore[no-untyped-def]
+    res = simulate(jobs, NODES, policy, PROFILES, checkpoint_cost_s=cost_s)
+    assert all(j.terminal_count == 1 and j.state == "completed" for j in res.jobs)
+    assert res.preempted_non_checkpointable == 0
+    return {j.spec.id: j for j in res.jobs}
+
+
+def _long_then_new(**kw) -> list:  # type: ignore[no-untyped-def]
+    """A 2-GPU job of 10,000 s at t=0 fills the node; a 2-GPU job of 500 s arrives at 1,000 s.
+    The long job crosses the 3,200 GPU-s boundary at 1,600 s (2 GPUs x 1,600 s)."""
+    return [job("long", 0, 10_000, gpus=2, **kw), job("new", 1_000, 500, gpus=2, **kw)]
+
+
+def test_a_demoted_long_job_is_preempted_for_a_new_one_and_keeps_its_progress() -> None:
+    j = _run(_long_then_new(checkpointable=True), make_policy("tiresias"))
+    # at 1,000 s both are in queue 0 (FIFO: the long job keeps running); at 1,600 s the long
+    # job is demoted to queue 1 and yields
+    assert j["new"].first_start_s == pytest.approx(1_600.0)
+    assert j["long"].moves == 1 and j["long"].attempts == 2
+    assert j["long"].run_s == pytest.approx(10_000.0)  # progress kept: no work redone
+    assert j["long"].end_s == pytest.approx(10_500.0)
+
+
+def test_without_preemption_the_new_job_waits_for_the_long_one() -> None:
+    j = _run(_long_then_new(checkpointable=True), make_policy("tiresias-np"))
+    assert j["long"].moves == 0
+    assert j["new"].first_start_s == pytest.approx(10_000.0)
+
+
+def test_the_shared_checkpoint_cost_is_paid() -> None:
+    j = _run(_long_then_new(checkpointable=True), make_policy("tiresias"), cost_s=60.0)
+    assert j["new"].first_start_s == pytest.approx(1_660.0)  # the victim's save held the GPUs
+    assert j["long"].end_s == pytest.approx(10_560.0)  # 60 s of GPUs spent saving
+
+
+def test_a_job_that_cannot_checkpoint_is_never_preempted() -> None:
+    j = _run(_long_then_new(), make_policy("tiresias"))
+    assert j["long"].moves == 0
+    assert j["new"].first_start_s == pytest.approx(10_000.0)
+
+
+def test_a_job_of_the_same_queue_is_not_preempted() -> None:
+    jobs = [
+        job("long", 0, 10_000, gpus=2, checkpointable=True),
+        job("big", 1_000, 20_000, gpus=2, checkpointable=True),
+    ]
+    j = _run(jobs, Tiresias((50_000.0,)))  # one boundary far away: all in queue 0
+    assert j["long"].moves == 0 and j["big"].first_start_s == pytest.approx(10_000.0)
+
+
+def _starving() -> list:
+    """``a`` is preempted at 1,600 s by ``b`` (20,000 s long), having executed 1,600 s."""
+    return [
+        job("a", 0, 10_000, gpus=2, checkpointable=True),
+        job("b", 1_000, 20_000, gpus=2, checkpointable=True),
+    ]
+
+
+def test_starvelimit_promotes_a_waiting_job_back_to_the_top_queue() -> None:
+    j = _run(_starving(), make_policy("tiresias"))
+    a = j["a"]
+    assert j["b"].first_start_s == pytest.approx(1_600.0)
+    # promoted once it has waited more than 2 x 1,600 s, at the first look after 4,800 s;
+    # b (6,400 GPU-s attained by then) is in queue 1 and yields
+    assert a.resume_delays_s[0] == pytest.approx(3_240.0)
+    assert a.end_s < j["b"].end_s
+
+
+def test_without_starvelimit_the_waiting_job_waits_for_the_queue_0_job() -> None:
+    j = _run(_starving(), Tiresias(starve_factor=1e9))
+    # b runs in queue 0 until its own service demotes it, and only a job of a higher queue
+    # could preempt it: a stays in queue 1 behind it
+    assert j["a"].resume_delays_s[0] == pytest.approx(j["b"].end_s - 1_600.0)
+
+
+def test_fresh_jobs_go_before_jobs_with_more_service() -> None:
+    p = Tiresias()
+    jobs = [job("old", 0, 5_000, gpus=2, checkpointable=True)]
+    jobs += [job(f"f{i}", 2_000 + i, 100, gpus=1, checkpointable=True) for i in range(2)]
+    j = _run(jobs, p)
+    # the old job (3,200 GPU-s at 1,600 s) is in queue 1 when the fresh ones arrive
+    assert j["old"].moves == 1
+    assert j["f0"].first_start_s == pytest.approx(2_000.0)
+    assert j["f1"].first_start_s == pytest.approx(2_001.0)
+
+
+def test_bad_settings_name_the_field() -> None:
+    with pytest.raises(ValueError, match="boundaries_gpu_s"):
+        Tiresias((3_200.0, 100.0))
+    with pytest.raises(ValueError, match="starve_factor"):
+        Tiresias(starve_factor=0.0)
