@@ -53,31 +53,25 @@ def max_min_allocation(
         coef = t * gpus[:, None] / np.maximum(iso, 1e-300)[:, None]
     else:
         coef = np.where(ok, gpus[:, None], 0.0)
-    runnable = ok.any(axis=1)
-    # variables: X flattened row-major (n*k), then t
-    nv = n * k + 1
-    rows, cols, vals = [], [], []
-    r = 0
-    idx = np.arange(n * k).reshape(n, k)
-    for i in np.flatnonzero(runnable).tolist():  # t - sum_m coef X <= 0
-        rows += [r] * (k + 1)
-        cols += [*idx[i].tolist(), n * k]
-        vals += [*(-coef[i]).tolist(), 1.0]
-        r += 1
-    for i in range(n):  # sum_m X[i, m] <= 1
-        rows += [r] * k
-        cols += idx[i].tolist()
-        vals += [1.0] * k
-        r += 1
-    for m in range(k):  # sum_i gpus_i X[i, m] <= type_gpus[m]
-        rows += [r] * n
-        cols += idx[:, m].tolist()
-        vals += gpus.tolist()
-        r += 1
-    a = coo_matrix((vals, (rows, cols)), shape=(r, nv)).tocsr()
-    b = np.concatenate([np.zeros(int(runnable.sum())), np.ones(n), type_gpus.astype(float)])
+    runnable = np.flatnonzero(ok.any(axis=1))
+    nr = len(runnable)
+    # variables: X flattened row-major (n*k), then t. Rows: for each runnable job
+    # t - sum_m coef X <= 0; for each job sum_m X <= 1; for each type sum_i gpus_i X <= GPUs.
+    xcol = np.arange(n * k).reshape(n, k)
+    r_fair = np.repeat(np.arange(nr), k + 1)
+    c_fair = np.concatenate([xcol[runnable], np.full((nr, 1), n * k)], axis=1).ravel()
+    v_fair = np.concatenate([-coef[runnable], np.ones((nr, 1))], axis=1).ravel()
+    r_time = nr + np.repeat(np.arange(n), k)
+    r_type = nr + n + np.tile(np.arange(k), n)
+    rows = np.concatenate([r_fair, r_time, r_type])
+    cols = np.concatenate([c_fair, xcol.ravel(), xcol.ravel()])
+    vals = np.concatenate([v_fair, np.ones(n * k), np.repeat(gpus, k)])
+    r = nr + n + k
+    a = coo_matrix((vals, (rows, cols)), shape=(r, n * k + 1)).tocsr()
+    b = np.concatenate([np.zeros(nr), np.ones(n), type_gpus.astype(float)])
     c = np.concatenate([-(TIE_WEIGHT / n) * coef.ravel(), [-1.0]])
-    bounds = [(0.0, 1.0 if o else 0.0) for o in ok.ravel()] + [(0.0, None)]
+    upper = np.concatenate([ok.ravel().astype(float), [np.inf]])
+    bounds = np.stack([np.zeros(n * k + 1), upper], axis=1)
     res = linprog(c, A_ub=a, b_ub=b, bounds=bounds, method="highs")
     if res.status != 0:
         raise RuntimeError(f"gavel LP not solved: {res.message}")

@@ -28,14 +28,16 @@ Where it differs, and why:
   a wider one takes whole free nodes in order. The paper consolidates only the jobs its
   profiler finds skewed (the others may spread); without a skew profile every job is
   consolidated, the paper's choice for the models that need it.
-- The queues are re-examined at every event and at least every ``RECHECK_S`` while jobs
-  wait (the paper's scheduler runs on events and at a fixed interval); no new victim is chosen
-  while a checkpoint is under way (with a zero cost, none is ever under way at a decision).
+- The queues are re-examined at every event and at the instants they change while jobs wait
+  (a running job demoted, a waiting one promoted; the paper's scheduler looks on events and
+  at a fixed interval); no new victim is chosen while a checkpoint is under way (with a zero
+  cost, none is ever under way at a decision).
 - A request for a fraction of a GPU never preempts (the paper has none).
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Collection
 
 import numpy as np
@@ -46,7 +48,7 @@ from libs.sim.state import PENDING, Assignment, SimContext, SimJob
 
 QUEUE_BOUNDARIES_GPU_S: tuple[float, ...] = (3200.0,)
 STARVE_FACTOR = 2.0  # STARVELIMIT: promoted after waiting this many times its executed time
-RECHECK_S = 60.0  # the queues are looked at at least this often while jobs wait
+LOOK_AFTER_S = 1e-3  # a change is looked at this long after it (past float rounding)
 
 
 class Tiresias(BasePolicy):
@@ -77,6 +79,7 @@ class Tiresias(BasePolicy):
         super().attach(ctx)
         self.running: dict[int, SimJob] = {}
         self.pending: dict[int, SimJob] = {}
+        self.pending_ran: dict[int, SimJob] = {}  # waiting jobs that ran before (may starve)
         self.service_base_gpu_s: dict[int, float] = {}  # service at its last promotion
 
     # ----- the definition: a job's service and queue ----------------------------------------
@@ -101,9 +104,12 @@ class Tiresias(BasePolicy):
     # ----- engine hooks ---------------------------------------------------------------------
     def enqueued(self, job: SimJob, now: float) -> None:
         self.pending[job.idx] = job
+        if job.run_s > 0:
+            self.pending_ran[job.idx] = job
 
     def started(self, job: SimJob, now: float) -> None:
         self.pending.pop(job.idx, None)
+        self.pending_ran.pop(job.idx, None)
         self.running[job.idx] = job
 
     def ended(self, job: SimJob, now: float) -> None:
@@ -116,7 +122,23 @@ class Tiresias(BasePolicy):
         return first_fit_scan(ordered, view, check_memory=True, blocking=False)
 
     def next_move_s(self, now: float) -> float | None:
-        return now + RECHECK_S if self.pending else None
+        """The next instant the queues change without an event while jobs wait: a running
+        job's service crossing a boundary (it is demoted) or a waiting job reaching
+        STARVELIMIT (it is promoted)."""
+        if not self.pending:
+            return None
+        soon = math.inf
+        for j in self.running.values():
+            if checkpointing(j) or j.spec.gpus <= 0:
+                continue
+            served = self.service_gpu_s(j, now)
+            for b in self.boundaries:
+                if b > served + EPS:
+                    soon = min(soon, now + (b - served) / j.spec.gpus)
+                    break
+        for j in self.pending_ran.values():
+            soon = min(soon, j.enqueue_s + self.starve_factor * j.run_s)
+        return soon + LOOK_AFTER_S if now < soon < math.inf else None
 
     # ----- preemption -----------------------------------------------------------------------
     def move_step(self, now: float) -> list[tuple[SimJob, str, str]]:
