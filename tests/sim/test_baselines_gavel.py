@@ -179,3 +179,10 @@ def test_las_ratio_at_gavels_scale(traces_dir) -> None:  # type: ignore[no-untyp
     """1,000 jobs on 36+36+36 GPUs (Gavel's simulated cluster): measured 1.44 (seed 0)."""
     ratio = _las_ratio(traces_dir, 1000, 4.5, 9, seed=0)
     assert 1.2 < ratio < 2.0
+
+
+def test_a_gang_no_single_type_can_hold_is_refused_not_left_waiting() -> None:
+    nodes = [node("fast", model="v100-32gb", gpus=4), node("slow", model="k80", gpus=4)]
+    res = simulate([job("wide", 0, 100, gpus=8)], nodes, make_policy("gavel"), FlatProfiles())
+    (j,) = res.jobs
+    assert j.state == "failed" and "unschedulable by gavel" in j.reason

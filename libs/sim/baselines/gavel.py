@@ -50,6 +50,7 @@ from libs.sim.cluster import EPS, SimCluster
 from libs.sim.state import PENDING, RUNNING, Assignment, SimContext, SimJob
 
 ROUND_S = 360.0
+STUCK_ROUNDS = 3  # rounds with nothing running or started before the engine is told
 KINDS = ("max_min_perf", "max_min", "fifo_perf")
 
 
@@ -87,6 +88,7 @@ class Gavel(BasePolicy):
         self._fifo_kept: dict[int, int] = {}
         self._feasible: dict[int, np.ndarray] = {}
         self.rounds = self.lp_solves = 0
+        self._rounds_idle = 0  # rounds since a job last started
 
     # ----- engine hooks ---------------------------------------------------------------------
     def enqueued(self, job: SimJob, now: float) -> None:
@@ -94,6 +96,9 @@ class Gavel(BasePolicy):
         self.served_s.setdefault(job.idx, np.zeros(len(self.type_gpus)))
         if self.t0_s is None:
             self.t0_s = now
+
+    def started(self, job: SimJob, now: float) -> None:
+        self._rounds_idle = 0
 
     def ended(self, job: SimJob, now: float) -> None:
         if job.model:
@@ -125,7 +130,13 @@ class Gavel(BasePolicy):
         return [o for o in orders if o[0].state == RUNNING and not checkpointing(o[0])]
 
     def next_move_s(self, now: float) -> float | None:
-        live = any(j.state in (PENDING, RUNNING) for j in self.known.values())
+        """The next round boundary while jobs are active. None when nothing runs and rounds
+        have started nothing for a while: the engine then reports the jobs it cannot place
+        (``StuckSimulation``) instead of ticking forever."""
+        running = any(j.state == RUNNING for j in self.known.values())
+        live = running or any(j.state == PENDING for j in self.known.values())
+        if not running and self._rounds_idle > STUCK_ROUNDS:
+            return None
         return self.next_round_s if live and self.next_round_s > now else None
 
     # ----- rounds ---------------------------------------------------------------------------
@@ -136,6 +147,7 @@ class Gavel(BasePolicy):
         self.next_round_s = self.t0_s + (k + 1) * self.round_s
         self.known = {i: j for i, j in self.known.items() if j.state in (PENDING, RUNNING)}
         self.rounds += 1
+        self._rounds_idle += 1
         self._new_round(now)
 
     def _new_round(self, now: float) -> None:
