@@ -49,9 +49,9 @@ def test_lp_agnostic_gives_equal_time_whatever_the_speeds() -> None:
 
 
 def test_lp_counts_gpus_as_gavel_scale_factors() -> None:
-    """A 2-GPU job and a 1-GPU job on 2 GPUs of one type: equal throughput-per-GPU-time share
-    means X = 1/3 for the 2-GPU job and 1/3 for the other (2 x 1/3 + 1/3 = 1 GPU...), solved:
-    max t with 2 a >= t, b >= t, 2 a + b <= 2, a, b <= 1: a = 1/2, b = 1, t = 1."""
+    """A 2-GPU job (share a) and a 1-GPU job (share b) on 2 GPUs of one type: Gavel weighs
+    a job's throughput by its GPUs, so max t with 2 a >= t, b >= t, 2 a + b <= 2, a, b <= 1
+    gives a = 1/2, b = 1, t = 1 (equal GPU-time, not equal time)."""
     thr = np.ones((2, 1))
     x, t = max_min_allocation(thr, np.array([2.0, 1.0]), np.array([2.0]), ALL[:2, :1], aware=True)
     assert t == pytest.approx(1.0, abs=1e-6)
