@@ -327,8 +327,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument(
         "--policies",
         default=None,
-        help="default fifo,drf,tiresias,gavel,mosaic (with --fill: random,bestfit,fgd,mosaic,"
-        "mosaic+defrag)",
+        help="default fifo,drf,tiresias,gavel,mosaic; also gavel-fifo, las, and NAME-np without "
+        "preemption (libs.sim.baselines) (with --fill: random,bestfit,fgd,mosaic,mosaic+defrag)",
     )
     add_fill_args(ap)
     ap.add_argument("--out", type=Path, default=None, help="folder for results.json and plots")

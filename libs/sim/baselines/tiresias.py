@@ -6,9 +6,10 @@ What the paper does and this module does too:
 - **2D attained service**: GPUs x time a job has held them, summed over its attempts (the
   running attempt counts up to now).
 - **Discretised queues**: a job is in queue k when its attained service lies between the k-th
-  and (k+1)-th threshold (``QUEUE_BOUNDARIES_GPU_S``: two queues split at 3,200 GPU-seconds,
-  in the range of thresholds the paper explores; the paper finds two queues enough). Lower
-  queues go first, FIFO (by arrival) inside a queue.
+  and (k+1)-th threshold. Lower queues go first, FIFO (by arrival) inside a queue. The
+  thresholds are ours: ``QUEUE_BOUNDARIES_GPU_S`` = two queues split at 3,200 GPU-seconds
+  (the paper tunes its thresholds to its trace and reports that few queues suffice; these
+  were not tuned on ours, and are a constructor option).
 - **STARVELIMIT**: a waiting job whose wait since it last stopped exceeds ``STARVE_FACTOR`` x
   the time it has executed is promoted to the top queue; its service count restarts there (it
   is not demoted again by the service it had already attained).
