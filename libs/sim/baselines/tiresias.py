@@ -11,8 +11,9 @@ What the paper does and this module does too:
   (the paper tunes its thresholds to its trace and reports that few queues suffice; these
   were not tuned on ours, and are a constructor option).
 - **STARVELIMIT**: a waiting job whose wait since it last stopped exceeds ``STARVE_FACTOR`` x
-  the time it has executed is promoted to the top queue; its service count restarts there (it
-  is not demoted again by the service it had already attained).
+  the time it has executed (all its attempts; the paper's knob scales the limit by the job's
+  execution time, its value 2 here is ours) is promoted to the top queue; its service count
+  restarts there (it is not demoted again by the service it had already attained).
 - **Preemption**: a waiting job that cannot start while jobs of a lower-priority queue run
   has the lowest-priority running jobs (highest queue, latest arrival first) checkpointed to
   make room: on the node where that frees its GPUs with the fewest GPUs preempted (a job wider
