@@ -105,3 +105,30 @@ def test_bad_settings_name_the_field() -> None:
         Tiresias((3_200.0, 100.0))
     with pytest.raises(ValueError, match="starve_factor"):
         Tiresias(starve_factor=0.0)
+
+
+def test_the_node_that_needs_the_fewest_gpus_preempted_is_chosen() -> None:
+    nodes = [node("n0", gpus=2), node("n1", gpus=2)]
+    jobs = [
+        job("a", 0, 50_000, gpus=2, checkpointable=True),  # n0, queue 1 from 1,600 s
+        job("b", 0, 50_000, gpus=1, checkpointable=True),  # n1, queue 1 from 3,200 s
+        job("new", 4_000, 500, gpus=2, checkpointable=True),
+    ]
+    res = simulate(jobs, nodes, make_policy("tiresias"), PROFILES, checkpoint_cost_s=0.0)
+    j = {x.spec.id: x for x in res.jobs}
+    # n1 has a free GPU: preempting b (1 GPU) is enough there; n0 would cost a's 2
+    assert j["b"].moves == 1 and j["a"].moves == 0
+    assert j["new"].first_start_s == pytest.approx(4_000.0)
+
+
+def test_a_gang_wider_than_a_node_preempts_across_nodes() -> None:
+    nodes = [node("n0", gpus=2), node("n1", gpus=2)]
+    jobs = [
+        job("gang", 0, 50_000, gpus=4, checkpointable=True),  # queue 1 from 800 s
+        job("new", 1_000, 500, gpus=4, checkpointable=True),
+    ]
+    res = simulate(jobs, nodes, make_policy("tiresias"), PROFILES, checkpoint_cost_s=0.0)
+    j = {x.spec.id: x for x in res.jobs}
+    assert j["gang"].moves == 1
+    assert j["new"].first_start_s == pytest.approx(1_000.0)
+    assert all(x.terminal_count == 1 and x.state == "completed" for x in res.jobs)
