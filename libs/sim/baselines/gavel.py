@@ -47,6 +47,7 @@ import numpy as np
 from libs.sim.baselines.base import BasePolicy, checkpointing, movable
 from libs.sim.baselines.gavel_lp import fifo_allocation, max_min_allocation
 from libs.sim.cluster import EPS, SimCluster
+from libs.sim.moves import SimMove
 from libs.sim.state import PENDING, RUNNING, Assignment, SimContext, SimJob
 
 ROUND_S = 360.0
@@ -82,7 +83,7 @@ class Gavel(BasePolicy):
         self.next_round_s = -math.inf
         self.plan: dict[int, int] = {}  # job idx -> type, this round
         self.plan_order: list[int] = []
-        self.orders: list[tuple[SimJob, str, str]] = []
+        self.orders: list[SimMove] = []
         self._cache_key: tuple[int, ...] | None = None
         self._cache_x: dict[int, np.ndarray] = {}
         self._fifo_kept: dict[int, int] = {}
@@ -124,7 +125,7 @@ class Gavel(BasePolicy):
                 view.release(a, notify=False)
         return out
 
-    def move_step(self, now: float) -> list[tuple[SimJob, str, str]]:
+    def move_step(self, now: float) -> list[SimMove]:
         self._maybe_round(now)
         orders, self.orders = self.orders, []
         return [o for o in orders if o[0].state == RUNNING and not checkpointing(o[0])]
@@ -189,7 +190,7 @@ class Gavel(BasePolicy):
                     want = plan.get(j.idx)
                     if want != self.model_pos[j.model]:
                         why = "not scheduled" if want is None else "moved to another type"
-                        self.orders.append((j, "preempt", f"gavel round: {why}"))
+                        self.orders.append((j, "preempt", f"gavel round: {why}", 0))
 
     def served_on(self, job: SimJob, m: int, now: float) -> float:
         """Seconds ``job`` has run on type ``m``, its running attempt included."""

@@ -46,6 +46,7 @@ import numpy as np
 
 from libs.sim.baselines.base import BasePolicy, checkpointing, first_fit_scan, movable
 from libs.sim.cluster import EPS, SimCluster
+from libs.sim.moves import SimMove
 from libs.sim.state import PENDING, Assignment, SimContext, SimJob
 
 QUEUE_BOUNDARIES_GPU_S: tuple[float, ...] = (3200.0,)
@@ -143,7 +144,7 @@ class Tiresias(BasePolicy):
         return soon + LOOK_AFTER_S if now < soon < math.inf else None
 
     # ----- preemption -----------------------------------------------------------------------
-    def move_step(self, now: float) -> list[tuple[SimJob, str, str]]:
+    def move_step(self, now: float) -> list[SimMove]:
         """Checkpoint orders: lower-queue running jobs that make room for waiting jobs of a
         higher-priority queue (the waiting jobs in queue order, each planned once)."""
         if not self.pending or any(checkpointing(j) for j in self.running.values()):
@@ -158,7 +159,7 @@ class Tiresias(BasePolicy):
         free = cluster.free_whole().astype(float)
         taken: set[int] = set()
         failed: set[tuple] = set()
-        orders: list[tuple[SimJob, str, str]] = []
+        orders: list[SimMove] = []
         for job in waiting:
             q = self.queue_of(job, now)
             if q >= lowest:
@@ -179,7 +180,7 @@ class Tiresias(BasePolicy):
             for v in plan:
                 taken.add(v.idx)
                 reason = f"tiresias: queue {vq[v.idx]} yields to {job.spec.id} (queue {q})"
-                orders.append((v, "preempt", reason))
+                orders.append((v, "preempt", reason, 0))
         return orders
 
     @staticmethod
