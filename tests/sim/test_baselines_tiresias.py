@@ -3,11 +3,13 @@ engine's shared mechanism, STARVELIMIT, and the -np twin that never preempts."""
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 
 from libs.sim.baselines import make_policy
 from libs.sim.baselines.tiresias import Tiresias
 from libs.sim.engine import simulate
+from libs.sim.state import SimContext, SimJob
 from tests.sim.helpers import FlatProfiles, job, node
 
 PROFILES = FlatProfiles()
@@ -132,3 +134,19 @@ def test_a_gang_wider_than_a_node_preempts_across_nodes() -> None:
     assert j["gang"].moves == 1
     assert j["new"].first_start_s == pytest.approx(1_000.0)
     assert all(x.terminal_count == 1 and x.state == "completed" for x in res.jobs)
+
+
+def test_a_job_promoted_long_ago_does_not_hide_the_next_demotion() -> None:
+    """Queue changes without an event: ``a`` runs 2 GPUs from 4,800 s with 0 service since its
+    promotion (demoted at 6,400 s); ``b`` has waited past its limit (promoted at 3,000 s).
+    The next look is a's demotion, not b's promotion in the past."""
+    p = Tiresias()
+    p.attach(SimContext(None, [], None, []))
+    a = SimJob(0, job("a", 0, 10_000, gpus=2).spec, 0.0, np.ones(1), 1.0)
+    b = SimJob(1, job("b", 0, 10_000, gpus=2).spec, 0.0, np.ones(1), 1.0)
+    a.state, a.start_s, a.attained_gpu_s, a.run_s = "running", 4_800.0, 3_200.0, 1_600.0
+    b.enqueue_s, b.run_s, b.attained_gpu_s = 1_000.0, 1_000.0, 2_000.0
+    p.enqueued(b, 1_000.0)
+    p.started(a, 4_800.0)
+    p.service_base_gpu_s[a.idx] = 3_200.0
+    assert p.next_move_s(5_000.0) == pytest.approx(6_400.0, abs=0.01)

@@ -140,8 +140,10 @@ class Tiresias(BasePolicy):
                     soon = min(soon, now + (b - served) / j.spec.gpus)
                     break
         for j in self.pending_ran.values():
-            soon = min(soon, j.enqueue_s + self.starve_factor * j.run_s)
-        return soon + LOOK_AFTER_S if now < soon < math.inf else None
+            promote_s = j.enqueue_s + self.starve_factor * j.run_s
+            if promote_s > now:  # one promoted already changes nothing more
+                soon = min(soon, promote_s)
+        return soon + LOOK_AFTER_S if soon < math.inf else None
 
     # ----- preemption -----------------------------------------------------------------------
     def move_step(self, now: float) -> list[SimMove]:
