@@ -68,7 +68,7 @@ def resolve_cluster(name: str, gpus: int | None, trace: Any = None) -> list[Node
 def _feasible(trace_jobs, nodes, policies: list[str]) -> tuple[list[int], Counter]:
     """Indices of jobs every compared policy could place on the empty cluster."""
     sim = SimCluster(nodes)
-    check_mosaic = "mosaic" in policies
+    check_mosaic = any(p.startswith("mosaic") for p in policies)
     if check_mosaic:
         from libs.policy.filters import NeverFits
 
@@ -141,7 +141,8 @@ def run_simulation(
     cfg, overrides_set = apply_overrides(overrides)
     if overrides_set:
         policy_kwargs = dict(policy_kwargs or {})
-        policy_kwargs["mosaic"] = {"cfg": cfg, **policy_kwargs.get("mosaic", {})}
+        for name in ("mosaic", "mosaic-np"):
+            policy_kwargs[name] = {"cfg": cfg, **policy_kwargs.get(name, {})}
 
     names = parse_policies(policies)
     if load is not None and not (math.isfinite(load) and load > 0):
@@ -229,6 +230,7 @@ def run_simulation(
             runtimes=rt,
             progress=cb,
             thermal=thermal,
+            checkpoint_cost_s=cfg.preempt.checkpoint_cost_s,  # one cost for every policy
         )
         if not bounds_done:
             results["bounds"] = B.compute(engine.jobs, models, capacity, idle_w, profiles)
@@ -243,7 +245,14 @@ def run_simulation(
         if off is not None:  # the same run without the guard: what the guard avoided
             off_thermal = sim_thermal_for(off, nodes, hot)
             Engine(
-                jobs, nodes, off, profiles, failures=failures, runtimes=rt, thermal=off_thermal
+                jobs,
+                nodes,
+                off,
+                profiles,
+                failures=failures,
+                runtimes=rt,
+                thermal=off_thermal,
+                checkpoint_cost_s=cfg.preempt.checkpoint_cost_s,
             ).run()
             results["thermal"] = guard_report(hot, nodes, thermal, off_thermal)
         if runs is not None:
@@ -318,8 +327,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument(
         "--policies",
         default=None,
-        help="default fifo,drf,tiresias,gavel,mosaic (with --fill: random,bestfit,fgd,mosaic,"
-        "mosaic+defrag)",
+        help="default fifo,drf,tiresias,gavel,mosaic; also gavel-fifo, las, and NAME-np without "
+        "preemption (libs.sim.baselines) (with --fill: random,bestfit,fgd,mosaic,mosaic+defrag)",
     )
     add_fill_args(ap)
     ap.add_argument("--out", type=Path, default=None, help="folder for results.json and plots")
