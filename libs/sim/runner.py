@@ -4,9 +4,11 @@
 ``python -m libs.sim.runner`` (same flags). It returns the ``results.json`` dict and, with an
 output folder, writes that file and the PNG plots.
 
-Every policy sees the same jobs: a job that no node can ever hold, or that one of the compared
+Every policy sees the same jobs: a job that no node can ever hold, or that one of the known
 policies could never place (Mosaic places a gang on one node; the baselines may span nodes), is
-dropped for all of them, and the count and reasons are reported (``dropped_jobs``).
+dropped for all of them, and the count and reasons are reported (``dropped_jobs``). The rule
+reads the trace and the cluster only, never which policies run, so a policy's figures are the
+same whether it runs alone or beside others; so is the energy window (``metrics.rewindow``).
 """
 
 from __future__ import annotations
@@ -32,6 +34,9 @@ from libs.sim.cluster import SimCluster
 from libs.sim.engine import Engine, runtime_matrix
 from libs.sim.failures import FailureModel
 from libs.sim.fill_cli import add_fill_args
+from libs.sim.power_saving import MODES as POWER_MODES
+from libs.sim.power_saving import RULES as POWER_RULES
+from libs.sim.power_saving import apply_mode, check_mode
 from libs.sim.state import SimResult
 from libs.sim.thermal import HotNodes, guard_report, sim_thermal_for, summary_line, without_guard
 from proto.nodes import NodeSpec
@@ -65,25 +70,23 @@ def resolve_cluster(name: str, gpus: int | None, trace: Any = None) -> list[Node
     raise ValueError(f"unknown cluster {name!r}; known: {', '.join(CLUSTERS)}")
 
 
-def _feasible(trace_jobs, nodes, policies: list[str]) -> tuple[list[int], Counter]:
-    """Indices of jobs every compared policy could place on the empty cluster."""
-    sim = SimCluster(nodes)
-    check_mosaic = "mosaic" in policies
-    if check_mosaic:
-        from libs.policy.filters import NeverFits
+def _feasible(trace_jobs, nodes) -> tuple[list[int], Counter]:
+    """Indices of jobs every known policy could place on the empty cluster (whichever run:
+    dropping a job only when Mosaic is compared would change the baselines' figures)."""
+    from libs.policy.filters import NeverFits
 
-        never_fits = NeverFits(nodes)
+    sim = SimCluster(nodes)
+    never_fits = NeverFits(nodes)
     keep: list[int] = []
     why: Counter = Counter()
     for i, tj in enumerate(trace_jobs):
         if not sim.could_ever_fit(tj.spec, check_memory=True):
             why["no node can ever hold it"] += 1
             continue
-        if check_mosaic:
-            reason = never_fits(tj.spec)
-            if reason is not None:
-                why["mosaic: " + reason.split(":", 1)[0]] += 1
-                continue
+        reason = never_fits(tj.spec)
+        if reason is not None:
+            why["mosaic: " + reason.split(":", 1)[0]] += 1
+            continue
         keep.append(i)
     return keep, why
 
@@ -121,6 +124,7 @@ def run_simulation(
     keep_runs: dict[str, SimResult] | None = None,
     overrides: Sequence[str] = (),
     hot: HotNodes | None = None,
+    power_saving: str = "mosaic",
 ) -> dict:
     """Replay ``trace`` on ``cluster`` under each policy; the ``results.json`` dict.
 
@@ -133,7 +137,8 @@ def run_simulation(
     receives each policy's raw run. ``overrides``: ``KEY=VALUE`` settings of Mosaic's
     ``PolicyConfig`` (``libs.sim.overrides``), recorded in the results as ``overrides``.
     ``hot``: a hot-node scenario (``libs.sim.thermal``): each policy's ``thermal`` figures, and
-    mosaic run again without its guard for ``thermal``.
+    mosaic run again without its guard for ``thermal``. ``power_saving``: who may suspend
+    idle nodes (``libs.sim.power_saving``: mosaic, all or none), recorded as ``power_saving``.
     """
     from libs.sim.loaders import load_trace
     from libs.sim.overrides import apply_overrides
@@ -144,6 +149,7 @@ def run_simulation(
         policy_kwargs["mosaic"] = {"cfg": cfg, **policy_kwargs.get("mosaic", {})}
 
     names = parse_policies(policies)
+    check_mode(power_saving)
     if load is not None and not (math.isfinite(load) and load > 0):
         raise ValueError(f"load must be a positive number, got {load}")
     if load_basis not in LOAD_BASES:
@@ -158,7 +164,7 @@ def run_simulation(
     for n in nodes:
         profiles = profiles.estimate_for(n)
     models = SimCluster(nodes).models
-    keep, dropped = _feasible(tr.jobs, nodes, names)
+    keep, dropped = _feasible(tr.jobs, nodes)
     jobs = [tr.jobs[i] for i in keep]
     if not jobs:
         raise ValueError("no job of the trace fits this cluster")
@@ -207,6 +213,7 @@ def run_simulation(
         "tariff_usd_per_kwh": tariff_usd_per_kwh,
         "failure_model": vars(failures or FailureModel()),
         "overrides": overrides_set,
+        "power_saving": {"mode": power_saving, "rule": POWER_RULES[power_saving]},
         "assumptions": list(tr.assumptions),
         "bounds": {},
         "policies": {},
@@ -216,6 +223,7 @@ def run_simulation(
     bounds_done = False
     # build every policy first: each imports its code now, so one run uses one version of it
     built = {n: make_policy(n, **(policy_kwargs or {}).get(n, {})) for n in names}
+    built = {n: apply_mode(n, p, power_saving, cfg) for n, p in built.items()}
     for name in names:
         policy = built[name]
         cb = (lambda f, _n=name: progress(_n, f)) if progress is not None else None
@@ -236,6 +244,9 @@ def run_simulation(
         run = engine.run()
         m = M.compute(run, tariff_usd_per_kwh)
         m["bound_violations"] = B.check(run, m, results["bounds"])
+        m["power_saving"] = getattr(policy, "power_step", None) is not None and (
+            getattr(getattr(policy, "cfg", None), "power_saving", True)
+        )
         if thermal is not None:
             m["thermal"] = thermal.totals.as_dict()
         results["policies"][name] = m
@@ -249,8 +260,9 @@ def run_simulation(
         if runs is not None:
             runs[name] = run
         del engine
-    common = max(m["makespan_s"] for m in results["policies"].values())
-    results["policies"] = {n: M.rewindow(m, common) for n, m in results["policies"].items()}
+    window = M.energy_window_s(results["bounds"])
+    results["energy_window"] = {"energy_window_s": window, "rule": M.ENERGY_WINDOW_RULE}
+    results["policies"] = {n: M.rewindow(m, window) for n, m in results["policies"].items()}
     results = _finite(results)
     if out_dir is not None:
         out = Path(out_dir)
@@ -346,6 +358,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     ap.add_argument("--traces-dir", type=Path, default=None)
     ap.add_argument(
+        "--power-saving",
+        choices=POWER_MODES,
+        default="mosaic",
+        help="who may suspend idle nodes: mosaic only (default), all policies by the same "
+        "rule, or none",
+    )
+    ap.add_argument(
         "--tariff",
         type=float,
         default=M.DEFAULT_TARIFF_USD_PER_KWH,
@@ -390,6 +409,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 keep_runs=runs,
                 overrides=args.overrides,
                 hot=HotNodes.parse(args.hot_nodes, args.hot_share, args.hot_heat),
+                power_saving=args.power_saving,
             )
     except (ValueError, FileNotFoundError) as exc:
         console.print(f"[red]error:[/red] {exc}")
