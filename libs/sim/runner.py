@@ -41,12 +41,21 @@ from libs.sim.state import SimResult
 from libs.sim.thermal import HotNodes, guard_report, sim_thermal_for, summary_line, without_guard
 from proto.nodes import NodeSpec
 
-CLUSTERS = ("seed", "openb", "demo", "counts:MODEL=GPUS,...", "MODEL=GPUS,...", "FILE.json")
+CLUSTERS = (
+    "seed",
+    "openb",
+    "demo",
+    "gavel",
+    "counts:MODEL=GPUS,...",
+    "MODEL=GPUS,...",
+    "FILE.json",
+)
 
 
 def resolve_cluster(name: str, gpus: int | None, trace: Any = None) -> list[NodeSpec]:
-    """A cluster by name: seed (sized by ``gpus``), openb (the trace's inventory), demo, counts
-    (``v100=36,p100=36`` with or without ``counts:``), or a cluster JSON file."""
+    """A cluster by name: seed (sized by ``gpus``), openb (the trace's inventory), demo, gavel
+    (Gavel's 36 V100 + 36 P100 + 36 K80, nodes of up to 8 GPUs), counts (``v100=36,p100=36``
+    with or without ``counts:``), or a cluster JSON file."""
     key = name.strip()
     if key == "seed":
         if not gpus or gpus <= 0:
@@ -54,6 +63,10 @@ def resolve_cluster(name: str, gpus: int | None, trace: Any = None) -> list[Node
         return inventory.seed_cluster(gpus)
     if key == "demo":
         return inventory.demo_cluster()
+    if key == "gavel":
+        from libs.sim.loaders.gavel_recipe import CLUSTER, GPUS_PER_NODE
+
+        return inventory.from_counts(CLUSTER, gpus_per_node=GPUS_PER_NODE)
     if key == "openb":
         if trace is None or not trace.nodes:
             raise ValueError("cluster 'openb' needs a trace that carries its inventory (openb)")
