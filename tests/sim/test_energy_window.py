@@ -143,3 +143,20 @@ def test_a_gang_wider_than_any_node_asks_for_node_sized_pieces():
     assert [p.gpus for p in pieces] == [8.0, 8.0, 4.0]
     assert sum(p.cpus for p in pieces) == pytest.approx(spec.cpus)
     assert _per_node(job("s", 0.0, 60.0, gpus=4.0).spec, 8)[0].gpus == 4.0
+
+
+def test_mosaic_sim_takes_power_saving_and_load_basis(tmp_path, capsys):
+    import json
+
+    from libs.client.cli import main as cli
+
+    args = ["sim", "--trace", "synthetic", "--gpus", "32", "--max-jobs", "40"]
+    args += ["--policies", "fifo", "--load", "0.8", "--load-basis", "effective"]
+    assert cli([*args, "--power-saving", "all", "--out", str(tmp_path)]) == 0
+    r = json.loads((tmp_path / "results.json").read_text())
+    assert r["power_saving"]["mode"] == "all" and r["load"]["basis"] == "effective"
+    assert r["policies"]["fifo"]["power_saving"] is True
+    assert cli([*args, "--power-saving", "some", "--out", str(tmp_path)]) == 2
+    assert "power_saving" in capsys.readouterr().err
+    assert cli([*args[:-2], "--load-basis", "slowest", "--out", str(tmp_path)]) == 2
+    assert "load_basis" in capsys.readouterr().err
