@@ -8,6 +8,8 @@ Scenarios (each printed with the command that reproduces it):
 2. A Gavel-format trace with Gavel's measured throughputs on ``v100=36,p100=36,k80=36``:
    mosaic's mean JCT within 10% of gavel's.
 3. Speed: jobs/s of the mosaic replay of the whole Philly trace (the wall time of run 1).
+4. Gavel-recipe traces at 6 and 10 jobs/h, seeds 1-3, every policy with power saving
+   (``libs.sim.bench_gavel``, its own section of the page).
 
 Without ``../shared/traces`` the Philly and Gavel scenarios fall back to the synthetic trace
 (and say so): the figures then show the machinery works, not the published targets.
@@ -175,6 +177,12 @@ def main(argv: list[str] | None = None) -> int:
         DOC.write_text(render_doc(pr, pcmd, gr, gcmd, rows, notes) + kept_sections(DOC))
         print(f"wrote {DOC}")
     (args.out / "bench.json").write_text(json.dumps({"philly": pr, "gavel": gr}, indent=2))
+    if traces:  # issue 15: Gavel-recipe traces, every policy with power saving
+        from libs.sim import bench_gavel
+
+        text = bench_gavel.section(bench_gavel.run(args.out / "gavel-recipe"), args.out)
+        if not args.no_doc:
+            bench_gavel.write_section(text, DOC)
     return 0
 
 

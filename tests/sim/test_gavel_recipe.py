@@ -152,3 +152,17 @@ def test_every_policy_sees_the_same_per_type_truth_on_gavels_cluster(traces_dir:
         assert np.array_equal(np.stack([j.runtime_s for j in run.jobs]), first), name
         assert r["policies"][name]["jobs_completed"] == 40
         assert r["policies"][name]["bound_violations"] == []
+
+
+def test_the_bench_section_replaces_only_itself(tmp_path: Path):
+    from libs.sim.bench_gavel import END, START, write_section
+
+    page = tmp_path / "benchmarks.md"
+    page.write_text("# Benchmarks\nothers\n")
+    write_section(f"{START}\nfirst\n{END}\n", page)
+    assert page.read_text() == f"# Benchmarks\nothers\n\n{START}\nfirst\n{END}\n"
+    page.write_text(page.read_text() + "\n## Later section\nkept\n")
+    write_section(f"{START}\nsecond\n{END}\n", page)
+    text = page.read_text()
+    assert "first" not in text and "second" in text
+    assert text.startswith("# Benchmarks\nothers\n") and text.endswith("## Later section\nkept\n")
