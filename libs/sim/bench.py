@@ -35,7 +35,7 @@ GAVEL_TRACE = "gavel:max_min_fairness"
 GAVEL_CLUSTER = "v100=36,p100=36,k80=36"
 POLICIES = ["fifo", "drf", "tiresias", "gavel", "mosaic"]
 # The load basis: "effective" capacity (each GPU at its speed relative to the job's fastest
-# model, over the trace's work mix; libs.sim.runner.effective_capacity). On the mixed seed
+# model, over the trace's work mix; libs.sim.load.effective_capacity). On the mixed seed
 # cluster the old "fastest" basis at 0.75 over-subscribed the GPUs (T4 ~0.5x a V100): queues of
 # 20-30k jobs and waits of hundreds of hours for every policy. At 0.8 effective, demand is 80%
 # of what the cluster can do on average and exceeds it in the trace's bursts (busy utilization

@@ -34,6 +34,7 @@ from libs.sim.cluster import SimCluster
 from libs.sim.engine import Engine, runtime_matrix
 from libs.sim.failures import FailureModel
 from libs.sim.fill_cli import add_fill_args
+from libs.sim.load import LOAD_BASES, LOAD_DEFINITIONS, effective_capacity, scaled_deadline
 from libs.sim.power_saving import MODES as POWER_MODES
 from libs.sim.power_saving import RULES as POWER_RULES
 from libs.sim.power_saving import apply_mode, check_mode
@@ -195,7 +196,7 @@ def run_simulation(
         scale = load / natural
         jobs = [
             type(j)(
-                spec=_scaled_deadline(j.spec, j.submit_s, scale),
+                spec=scaled_deadline(j.spec, j.submit_s, scale),
                 submit_s=j.submit_s / scale,
                 runtime_by_model=j.runtime_by_model,
                 source=j.source,
@@ -285,41 +286,6 @@ def run_simulation(
         results["plots"] = [p.name for p in write_plots(results, runs or {}, out)]
         (out / "results.json").write_text(json.dumps(results, indent=2) + "\n")
     return results
-
-
-LOAD_BASES = ("fastest", "effective")
-LOAD_DEFINITIONS = {
-    "fastest": "sum(GPUs x fastest-GPU runtime) / (GPUs x arrival span)",
-    "effective": "sum(GPUs x fastest-GPU runtime) / (effective capacity x arrival span)",
-}
-
-
-def effective_capacity(
-    req_gpus: np.ndarray, rt: np.ndarray, models: list[str], nodes: Sequence[NodeSpec]
-) -> float:
-    """The cluster's capacity in fastest-GPU equivalents for this trace's work mix.
-
-    Why: demand is counted at each job's FASTEST runtime, so a T4 (about half a V100 on most
-    classes) must count as half a GPU, or a "load 0.75" over-subscribes a mixed cluster. Each
-    model's GPU counts at its speed relative to the job's fastest model (fastest runtime / its
-    runtime there), averaged over the jobs weighted by their work (GPUs x fastest runtime).
-    """
-    fastest = rt.min(axis=1)
-    w = req_gpus * fastest
-    if w.sum() <= 0:
-        return float(sum(n.gpu_count for n in nodes))
-    rel = (w[:, None] * (fastest[:, None] / rt)).sum(axis=0) / w.sum()  # per model
-    pos = {m: i for i, m in enumerate(models)}
-    return float(sum(n.gpu_count * rel[pos[n.gpu_model]] for n in nodes))
-
-
-def _scaled_deadline(spec, submit_s: float, scale: float):
-    """Deadlines keep their slack after submit when arrivals are compressed."""
-    if spec.deadline is None or scale == 1.0:
-        return spec
-    import msgspec
-
-    return msgspec.structs.replace(spec, deadline=submit_s / scale + (spec.deadline - submit_s))
 
 
 def add_hot_args(ap: argparse.ArgumentParser) -> None:
