@@ -166,3 +166,24 @@ def test_the_bench_section_replaces_only_itself(tmp_path: Path):
     text = page.read_text()
     assert "first" not in text and "second" in text
     assert text.startswith("# Benchmarks\nothers\n") and text.endswith("## Later section\nkept\n")
+
+
+@pytest.mark.traces
+def test_the_recipe_written_in_gavels_layout_reads_back_as_the_same_jobs(
+    traces_dir: Path, tmp_path: Path
+):
+    from libs.sim.loaders.gavel_recipe import gavel_trace_lines
+
+    path = tmp_path / "recipe.trace"
+    tputs_path = traces_dir / "gavel" / "simulation_throughputs.json"
+    path.write_text(
+        "\n".join(gavel_trace_lines(Recipe(6.0, 50, seed=5), load_throughputs(tputs_path)))
+    )
+    back = load_trace(f"gavel:{path}", traces_dir=traces_dir)
+    ours = load_trace("gavel:rate=6,jobs=50,seed=5", traces_dir=traces_dir)
+    assert len(back.jobs) == len(ours.jobs) == 50
+    for a, b in zip(back.jobs, ours.jobs, strict=True):
+        assert a.submit_s == pytest.approx(b.submit_s, abs=1e-6)
+        assert a.spec.gpus == b.spec.gpus
+        for model, r in b.runtime_by_model.items():  # whole steps: within a step's time
+            assert a.runtime_by_model[model] == pytest.approx(r, rel=1e-3, abs=1.0)

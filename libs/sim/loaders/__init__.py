@@ -79,7 +79,7 @@ def load_trace(
                 "gavel needs a trace file or a recipe: gavel:FILE (e.g. gavel:small_test) or "
                 "gavel:rate=6,jobs=1000,seed=1"
             )
-        if "=" in arg:  # Gavel's job generator (libs.sim.loaders.gavel_recipe)
+        if "=" in arg and not Path(arg).exists():  # a recipe (libs.sim.loaders.gavel_recipe)
             from libs.sim.loaders.gavel_recipe import load_gavel_recipe
 
             base = Path(traces_dir) if traces_dir is not None else DEFAULT_TRACES_DIR

@@ -220,12 +220,27 @@ def load_gavel_recipe(text: str, *, traces_dir: Path, seed: int, throughputs: Pa
     return msgspec.structs.replace(trace, jobs=fixed)
 
 
+def gavel_trace_lines(recipe: Recipe, tputs: dict[str, dict[tuple[str, int], float]]) -> list[str]:
+    """The recipe's jobs in Gavel's own 10-field ``.trace`` layout (``scheduler/utils.py``
+    ``parse_trace``; ``loaders.gavel`` reads it too), so Gavel's simulator can replay the very
+    jobs we replay. Steps are whole (Gavel parses them as int); the command fields, which a
+    simulation does not run, are placeholders; weight 1, no SLO (-1)."""
+    ref = tputs[REFERENCE_GPU]
+    lines = []
+    for j in generate(recipe, tputs):
+        steps = max(1, round(j.runtime_s[REFERENCE_GPU] * ref[(j.job_type, j.scale_factor)]))
+        fields = (j.job_type, "-", "-", "-", "0", str(steps), str(j.scale_factor), "1", "-1")
+        lines.append("\t".join(fields) + f"\t{j.arrival_s:.6f}")
+    return lines
+
+
 __all__ = [
     "CLUSTER",
     "GPUS_PER_NODE",
     "JOB_TYPES",
     "GeneratedJob",
     "Recipe",
+    "gavel_trace_lines",
     "generate",
     "load_gavel_recipe",
 ]
