@@ -274,11 +274,12 @@ def render_doc(pr, pcmd, gr, gcmd, rows, notes) -> str:
         "- Ratios are mosaic / fifo from the same run (same jobs, same cluster, same seed). "
         "`make bench` rewrites this page; `python -m libs.sim.bench --max-jobs 20000 --no-doc` "
         "is a quicker look that does not.",
-        "- Energy is compared over one window for every policy (the longest makespan of the "
-        "run): the cluster draws idle power until the last job of the slowest policy ends. With "
-        "1,020 GPUs sized for the peak, idle power is a large share of the bill, so the energy "
-        "ratio moves with idle energy of suspended nodes and active energy (which GPU models "
-        "the work ran on).",
+        "- Energy is each policy's draw over the trace's energy window (`energy_window` in "
+        "results.json: the makespan lower bound, from the trace and cluster alone) or over its "
+        "own makespan if longer, so a policy's figure does not depend on which others ran. "
+        "With 1,020 GPUs sized for the peak, idle power is a large share of the bill, so the "
+        "energy ratio moves with idle energy of suspended nodes and active energy (which GPU "
+        "models the work ran on); `energy_kwh_per_ref_gpu_hour` divides by the work done.",
         "- `busy utilization` only covers the time when demand (running + waiting) exceeds "
         "capacity; `allocation ratio` and `work utilization` cover the whole makespan, and a "
         "policy that runs work on slow GPUs shows a high busy figure with a low work figure.",
@@ -287,8 +288,9 @@ def render_doc(pr, pcmd, gr, gcmd, rows, notes) -> str:
         "- Energy: mosaic suspends nodes idle longer than `suspend_after_s` (their GPUs draw "
         "no power, host power is not modelled for any policy) and resumes them when blocked "
         "jobs need them (`resume_s` boot); `energy_idle_kwh` / `energy_active_kwh` / "
-        "`node_suspend_hours` in results.json show where the difference comes from. The time "
-        "past a policy's own makespan is charged at its idle draw at its end.",
+        "`node_suspend_hours` in results.json show where the difference comes from "
+        "(`--power-saving all` gives the baselines the same rule: see the Gavel-recipe "
+        "section).",
         "- `wall s` times the replay loop only (`Engine.run`). Loading the trace, the bounds "
         "and the policy's warm-up (mosaic loads its compiled loops when it attaches, ~0.3 s, "
         "`libs.policy.warmup`, as the live placer does at start) come before it, as imports "
