@@ -41,7 +41,7 @@ ROWS: tuple[tuple[str, str, str], ...] = (
     ("jct_p99_s", "JCT p99", "dur"),
     ("makespan_s", "makespan", "dur"),
     ("energy_kwh", "energy kWh", "num"),
-    ("energy_kwh_per_ref_gpu_hour", "kWh per V100-GPU-hour of work", "num"),
+    ("energy_kwh_per_ref_gpu_hour", "kWh per V100-GPU-hour of work", "kwh3"),
     ("node_suspend_hours", "node-hours suspended", "num"),
     ("preemptions", "preemptions", "num"),
     ("ftf_slowdown_mean", "slowdown mean", "num"),
@@ -129,7 +129,8 @@ def section(runs: dict[float, list[tuple[int, dict]]], out: Path) -> str:
             for p in POLICIES:
                 xs = [r["policies"][p].get(key) for r in rs]
                 xs = [x for x in xs if x is not None]
-                vals.append(fmt(statistics.mean(xs), kind) if xs else "-")
+                mean = statistics.mean(xs) if xs else None
+                vals.append(f"{mean:.3f}" if kind == "kwh3" and mean else fmt(mean, kind))
             parts.append(f"| {label} | " + " | ".join(vals) + " |")
         per_seed = " | ".join(
             f"seed {seed}: "
