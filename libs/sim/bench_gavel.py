@@ -1,7 +1,8 @@
 """The Gavel-recipe benchmark (issue 15): every policy on Gavel-recipe traces, its section of
 docs/benchmarks.md.
 
-Runs ``gavel:rate=R,jobs=1000,seed=S`` for R in ``RATES_PER_H`` and S in ``SEEDS`` (1 and up:
+Runs ``gavel:rate=R,jobs=1000,seed=S`` (with Gavel's scale factors, and single-GPU jobs only:
+``VARIANTS``) for R in ``RATES_PER_H`` and S in ``SEEDS`` (1 and up:
 seed 0 is the one the policies' defaults were looked at on) on Gavel's cluster, with every
 policy and ``--power-saving all`` (every policy may suspend idle nodes by the same rule), and
 writes the table beside Gavel's published figures. ``make bench`` runs it after the other
@@ -25,6 +26,9 @@ from libs.sim.runner import run_simulation
 ROOT = Path(__file__).resolve().parents[2]
 DOC = ROOT / "docs" / "benchmarks.md"
 RATES_PER_H = (6.0, 10.0)
+# (name, recipe suffix): Gavel's scale factors (our recipe's default), and single-GPU jobs
+# (Gavel's generator without --generate-multi-gpu-jobs, its default)
+VARIANTS: tuple[tuple[str, str], ...] = (("multi-GPU jobs", ""), ("single-GPU jobs", ",multi=0"))
 SEEDS = (1, 2, 3)
 JOBS = 1000
 CLUSTER = "gavel"
@@ -48,16 +52,23 @@ ROWS: tuple[tuple[str, str, str], ...] = (
 )
 
 
-def command(rate: float, seed: int, out: Path) -> str:
+Key = tuple[str, float]  # (variant suffix, rate)
+
+
+def trace(suffix: str, rate: float, seed: int) -> str:
+    return f"gavel:rate={rate:g},jobs={JOBS},seed={seed}{suffix}"
+
+
+def command(suffix: str, rate: float, seed: int, out: Path) -> str:
     return (
-        f"python -m libs.sim.runner --trace gavel:rate={rate:g},jobs={JOBS},seed={seed} "
+        f"python -m libs.sim.runner --trace {trace(suffix, rate, seed)} "
         f"--cluster {CLUSTER} --policies {','.join(POLICIES)} --power-saving {POWER_SAVING} "
         f"--out {out}"
     )
 
 
-def _folder(out: Path, rate: float, seed: int) -> Path:
-    return out / f"rate{rate:g}-seed{seed}"
+def _folder(out: Path, suffix: str, rate: float, seed: int) -> Path:
+    return out / f"rate{rate:g}-seed{seed}{suffix.replace(',', '-').replace('=', '')}"
 
 
 def _shown(path: Path) -> Path:
@@ -68,26 +79,28 @@ def _shown(path: Path) -> Path:
         return path
 
 
-def run(out: Path) -> dict[float, list[tuple[int, dict]]]:
-    """{rate: [(seed, results.json) of each seed]}."""
-    runs: dict[float, list[tuple[int, dict]]] = {}
-    for rate in RATES_PER_H:
-        for seed in SEEDS:
-            t0 = time.perf_counter()
-            r = run_simulation(
-                f"gavel:rate={rate:g},jobs={JOBS},seed={seed}",
-                CLUSTER,
-                0,
-                POLICIES,
-                _folder(out, rate, seed),
-                power_saving=POWER_SAVING,
-            )
-            print(f"  gavel recipe {rate:g}/h seed {seed}: {time.perf_counter() - t0:.0f} s")
-            runs.setdefault(rate, []).append((seed, r))
+def run(out: Path) -> dict[Key, list[tuple[int, dict]]]:
+    """{(variant, rate): [(seed, results.json) of each seed]}."""
+    runs: dict[Key, list[tuple[int, dict]]] = {}
+    for _, suffix in VARIANTS:
+        for rate in RATES_PER_H:
+            for seed in SEEDS:
+                t0 = time.perf_counter()
+                r = run_simulation(
+                    trace(suffix, rate, seed),
+                    CLUSTER,
+                    0,
+                    POLICIES,
+                    _folder(out, suffix, rate, seed),
+                    power_saving=POWER_SAVING,
+                )
+                took = time.perf_counter() - t0
+                print(f"  {trace(suffix, rate, seed)}: {took:.0f} s", flush=True)
+                runs.setdefault((suffix, rate), []).append((seed, r))
     return runs
 
 
-def section(runs: dict[float, list[tuple[int, dict]]], out: Path) -> str:
+def section(runs: dict[Key, list[tuple[int, dict]]], out: Path) -> str:
     """The page's section: per rate, each metric's mean over the seeds per policy."""
     parts = [
         START,
@@ -106,15 +119,19 @@ def section(runs: dict[float, list[tuple[int, dict]]], out: Path) -> str:
         "of a seed ran in one command:",
         "",
     ]
-    for rate, rs in runs.items():
-        parts += [f"- `{command(rate, seed, _shown(_folder(out, rate, seed)))}`" for seed, _ in rs]
+    for (suffix, rate), rs in runs.items():
+        parts += [
+            f"- `{command(suffix, rate, seed, _shown(_folder(out, suffix, rate, seed)))}`"
+            for seed, _ in rs
+        ]
     parts.append("")
-    for rate, pairs in runs.items():
+    names = dict((suffix, name) for name, suffix in VARIANTS)
+    for (suffix, rate), pairs in runs.items():
         rs = [r for _, r in pairs]
         load = statistics.mean(r["load"]["offered_demand_over_effective_capacity"] for r in rs)
         lb = statistics.mean(r["bounds"]["jct_mean_lb_s"] for r in rs)
         parts += [
-            f"### {rate:g} jobs/h",
+            f"### {names.get(suffix, suffix)}, {rate:g} jobs/h",
             "",
             f"Offered demand {load:.0%} of the cluster's effective capacity (fastest-GPU "
             f"work over the arrival span); our JCT lower bound (mean fastest runtime) "
@@ -138,7 +155,13 @@ def section(runs: dict[float, list[tuple[int, dict]]], out: Path) -> str:
             for seed, r in pairs
         )
         parts += ["", f"Mean JCT per seed: {per_seed}.", ""]
-    parts += [END, ""]
+    parts += [
+        "Gavel's own simulator replayed the seed-1 jobs of each variant and rate (written in "
+        "its `.trace` layout by `gavel_recipe.gavel_trace_lines`): see the next section.",
+        "",
+        END,
+        "",
+    ]
     return "\n".join(parts)
 
 
@@ -165,7 +188,9 @@ def main(argv: list[str] | None = None) -> int:
     text = section(runs, args.out)
     print(text)
     args.out.mkdir(parents=True, exist_ok=True)
-    (args.out / "bench.json").write_text(json.dumps({str(k): dict(v) for k, v in runs.items()}))
+    (args.out / "bench.json").write_text(
+        json.dumps({f"{rate:g}{suffix}": dict(v) for (suffix, rate), v in runs.items()})
+    )
     if not args.no_doc:
         write_section(text)
         print(f"wrote {DOC}")

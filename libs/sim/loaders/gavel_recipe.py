@@ -234,6 +234,22 @@ def gavel_trace_lines(recipe: Recipe, tputs: dict[str, dict[tuple[str, int], flo
     return lines
 
 
+def main(argv: list[str] | None = None) -> int:
+    """``python -m libs.sim.loaders.gavel_recipe rate=6,jobs=1000,seed=1 > jobs.trace``: the
+    recipe's jobs in Gavel's ``.trace`` layout, for Gavel's ``simulate_scheduler_with_trace``."""
+    import sys
+
+    from libs.sim.loaders import DEFAULT_TRACES_DIR
+
+    args = sys.argv[1:] if argv is None else argv
+    if len(args) != 1:
+        print("usage: python -m libs.sim.loaders.gavel_recipe RECIPE (e.g. rate=6,seed=1)")
+        return 2
+    tputs = load_throughputs(DEFAULT_TRACES_DIR / "gavel" / "simulation_throughputs.json")
+    print("\n".join(gavel_trace_lines(Recipe.parse(args[0]), tputs)))
+    return 0
+
+
 __all__ = [
     "CLUSTER",
     "GPUS_PER_NODE",
@@ -244,3 +260,7 @@ __all__ = [
     "generate",
     "load_gavel_recipe",
 ]
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
