@@ -28,8 +28,9 @@ def _figures(m: dict) -> dict:
     return {k: v for k, v in m.items() if k not in TIMING}
 
 
-def test_a_policys_figures_do_not_change_when_others_join_the_run():
-    kw = dict(seed=3, load=0.9, max_jobs=None)
+@pytest.mark.parametrize("mode", ["mosaic", "all"])
+def test_a_policys_figures_do_not_change_when_others_join_the_run(mode):
+    kw = dict(seed=3, load=0.9, max_jobs=None, power_saving=mode)
     alone = run_simulation("synthetic:200", "seed", 64, ["fifo"], None, **kw)
     many = run_simulation("synthetic:200", "seed", 64, ["fifo", "mosaic", "drf"], None, **kw)
     assert alone["jobs"] == many["jobs"] and alone["dropped_jobs"] == many["dropped_jobs"]
