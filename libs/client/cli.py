@@ -276,6 +276,22 @@ def sim(
     seed: Annotated[int, typer.Option("--seed")] = 0,
     max_jobs: Annotated[int | None, typer.Option("--max-jobs")] = None,
     load: Annotated[float | None, typer.Option("--load")] = None,
+    load_basis: Annotated[
+        str,
+        typer.Option(
+            "--load-basis",
+            help="capacity --load is measured against: fastest (every GPU as one fastest GPU) "
+            "or effective (each GPU at its speed relative to the fastest)",
+        ),
+    ] = "fastest",
+    power_saving: Annotated[
+        str,
+        typer.Option(
+            "--power-saving",
+            help="who may suspend idle nodes: mosaic (default), all (every policy, the same "
+            "rule) or none",
+        ),
+    ] = "mosaic",
     throughputs: Annotated[Path | None, typer.Option("--throughputs")] = None,
     fill: Annotated[
         float | None, typer.Option("--fill", help="FGD's fill experiment up to this x capacity")
@@ -335,6 +351,8 @@ def sim(
                 seed=seed,
                 max_jobs=max_jobs,
                 load=load,
+                load_basis=load_basis,
+                power_saving=power_saving,
                 throughputs=throughputs,
                 progress=progress,
                 traces_dir=traces_dir,

@@ -4,9 +4,11 @@
 ``python -m libs.sim.runner`` (same flags). It returns the ``results.json`` dict and, with an
 output folder, writes that file and the PNG plots.
 
-Every policy sees the same jobs: a job that no node can ever hold, or that one of the compared
+Every policy sees the same jobs: a job that no node can ever hold, or that one of the known
 policies could never place (Mosaic places a gang on one node; the baselines may span nodes), is
-dropped for all of them, and the count and reasons are reported (``dropped_jobs``).
+dropped for all of them, and the count and reasons are reported (``dropped_jobs``). The rule
+reads the trace and the cluster only, never which policies run, so a policy's figures are the
+same whether it runs alone or beside others; so is the energy window (``metrics.rewindow``).
 """
 
 from __future__ import annotations
@@ -32,16 +34,29 @@ from libs.sim.cluster import SimCluster
 from libs.sim.engine import Engine, runtime_matrix
 from libs.sim.failures import FailureModel
 from libs.sim.fill_cli import add_fill_args
+from libs.sim.load import LOAD_BASES, LOAD_DEFINITIONS, effective_capacity, scaled_deadline
+from libs.sim.power_saving import MODES as POWER_MODES
+from libs.sim.power_saving import RULES as POWER_RULES
+from libs.sim.power_saving import apply_mode, check_mode
 from libs.sim.state import SimResult
 from libs.sim.thermal import HotNodes, guard_report, sim_thermal_for, summary_line, without_guard
 from proto.nodes import NodeSpec
 
-CLUSTERS = ("seed", "openb", "demo", "counts:MODEL=GPUS,...", "MODEL=GPUS,...", "FILE.json")
+CLUSTERS = (
+    "seed",
+    "openb",
+    "demo",
+    "gavel",
+    "counts:MODEL=GPUS,...",
+    "MODEL=GPUS,...",
+    "FILE.json",
+)
 
 
 def resolve_cluster(name: str, gpus: int | None, trace: Any = None) -> list[NodeSpec]:
-    """A cluster by name: seed (sized by ``gpus``), openb (the trace's inventory), demo, counts
-    (``v100=36,p100=36`` with or without ``counts:``), or a cluster JSON file."""
+    """A cluster by name: seed (sized by ``gpus``), openb (the trace's inventory), demo, gavel
+    (Gavel's 36 V100 + 36 P100 + 36 K80, nodes of up to 8 GPUs), counts (``v100=36,p100=36``
+    with or without ``counts:``), or a cluster JSON file."""
     key = name.strip()
     if key == "seed":
         if not gpus or gpus <= 0:
@@ -49,6 +64,10 @@ def resolve_cluster(name: str, gpus: int | None, trace: Any = None) -> list[Node
         return inventory.seed_cluster(gpus)
     if key == "demo":
         return inventory.demo_cluster()
+    if key == "gavel":
+        from libs.sim.loaders.gavel_recipe import CLUSTER, GPUS_PER_NODE
+
+        return inventory.from_counts(CLUSTER, gpus_per_node=GPUS_PER_NODE)
     if key == "openb":
         if trace is None or not trace.nodes:
             raise ValueError("cluster 'openb' needs a trace that carries its inventory (openb)")
@@ -65,25 +84,23 @@ def resolve_cluster(name: str, gpus: int | None, trace: Any = None) -> list[Node
     raise ValueError(f"unknown cluster {name!r}; known: {', '.join(CLUSTERS)}")
 
 
-def _feasible(trace_jobs, nodes, policies: list[str]) -> tuple[list[int], Counter]:
-    """Indices of jobs every compared policy could place on the empty cluster."""
-    sim = SimCluster(nodes)
-    check_mosaic = any(p.startswith("mosaic") for p in policies)
-    if check_mosaic:
-        from libs.policy.filters import NeverFits
+def _feasible(trace_jobs, nodes) -> tuple[list[int], Counter]:
+    """Indices of jobs every known policy could place on the empty cluster (whichever run:
+    dropping a job only when Mosaic is compared would change the baselines' figures)."""
+    from libs.policy.filters import NeverFits
 
-        never_fits = NeverFits(nodes)
+    sim = SimCluster(nodes)
+    never_fits = NeverFits(nodes)
     keep: list[int] = []
     why: Counter = Counter()
     for i, tj in enumerate(trace_jobs):
         if not sim.could_ever_fit(tj.spec, check_memory=True):
             why["no node can ever hold it"] += 1
             continue
-        if check_mosaic:
-            reason = never_fits(tj.spec)
-            if reason is not None:
-                why["mosaic: " + reason.split(":", 1)[0]] += 1
-                continue
+        reason = never_fits(tj.spec)
+        if reason is not None:
+            why["mosaic: " + reason.split(":", 1)[0]] += 1
+            continue
         keep.append(i)
     return keep, why
 
@@ -121,6 +138,7 @@ def run_simulation(
     keep_runs: dict[str, SimResult] | None = None,
     overrides: Sequence[str] = (),
     hot: HotNodes | None = None,
+    power_saving: str = "mosaic",
 ) -> dict:
     """Replay ``trace`` on ``cluster`` under each policy; the ``results.json`` dict.
 
@@ -133,7 +151,8 @@ def run_simulation(
     receives each policy's raw run. ``overrides``: ``KEY=VALUE`` settings of Mosaic's
     ``PolicyConfig`` (``libs.sim.overrides``), recorded in the results as ``overrides``.
     ``hot``: a hot-node scenario (``libs.sim.thermal``): each policy's ``thermal`` figures, and
-    mosaic run again without its guard for ``thermal``.
+    mosaic run again without its guard for ``thermal``. ``power_saving``: who may suspend
+    idle nodes (``libs.sim.power_saving``: mosaic, all or none), recorded as ``power_saving``.
     """
     from libs.sim.loaders import load_trace
     from libs.sim.overrides import apply_overrides
@@ -145,6 +164,7 @@ def run_simulation(
             policy_kwargs[name] = {"cfg": cfg, **policy_kwargs.get(name, {})}
 
     names = parse_policies(policies)
+    check_mode(power_saving)
     if load is not None and not (math.isfinite(load) and load > 0):
         raise ValueError(f"load must be a positive number, got {load}")
     if load_basis not in LOAD_BASES:
@@ -159,7 +179,7 @@ def run_simulation(
     for n in nodes:
         profiles = profiles.estimate_for(n)
     models = SimCluster(nodes).models
-    keep, dropped = _feasible(tr.jobs, nodes, names)
+    keep, dropped = _feasible(tr.jobs, nodes)
     jobs = [tr.jobs[i] for i in keep]
     if not jobs:
         raise ValueError("no job of the trace fits this cluster")
@@ -177,7 +197,7 @@ def run_simulation(
         scale = load / natural
         jobs = [
             type(j)(
-                spec=_scaled_deadline(j.spec, j.submit_s, scale),
+                spec=scaled_deadline(j.spec, j.submit_s, scale),
                 submit_s=j.submit_s / scale,
                 runtime_by_model=j.runtime_by_model,
                 source=j.source,
@@ -208,6 +228,7 @@ def run_simulation(
         "tariff_usd_per_kwh": tariff_usd_per_kwh,
         "failure_model": vars(failures or FailureModel()),
         "overrides": overrides_set,
+        "power_saving": {"mode": power_saving, "rule": POWER_RULES[power_saving]},
         "assumptions": list(tr.assumptions),
         "bounds": {},
         "policies": {},
@@ -217,6 +238,7 @@ def run_simulation(
     bounds_done = False
     # build every policy first: each imports its code now, so one run uses one version of it
     built = {n: make_policy(n, **(policy_kwargs or {}).get(n, {})) for n in names}
+    built = {n: apply_mode(n, p, power_saving, cfg) for n, p in built.items()}
     for name in names:
         policy = built[name]
         cb = (lambda f, _n=name: progress(_n, f)) if progress is not None else None
@@ -238,6 +260,9 @@ def run_simulation(
         run = engine.run()
         m = M.compute(run, tariff_usd_per_kwh)
         m["bound_violations"] = B.check(run, m, results["bounds"])
+        m["power_saving"] = getattr(policy, "power_step", None) is not None and (
+            getattr(getattr(policy, "cfg", None), "power_saving", True)
+        )
         if thermal is not None:
             m["thermal"] = thermal.totals.as_dict()
         results["policies"][name] = m
@@ -258,8 +283,9 @@ def run_simulation(
         if runs is not None:
             runs[name] = run
         del engine
-    common = max(m["makespan_s"] for m in results["policies"].values())
-    results["policies"] = {n: M.rewindow(m, common) for n, m in results["policies"].items()}
+    window = M.energy_window_s(results["bounds"])
+    results["energy_window"] = {"energy_window_s": window, "rule": M.ENERGY_WINDOW_RULE}
+    results["policies"] = {n: M.rewindow(m, window) for n, m in results["policies"].items()}
     results = _finite(results)
     if out_dir is not None:
         out = Path(out_dir)
@@ -269,41 +295,6 @@ def run_simulation(
         results["plots"] = [p.name for p in write_plots(results, runs or {}, out)]
         (out / "results.json").write_text(json.dumps(results, indent=2) + "\n")
     return results
-
-
-LOAD_BASES = ("fastest", "effective")
-LOAD_DEFINITIONS = {
-    "fastest": "sum(GPUs x fastest-GPU runtime) / (GPUs x arrival span)",
-    "effective": "sum(GPUs x fastest-GPU runtime) / (effective capacity x arrival span)",
-}
-
-
-def effective_capacity(
-    req_gpus: np.ndarray, rt: np.ndarray, models: list[str], nodes: Sequence[NodeSpec]
-) -> float:
-    """The cluster's capacity in fastest-GPU equivalents for this trace's work mix.
-
-    Why: demand is counted at each job's FASTEST runtime, so a T4 (about half a V100 on most
-    classes) must count as half a GPU, or a "load 0.75" over-subscribes a mixed cluster. Each
-    model's GPU counts at its speed relative to the job's fastest model (fastest runtime / its
-    runtime there), averaged over the jobs weighted by their work (GPUs x fastest runtime).
-    """
-    fastest = rt.min(axis=1)
-    w = req_gpus * fastest
-    if w.sum() <= 0:
-        return float(sum(n.gpu_count for n in nodes))
-    rel = (w[:, None] * (fastest[:, None] / rt)).sum(axis=0) / w.sum()  # per model
-    pos = {m: i for i, m in enumerate(models)}
-    return float(sum(n.gpu_count * rel[pos[n.gpu_model]] for n in nodes))
-
-
-def _scaled_deadline(spec, submit_s: float, scale: float):
-    """Deadlines keep their slack after submit when arrivals are compressed."""
-    if spec.deadline is None or scale == 1.0:
-        return spec
-    import msgspec
-
-    return msgspec.structs.replace(spec, deadline=submit_s / scale + (spec.deadline - submit_s))
 
 
 def add_hot_args(ap: argparse.ArgumentParser) -> None:
@@ -355,6 +346,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     ap.add_argument("--traces-dir", type=Path, default=None)
     ap.add_argument(
+        "--power-saving",
+        choices=POWER_MODES,
+        default="mosaic",
+        help="who may suspend idle nodes: mosaic only (default), all policies by the same "
+        "rule, or none",
+    )
+    ap.add_argument(
         "--tariff",
         type=float,
         default=M.DEFAULT_TARIFF_USD_PER_KWH,
@@ -399,6 +397,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 keep_runs=runs,
                 overrides=args.overrides,
                 hot=HotNodes.parse(args.hot_nodes, args.hot_share, args.hot_heat),
+                power_saving=args.power_saving,
             )
     except (ValueError, FileNotFoundError) as exc:
         console.print(f"[red]error:[/red] {exc}")
