@@ -118,6 +118,13 @@ class Scheduler(MovesMixin):
             len(self.view.node_ids)
         )  # running attempts' history, ordered moves (stages.preempt)
 
+    def use_profiles(self, profiles: ProfileTable) -> None:
+        """The newest profile table (the profiler's learning): later passes rank, place and
+        estimate ends with it; running jobs keep the end estimated when they started."""
+        self.profiles = profiles.covering(self.view.nodes)
+        self.power.use_profiles(self.view, self.profiles)
+        self.queue.rank_epoch = None  # the epoch's scores came from the old table
+
     # ----- events: jobs --------------------------------------------------------------------
     def can_ever_place(self, spec: JobSpec) -> bool:
         """Whether some node of the cluster could hold ``spec`` even empty (per shape)."""

@@ -32,6 +32,7 @@ from libs.sim.cluster import SimCluster
 from libs.sim.engine import Engine, runtime_matrix
 from libs.sim.failures import FailureModel
 from libs.sim.fill_cli import add_fill_args
+from libs.sim.profile_error import add_profile_args, profile_kwargs
 from libs.sim.state import SimResult
 from libs.sim.thermal import HotNodes, guard_report, sim_thermal_for, summary_line, without_guard
 from proto.nodes import NodeSpec
@@ -236,6 +237,8 @@ def run_simulation(
         run = engine.run()
         m = M.compute(run, tariff_usd_per_kwh)
         m["bound_violations"] = B.check(run, m, results["bounds"])
+        if (report := getattr(policy, "profile_report", lambda: None)()) is not None:
+            m["profiles"] = report  # --profile-error / --profile-learning (issue 15)
         if thermal is not None:
             m["thermal"] = thermal.totals.as_dict()
         results["policies"][name] = m
@@ -352,6 +355,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         help="energy price, USD per kWh",
     )
     add_hot_args(ap)
+    add_profile_args(ap)
     args = ap.parse_args(argv)
     from rich.console import Console
     from rich.progress import Progress
@@ -390,6 +394,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 keep_runs=runs,
                 overrides=args.overrides,
                 hot=HotNodes.parse(args.hot_nodes, args.hot_share, args.hot_heat),
+                policy_kwargs=profile_kwargs(args),
             )
     except (ValueError, FileNotFoundError) as exc:
         console.print(f"[red]error:[/red] {exc}")
