@@ -67,3 +67,24 @@ def revalidate_profiles(rec: ProfilesRecord) -> list[FieldError]:
             where = f"{r.model}/{r.workload_class}/{r.framework}"[:120]
             errs.append(FieldError("rows", f"{where}: out of bounds"))
     return errs
+
+
+class ProfileView(msgspec.Struct, frozen=True, kw_only=True):
+    """One line of ``mosaic profiles`` (``GET /v1/profiles``). ``source``: measured (shipped
+    from published benchmarks), learnt (from this cluster's completed jobs), estimated (from
+    datasheets: no measurement exists), or learning (observations so far, not yet counted);
+    ``detail`` says from what."""
+
+    model: str
+    workload_class: str
+    framework: str
+    speed: float
+    power_w: float
+    samples: int
+    source: str
+    detail: str = ""
+
+
+class ProfilesListing(msgspec.Struct, frozen=True, kw_only=True):
+    version: int  # the profiler's table version (0: nothing learnt yet)
+    rows: tuple[ProfileView, ...] = ()

@@ -190,6 +190,7 @@ def permissions(user: str, *, nodes: Sequence[str] = ()) -> Permissions:
         pub += _kv_read(subjects.KV_NODES) + _kv_read(subjects.KV_LEDGER)
         pub += _kv_write(KV_TENANTS)
         pub += _kv_write(subjects.KV_CORDONS)  # operators cordon through the API (issue 13)
+        pub += _kv_read(subjects.KV_PROFILES)  # GET /v1/profiles (issue 15)
         pub += _obj_store(OBJ_SNAPSHOTS)  # its read models' snapshots
         sub += [subjects.TELEMETRY_ALL, subjects.EXECUTOR_REPORTS_ALL]  # power states
     elif user == "scorer":
