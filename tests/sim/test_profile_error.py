@@ -3,15 +3,14 @@ policy's table is wrong, the engine still runs the truth, and learning brings th
 
 from __future__ import annotations
 
-import json
+import argparse
 
 import pytest
 
 from libs.policy.profiles import ProfileTable
 from libs.sim.baselines.mosaic import Mosaic
 from libs.sim.engine import Engine
-from libs.sim.profile_error import perturbed
-from libs.sim.runner import main
+from libs.sim.profile_error import add_profile_args, perturbed, profile_kwargs
 from tests.sim.helpers import job, node
 
 NODES = [node("v100-0", "v100-32gb"), node("a100-0", "a100-80gb", mem=80.0)]
@@ -68,25 +67,16 @@ def test_learning_recovers_the_table_from_completed_jobs() -> None:
     assert _run()[1] is None  # the exact table, no learning: nothing to report
 
 
-def test_the_runner_flags_reach_the_policy(tmp_path, capsys) -> None:
-    rc = main(
-        [
-            "--trace",
-            "synthetic:60",
-            "--cluster",
-            "seed",
-            "--gpus",
-            "32",
-            "--policies",
-            "mosaic",
-            "--profile-error",
-            "0.3",
-            "--profile-learning",
-            "on",
-            "--out",
-            str(tmp_path),
-        ]
-    )
-    assert rc == 0
-    got = json.loads((tmp_path / "results.json").read_text())["policies"]["mosaic"]["profiles"]
-    assert got["error"] == 0.3 and got["learning"] is True and got["observations"] > 0
+def test_the_runner_flags_reach_the_policy() -> None:
+    """``--profile-error`` and ``--profile-learning`` become Mosaic's arguments, seeded by
+    ``--seed``; without them the run is the exact-profile one."""
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--seed", type=int, default=0)
+    add_profile_args(ap)
+    args = ap.parse_args(["--profile-error", "0.3", "--profile-learning", "on", "--seed", "7"])
+    kw = profile_kwargs(args)["mosaic"]
+    assert kw == {"profile_error": 0.3, "profile_learning": True, "profile_seed": 7}
+    assert Mosaic(**kw).feed.learning
+    assert profile_kwargs(ap.parse_args([])) == {}
+    with pytest.raises(SystemExit):
+        ap.parse_args(["--profile-learning", "maybe"])
