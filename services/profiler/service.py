@@ -1,9 +1,10 @@
 """The profiler's shell: lifecycle events in, the learnt table out to KV ``profiles``.
 
 What it does: replays the lifecycle stream from its start (an ephemeral consumer, as the other
-read models do, so the jobs' specs are known again after a restart), turns each ``Completed``
-into an observation (``services.profiler.observations``), looks up the GPU model of the node it
-ran on (KV ``nodes``), feeds the learning rule (``libs.policy.profile_learning``, the one the
+read models do, so the jobs' specs are known again after a restart), follows ``telemetry.*``
+for the power of the GPUs each running job holds, turns each ``Completed`` into an observation
+(``services.profiler.observations``), looks up the GPU model of the node it ran on (KV
+``nodes``), feeds the learning rule (``libs.policy.profile_learning``, the one the
 simulator runs) and publishes the whole table as one versioned record
 (``proto.profiles.ProfilesRecord``). The placer and the scorer watch that key and schedule with
 the newest table (``libs.bus.profile_watch``). An event that does not decode goes to
@@ -33,9 +34,9 @@ from libs.policy.profile_wire import from_rows, to_rows
 from libs.policy.profiles import ProfileTable
 from proto import subjects
 from proto.events import LifecycleEvent
-from proto.nodes import NodeSpec
+from proto.nodes import NodeSpec, TelemetrySample
 from proto.profiles import MAX_LEARNT_IDS, ProfilesRecord, revalidate_profiles
-from proto.validation_records import revalidate_node_spec
+from proto.validation_records import revalidate_node_spec, revalidate_sample
 from services.profiler.observations import CompletedJobs, Observation
 
 NAME = "profiler"
@@ -69,6 +70,7 @@ class ProfilerService:
             self._restore(entry.value)
         nodes_kv = await self.bus.kv(subjects.KV_NODES, NodeSpec)
         await nodes_kv.watch(self._on_node)
+        await self.bus.subscribe(subjects.TELEMETRY_ALL, TelemetrySample, self._on_sample)
         consumer = await self.bus.consume(
             subjects.STREAM_LIFECYCLE,
             f"{subjects.LIFECYCLE_PREFIX}.>",
@@ -93,6 +95,16 @@ class ProfilerService:
             self.nodes.pop(key, None)
         else:
             self.nodes[key] = value
+
+    async def _on_sample(self, sample: TelemetrySample) -> None:
+        """Power per GPU of the jobs running on the sample's node (checked against its spec:
+        a forged 1 MW reading must not become a profile)."""
+        node = self.nodes.get(sample.node)
+        if node is None:
+            return
+        if refused(self.bus, "telemetry", revalidate_sample(sample, node), node=sample.node):
+            return
+        self.jobs.sample(sample)
 
     async def _on_event(self, ev: LifecycleEvent) -> None:
         obs = self.jobs.apply(ev)
