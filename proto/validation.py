@@ -331,6 +331,8 @@ def revalidate_checkpoint_command(cmd: CheckpointCommand) -> list[FieldError]:
         errs.append(FieldError("attempt", f"must be >= 1, got {cmd.attempt!r}"))
     if cmd.cost_s is not None:
         _number(errs, "cost_s", cmd.cost_s, 0.0, MAX_CHECKPOINT_COST_S)
+    if isinstance(cmd.shrink_to, bool) or not isinstance(cmd.shrink_to, int) or cmd.shrink_to < 0:
+        errs.append(FieldError("shrink_to", f"must be a GPU count >= 0, got {cmd.shrink_to!r}"))
     return errs
 
 

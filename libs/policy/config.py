@@ -59,6 +59,12 @@ class ThermalConfig:
     hold_ttl_windows: float = 4.0
     hold_ttl_min_s: float = 60.0
     sim_sample_s: float = 60.0
+    # placement's memory of heat (``stages.heat``): a job that could never move off a node and
+    # runs at least ``averse_runtime_s`` keeps off nodes held hot within ``risk_memory_s`` or
+    # labelled ``mosaic/heat`` >= ``risky_heat``, while another node can take it
+    risk_memory_s: float = 6 * 3600.0
+    averse_runtime_s: float = 3600.0
+    risky_heat: float = 1.2
 
     def __post_init__(self) -> None:
         if not self.clear_c < self.threshold_c:
@@ -71,6 +77,8 @@ class ThermalConfig:
             raise ValueError("thermal.hold_ttl_windows must be >= 1, hold_ttl_min_s > 0")
         if not self.sim_sample_s > 0:
             raise ValueError("thermal.sim_sample_s must be > 0")
+        if not (self.risk_memory_s >= 0 and self.averse_runtime_s >= 0 and self.risky_heat > 0):
+            raise ValueError("thermal.risk_memory_s, averse_runtime_s >= 0; risky_heat > 0")
 
     def as_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)

@@ -46,10 +46,12 @@ from libs.policy.profiles import ProfileTable
 from libs.policy.queue import PendingQueue
 from libs.policy.reasons import WaitReasons
 from libs.policy.scores import is_green
+from libs.policy.stages.heat import HeatMemory
 from libs.policy.types import CycleResult, PendingJob, RunningJob
 from libs.policy.wait_info import explain_wait
 from libs.policy.wakeups import Wakeups
 from proto.decisions import WaitNumbers
+from proto.intents import HOLD_HOT
 from proto.jobs import JobSpec
 from proto.ledger import Allocation
 from proto.nodes import NodeSpec
@@ -117,6 +119,10 @@ class Scheduler(MovesMixin):
         self.moves = MoveBook(
             len(self.view.node_ids)
         )  # running attempts' history, ordered moves (stages.preempt)
+        self.heat = HeatMemory(self.view.nodes)  # which nodes ran hot (stages.heat)
+        self._hot: set[int] = set()  # nodes the thermal guard holds now
+        self.view.heat_risky = self.heat.note(np.zeros(0, dtype=np.int64), now, cfg)
+        self._heat_watch = bool(self.view.heat_risky.any())  # some node is risky: refresh
 
     def use_profiles(self, profiles: ProfileTable) -> None:
         """The newest profile table (the profiler's learning): later passes rank, place and
@@ -223,6 +229,9 @@ class Scheduler(MovesMixin):
         holds = self._holds.setdefault(node_id, set())
         before = bool(holds)
         holds.add(why) if on else holds.discard(why)
+        if why == HOLD_HOT and node_id in self.view.index:  # placement remembers (stages.heat)
+            i = self.view.index[node_id]
+            self._hot.add(i) if on else self._hot.discard(i)
         if bool(holds) != before:
             self.view.set_cordoned(node_id, bool(holds))
 
@@ -270,6 +279,10 @@ class Scheduler(MovesMixin):
         (``PolicyConfig.backfill_interval_s``); the blocked jobs of a backfill pass become the
         power stage's demand."""
         full = self._cadence.take(now)
+        if self._hot or self._heat_watch:  # some node runs or ran hot: stages.heat
+            hot = np.fromiter(self._hot, dtype=np.int64, count=len(self._hot))
+            self.view.heat_risky = self.heat.note(hot, now, self.cfg)
+            self._heat_watch = bool(self.view.heat_risky.any())
         res = scheduler.schedule(
             self.queue,
             self.view,

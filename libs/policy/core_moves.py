@@ -140,12 +140,17 @@ class MovesMixin:
         later = at[at > now]
         return float(later.min()) if len(later) else None
 
-    def check_move(self: Scheduler, job_id: str, attempt: int, node: str, now: float) -> str:
+    def check_move(
+        self: Scheduler, job_id: str, attempt: int, node: str, now: float, shrink_to: int = 0
+    ) -> str:
         """The verdict on a move someone asks for (an intent of the defragmenter or the
-        thermal guard): "" when ``stages.preempt`` allows it now, else why not."""
+        thermal guard): "" when ``stages.preempt`` allows it now, else why not. A shrink
+        (``shrink_to``, ``stages.shrink``) resumes on the node it shrinks on, so its resume
+        needs no room elsewhere; the size must be one the job may take."""
         if node not in self.view.index:
             return f"unknown node {node!r}"
-        return self.moves.check(job_id, attempt, node, self.view, self.running, now, self.cfg)
+        cfg = self.cfg
+        return self.moves.check(job_id, attempt, node, self.view, self.running, now, cfg, shrink_to)
 
     def order_move(self: Scheduler, move: MoveOrder, now: float) -> MoveOrder:
         """Record an accepted move (``check_move`` said yes): the job is being moved now; a

@@ -312,7 +312,7 @@ class SimThermal:
         lost = self.lost_s.pop(job.idx, 0.0)
         if lost and job.attempt_full_s > 0:
             job.progress -= lost / job.attempt_full_s  # the checkpoint adds the wall time run
-        mover.apply([(job, "migrate", action.reason)], t)
+        mover.apply([(job, "migrate", action.reason, 0)], t)
         return True
 
 

@@ -23,6 +23,7 @@ from libs.policy.types import PendingJob
 from libs.policy.warmup import warm_up
 from libs.sim.baselines.base import BasePolicy
 from libs.sim.cluster import SimCluster
+from libs.sim.moves import SimMove
 from libs.sim.profile_feed import ProfileFeed
 from libs.sim.state import Assignment, SimContext, SimJob
 
@@ -87,10 +88,13 @@ class Mosaic(BasePolicy):
     ) -> list[Assignment]:
         return [(self.by_id[p.job.spec.id], [p.allocation]) for p in self.core.schedule_pass(now)]
 
-    def move_step(self, now: float) -> list[tuple[SimJob, str, str]]:
+    def move_step(self, now: float) -> list[SimMove]:
         """The moves the scheduler decides now (``core.Scheduler.preempt_step``), as the
         engine applies them (``libs.sim.moves``)."""
-        return [(self.by_id[m.job_id], m.kind, m.reason) for m in self.core.preempt_step(now)]
+        return [
+            (self.by_id[m.job_id], m.kind, m.reason, m.shrink_to)
+            for m in self.core.preempt_step(now)
+        ]
 
     def next_move_s(self, now: float) -> float | None:
         return self.core.next_move_s(now)
