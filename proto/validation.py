@@ -162,6 +162,8 @@ def _strings(spec: JobSpec, errs: list[FieldError]) -> None:
         errs.append(
             FieldError("constraints", f"each must be 1-{MAX_CONSTRAINT_CHARS} characters long")
         )
+    if len(spec.framework) > 32 or (spec.framework and not _ID.fullmatch(spec.framework)):
+        errs.append(FieldError("framework", "at most 32 letters, digits, '-' or '_' (or empty)"))
     if spec.command is not None:
         size = len(spec.command.encode("utf-8", "surrogatepass"))
         if size > MAX_COMMAND_BYTES:

@@ -21,6 +21,7 @@ from libs.client.api import DEFAULT_GATEWAY, ClientError, GatewayUnreachable
 from libs.client.cli_bench import register as register_bench
 from libs.client.cli_cordon import register as register_cordon
 from libs.client.cli_explain import explain
+from libs.client.cli_profiles import register as register_profiles
 from libs.client.cli_tenants import client_for, register
 from libs.client.specs import FlagError, build_spec, server_now
 from libs.client.supervisor import StackError
@@ -38,6 +39,7 @@ err = Console(stderr=True)
 register(app)  # the global --token option and `mosaic tenant ...`
 register_cordon(app)  # `mosaic cordon NODE` and `mosaic uncordon NODE` (issue 13)
 register_bench(app)  # `mosaic bench placer`
+register_profiles(app)  # `mosaic profiles` (issue 15)
 app.command()(explain)  # `mosaic explain JOB`
 GatewayOpt = Annotated[str, typer.Option("--gateway", envvar="MOSAIC_GATEWAY", help="gateway URL")]
 

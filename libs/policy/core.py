@@ -124,6 +124,13 @@ class Scheduler(MovesMixin):
         self.view.heat_risky = self.heat.labelled.copy()
         self._heat_watch = False  # some node ran hot: note the heat every pass
 
+    def use_profiles(self, profiles: ProfileTable) -> None:
+        """The newest profile table (the profiler's learning): later passes rank, place and
+        estimate ends with it; running jobs keep the end estimated when they started."""
+        self.profiles = profiles.covering(self.view.nodes)
+        self.power.use_profiles(self.view, self.profiles)
+        self.queue.rank_epoch = None  # the epoch's scores came from the old table
+
     # ----- events: jobs --------------------------------------------------------------------
     def can_ever_place(self, spec: JobSpec) -> bool:
         """Whether some node of the cluster could hold ``spec`` even empty (per shape)."""

@@ -38,6 +38,7 @@ from libs.sim.load import LOAD_BASES, LOAD_DEFINITIONS, effective_capacity, scal
 from libs.sim.power_saving import MODES as POWER_MODES
 from libs.sim.power_saving import RULES as POWER_RULES
 from libs.sim.power_saving import apply_mode, check_mode
+from libs.sim.profile_error import add_profile_args, profile_kwargs
 from libs.sim.state import SimResult
 from libs.sim.thermal import HotNodes, guard_report, sim_thermal_for, summary_line, without_guard
 from proto.nodes import NodeSpec
@@ -263,6 +264,8 @@ def run_simulation(
         m["power_saving"] = getattr(policy, "power_step", None) is not None and (
             getattr(getattr(policy, "cfg", None), "power_saving", True)
         )
+        if (report := getattr(policy, "profile_report", lambda: None)()) is not None:
+            m["profiles"] = report  # --profile-error / --profile-learning (issue 15)
         if thermal is not None:
             m["thermal"] = thermal.totals.as_dict()
         results["policies"][name] = m
@@ -359,6 +362,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         help="energy price, USD per kWh",
     )
     add_hot_args(ap)
+    add_profile_args(ap)
     args = ap.parse_args(argv)
     from rich.console import Console
     from rich.progress import Progress
@@ -398,6 +402,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 overrides=args.overrides,
                 hot=HotNodes.parse(args.hot_nodes, args.hot_share, args.hot_heat),
                 power_saving=args.power_saving,
+                policy_kwargs=profile_kwargs(args),
             )
     except (ValueError, FileNotFoundError) as exc:
         console.print(f"[red]error:[/red] {exc}")

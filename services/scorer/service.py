@@ -38,6 +38,7 @@ from prometheus_client import Gauge
 
 from libs.bus.connection import Bus
 from libs.bus.mirrors import ClusterMirror
+from libs.bus.profile_watch import ProfileFollower
 from libs.bus.replay import wait_caught_up
 from libs.bus.runtime import ServiceContext
 from libs.bus.snapshot import SnapshotFollower, SnapshotSettings
@@ -104,6 +105,7 @@ class Scorer:
         """Mirror nodes and ledger, restore the pending set from its snapshot, replay the
         lifecycle events after it, and wait until caught up."""
         await self.mirror.start()  # libs.bus.mirrors: one watch per bucket, revalidated
+        await ProfileFollower(self.bus, self.profiles, self._on_profiles).start()
         consumer = await self.snapshots.follow(
             f"{subjects.LIFECYCLE_PREFIX}.>",
             LifecycleEvent,
@@ -114,6 +116,11 @@ class Scorer:
         if not await wait_caught_up(self.bus, consumer, subjects.STREAM_LIFECYCLE):
             self.log.warning("replay_incomplete", hint="scoring with what was replayed so far")
         self.log.info("replayed", pending=len(self.pending), events=self.snapshots.handled)
+        self._dirty.set()
+
+    async def _on_profiles(self, table: ProfileTable, version: int) -> None:
+        """The profiler's newest table (issue 15): the next round scores with it."""
+        self.profiles = table
         self._dirty.set()
 
     def _on_invalid(self, ev: Submitted, errors: list[FieldError]) -> None:

@@ -6,6 +6,11 @@ keeps its original submit time as ``enqueued_at``, so aging is not reset by a fa
 is ``start_job``, an end ``end_job``, a node that finished booting ``node_resumed``; the pass is
 ``schedule_pass`` and the power step ``power_step``, called by the engine in the order the live
 placer's ``tick`` calls them. The engine does the energy accounting.
+
+Profiles (issue 15): the scheduler may be given a table wrong by up to ±``profile_error``
+(``libs.sim.profile_error``; the engine keeps running the truth) and, with
+``profile_learning``, learns from each completed attempt by the live profiler's rule
+(``libs.policy.profile_learning``, ``libs.sim.profile_feed``).
 """
 
 from __future__ import annotations
@@ -19,14 +24,23 @@ from libs.policy.warmup import warm_up
 from libs.sim.baselines.base import BasePolicy
 from libs.sim.cluster import SimCluster
 from libs.sim.moves import SimMove
+from libs.sim.profile_feed import ProfileFeed
 from libs.sim.state import Assignment, SimContext, SimJob
 
 
 class Mosaic(BasePolicy):
     name = "mosaic"
 
-    def __init__(self, cfg: PolicyConfig | None = None):
+    def __init__(
+        self,
+        cfg: PolicyConfig | None = None,
+        *,
+        profile_error: float = 0.0,
+        profile_learning: bool = False,
+        profile_seed: int = 0,
+    ):
         self.cfg = cfg or PolicyConfig.default()
+        self.feed = ProfileFeed(profile_error, profile_learning, profile_seed)
         if not self.cfg.preempt.enabled:  # the rule off: the engine asks nothing per instant
             self.move_step = None  # type: ignore[assignment]
             self.next_move_s = None  # type: ignore[assignment]
@@ -36,7 +50,8 @@ class Mosaic(BasePolicy):
         # the pass's compiled loops are loaded now, not inside the replay's first passes
         warm_up(self.cfg, ctx.profiles)
         cluster: SimCluster = ctx.cluster  # type: ignore[assignment]
-        self.core = Scheduler(cluster.nodes, cfg=self.cfg, profiles=ctx.profiles)
+        table = self.feed.attach(ctx.profiles, cluster.nodes, cluster.models)
+        self.core = Scheduler(cluster.nodes, cfg=self.cfg, profiles=table)
         self.view = self.core.view
         cluster.policy_view = self.view
         self.resume_s = self.cfg.resume_s
@@ -57,9 +72,16 @@ class Mosaic(BasePolicy):
     def started(self, job: SimJob, now: float) -> None:
         (a,) = job.allocs  # Mosaic places a job on one node
         self.core.start_job(job.spec.id, a, job.spec, now)
+        self.feed.started(job)
 
     def ended(self, job: SimJob, now: float) -> None:
         self.core.end_job(job.spec.id, now)
+        if (table := self.feed.ended(job, now)) is not None:
+            self.core.use_profiles(table)
+
+    def profile_report(self) -> dict | None:
+        """What the profile experiment did (None: the exact table, no learning)."""
+        return self.feed.report(self.core.profiles)
 
     def schedule(
         self, queue: Collection[SimJob], view: SimCluster, running: Collection[SimJob], now: float
