@@ -94,6 +94,9 @@ def up(
     nats_cluster: Annotated[
         int, typer.Option("--nats-cluster", help="NATS servers in one JetStream cluster (R=N)")
     ] = 1,
+    policy_file: Annotated[
+        Path | None, typer.Option("--policy-file", help="policy.json every service runs")
+    ] = None,
 ) -> None:
     """Start NATS, every service and a simulated cluster; Ctrl-C stops everything."""
     from libs.client.up import UpOptions, run_up
@@ -116,9 +119,22 @@ def up(
         live=not no_live and out.is_terminal,
         keep_state=keep_state,
         nats_cluster=nats_cluster,
+        policy_file=_checked_policy_file(policy_file),
     )
     code = asyncio.run(run_up(opts, out))
     raise typer.Exit(code)
+
+
+def _checked_policy_file(path: Path | None) -> Path | None:
+    """``path`` once it loads (a bad field stops here, not in every service's log)."""
+    if path is not None:
+        from libs.policy_io.policy_file import load_policy_file
+
+        try:
+            load_policy_file(path)
+        except ValueError as exc:
+            raise UsageProblem(str(exc)) from None
+    return path
 
 
 def _cluster(nodes: int | None, cluster: Path | None) -> list:
@@ -293,6 +309,9 @@ def sim(
     hot_heat: Annotated[
         float | None, typer.Option("--hot-heat", help="their heat factor (default 1.5)")
     ] = None,
+    policy_file: Annotated[
+        Path | None, typer.Option("--policy-file", help="Mosaic's policy.json (calibrate)")
+    ] = None,
 ) -> None:
     """Replay a trace through the simulator under several policies and compare them."""
     if fill is not None:  # the runner's own command line runs the fill experiment
@@ -302,6 +321,7 @@ def sim(
         argv += ["--fill", str(fill), "--policies", policies if policies != SIM_POLICIES else ""]
         argv += [x for kv in overrides or [] for x in ("--set", kv)]
         argv += ["--traces-dir", str(traces_dir)] if traces_dir is not None else []
+        argv += ["--policy-file", str(policy_file)] if policy_file is not None else []
         code = runner_main(argv)
         if code:
             raise typer.Exit(code)
@@ -340,6 +360,7 @@ def sim(
                 traces_dir=traces_dir,
                 overrides=overrides or (),
                 hot=_hot_scenario(hot_nodes, hot_share, hot_heat),
+                base_cfg=_policy(policy_file),
             )
         except (ValueError, FileNotFoundError) as exc:
             raise UsageProblem(str(exc)) from None
@@ -351,6 +372,18 @@ def sim(
     if (line := summary_line(results)) is not None:
         out.print(line, highlight=False)
     out.print(f"results in {out_dir}", highlight=False)
+
+
+def _policy(path: Path | None):
+    """The policy of ``--policy-file``, or None (the defaults)."""
+    if path is None:
+        return None
+    from libs.policy_io.policy_file import load_policy_file
+
+    try:
+        return load_policy_file(path)
+    except ValueError as exc:
+        raise UsageProblem(str(exc)) from None
 
 
 def _hot_scenario(names: str | None, share: float | None, heat: float | None):

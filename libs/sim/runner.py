@@ -121,6 +121,8 @@ def run_simulation(
     keep_runs: dict[str, SimResult] | None = None,
     overrides: Sequence[str] = (),
     hot: HotNodes | None = None,
+    base_cfg: Any = None,
+    window_s: tuple[float | None, float | None] | None = None,
 ) -> dict:
     """Replay ``trace`` on ``cluster`` under each policy; the ``results.json`` dict.
 
@@ -133,13 +135,15 @@ def run_simulation(
     receives each policy's raw run. ``overrides``: ``KEY=VALUE`` settings of Mosaic's
     ``PolicyConfig`` (``libs.sim.overrides``), recorded in the results as ``overrides``.
     ``hot``: a hot-node scenario (``libs.sim.thermal``): each policy's ``thermal`` figures, and
-    mosaic run again without its guard for ``thermal``.
+    mosaic run again without its guard for ``thermal``. ``base_cfg``: Mosaic's config before
+    ``overrides`` (a ``--policy-file``, a calibration trial). ``window_s``: replay only the
+    jobs submitted in ``[start, end)`` (``Trace.slice``, re-based to 0; after ``max_jobs``).
     """
     from libs.sim.loaders import load_trace
     from libs.sim.overrides import apply_overrides
 
-    cfg, overrides_set = apply_overrides(overrides)
-    if overrides_set:
+    cfg, overrides_set = apply_overrides(overrides, base_cfg)
+    if overrides_set or base_cfg is not None:
         policy_kwargs = dict(policy_kwargs or {})
         policy_kwargs["mosaic"] = {"cfg": cfg, **policy_kwargs.get("mosaic", {})}
 
@@ -151,6 +155,8 @@ def run_simulation(
     tr = load_trace(
         trace, traces_dir=traces_dir, seed=seed, max_jobs=max_jobs, throughputs=throughputs
     )
+    if window_s is not None:
+        tr = tr.slice(start_s=window_s[0], end_s=window_s[1])
     if not tr.jobs:
         raise ValueError(f"trace {trace!r} has no jobs")
     nodes = resolve_cluster(cluster, gpus, tr)
@@ -207,6 +213,7 @@ def run_simulation(
         "tariff_usd_per_kwh": tariff_usd_per_kwh,
         "failure_model": vars(failures or FailureModel()),
         "overrides": overrides_set,
+        "base_policy": None if base_cfg is None else _policy_diff(base_cfg),
         "assumptions": list(tr.assumptions),
         "bounds": {},
         "policies": {},
@@ -260,6 +267,12 @@ def run_simulation(
         results["plots"] = [p.name for p in write_plots(results, runs or {}, out)]
         (out / "results.json").write_text(json.dumps(results, indent=2) + "\n")
     return results
+
+
+def _policy_diff(cfg: Any) -> dict[str, Any]:
+    from libs.policy_io.policy_file import policy_diff
+
+    return policy_diff(cfg)
 
 
 LOAD_BASES = ("fastest", "effective")
@@ -352,6 +365,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         help="energy price, USD per kWh",
     )
     add_hot_args(ap)
+    ap.add_argument("--policy-file", type=Path, default=None, help="policy.json (calibrate)")
     args = ap.parse_args(argv)
     from rich.console import Console
     from rich.progress import Progress
@@ -365,6 +379,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         return main_fill(args, console)
     runs: dict[str, SimResult] = {}
     try:
+        from libs.policy_io.policy_file import load_policy_file
+
+        base = load_policy_file(args.policy_file) if args.policy_file is not None else None
         with Progress(console=console, transient=True) as bar:
             tasks: dict[str, Any] = {}
 
@@ -390,6 +407,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 keep_runs=runs,
                 overrides=args.overrides,
                 hot=HotNodes.parse(args.hot_nodes, args.hot_share, args.hot_heat),
+                base_cfg=base,
             )
     except (ValueError, FileNotFoundError) as exc:
         console.print(f"[red]error:[/red] {exc}")
