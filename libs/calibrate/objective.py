@@ -10,7 +10,8 @@ in seconds, kWh and shares add up on one scale (Kubernetes' NormalizeScore, for 
 reason). A small floor per term keeps a peer's near-zero value (no high-priority wait at all)
 from turning a few seconds into a huge ratio. The starvation penalty is zero until the lowest
 priority class's longest wait passes the bound (``starvation_bound_s`` seconds, or else
-``starvation_bound_x`` times the best peer's), then grows linearly: aging guarantees every job
+``starvation_bound_x`` times the best peer's, at least ``STARVATION_FLOOR_S``), then grows
+linearly: aging guarantees every job
 runs, and this keeps a search from buying the other terms with one class's unbounded wait.
 
 Energy is compared over one window (``libs.sim.metrics.rewindow``): the longest makespan of the
@@ -33,6 +34,7 @@ from typing import Any
 from libs.sim.metrics import rewindow
 
 MISSING_RATIO = 10.0
+STARVATION_FLOOR_S = 3600.0  # a relative bound is at least this: a wait under 1 h is no starvation
 
 
 @dataclass(frozen=True, slots=True)
@@ -70,7 +72,7 @@ class Objective:
     """The weights of the terms and the starvation penalty (see the module docstring)."""
 
     weights: dict[str, float] = field(default_factory=lambda: dict(DEFAULT_WEIGHTS))
-    starvation_weight: float = 1.0
+    starvation_weight: float = 0.5
     starvation_bound_s: float | None = None
     starvation_bound_x: float = 2.0
 
@@ -130,7 +132,8 @@ class Objective:
         if bound is None:
             waits = [_f(p.get("starvation_max_wait_s")) for p in peers.values()]
             finite = [w for w in waits if not math.isnan(w)]
-            bound = self.starvation_bound_x * max(min(finite), 60.0) if finite else None
+            if finite:
+                bound = max(self.starvation_bound_x * min(finite), STARVATION_FLOOR_S)
         wait = _f(run.get("starvation_max_wait_s"))
         if bound is None or math.isnan(wait) or self.starvation_weight == 0:
             return 0.0, bound

@@ -17,6 +17,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
+from libs.calibrate.cli import register as register_calibrate
 from libs.client.api import DEFAULT_GATEWAY, ClientError, GatewayUnreachable
 from libs.client.cli_bench import register as register_bench
 from libs.client.cli_cordon import register as register_cordon
@@ -39,6 +40,7 @@ register(app)  # the global --token option and `mosaic tenant ...`
 register_cordon(app)  # `mosaic cordon NODE` and `mosaic uncordon NODE` (issue 13)
 register_bench(app)  # `mosaic bench placer`
 app.command()(explain)  # `mosaic explain JOB`
+register_calibrate(app)  # `mosaic calibrate` (issue 15)
 GatewayOpt = Annotated[str, typer.Option("--gateway", envvar="MOSAIC_GATEWAY", help="gateway URL")]
 
 
