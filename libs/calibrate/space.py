@@ -151,15 +151,15 @@ def leaf_fields(cls: type = PolicyConfig, prefix: str = "") -> Iterator[tuple[st
             yield prefix + f.name, kind
 
 
-def check_covers() -> None:
-    """Raise naming every config field that is neither bounded nor excluded (or both), and
-    every bound whose field is gone, not a number, or whose range misses the default."""
-    kinds = dict(leaf_fields())
+def check_covers(cls: type = PolicyConfig) -> None:
+    """Raise naming every field of config class ``cls`` that is neither bounded nor excluded
+    (or both), and every bound whose field is gone, not a number, or misses the default."""
+    kinds = dict(leaf_fields(cls))
     problems = [f"{k}: no bound and no exclusion" for k in kinds if k not in BOUNDS | EXCLUDED]
     problems += [f"{k}: both bounded and excluded" for k in BOUNDS.keys() & EXCLUDED.keys()]
     problems += [f"{k}: not a field of PolicyConfig" for k in BOUNDS.keys() - kinds.keys()]
     problems += [f"{k}: not a field of PolicyConfig" for k in EXCLUDED.keys() - kinds.keys()]
-    defaults = _defaults()
+    defaults = _defaults(cls)
     for k, b in BOUNDS.items():
         if k not in kinds:
             continue
@@ -171,10 +171,10 @@ def check_covers() -> None:
         raise ValueError("search space out of step with PolicyConfig: " + "; ".join(problems))
 
 
-def _defaults() -> dict[str, Any]:
+def _defaults(cls: type = PolicyConfig) -> dict[str, Any]:
     from libs.policy_io.policy_file import flat_values
 
-    return flat_values(PolicyConfig.default())
+    return flat_values(cls())
 
 
 def kind_of(name: str) -> Any:
