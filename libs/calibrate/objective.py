@@ -164,6 +164,14 @@ def _nan_last(v: float) -> float:
     return math.inf if math.isnan(v) else v
 
 
+def objective_from_dict(d: Mapping[str, Any] | None) -> Objective:
+    """The objective ``Objective.as_dict()`` wrote (in ``setup.json``, ``report.json``)."""
+    if not d:
+        return Objective()
+    keys = ("weights", "starvation_weight", "starvation_bound_s", "starvation_bound_x")
+    return Objective(**{k: d[k] for k in keys if k in d})
+
+
 def parse_objective(text: str | None) -> Objective:
     """``--objective``: JSON object or ``k=v,k=v``. Term names set weights (the terms not named
     keep none: naming terms replaces the default set); ``starvation_weight``,

@@ -25,8 +25,7 @@ from typing import Any
 
 from libs.calibrate import space
 from libs.calibrate.evaluate import Setup, baselines_of, open_dir, peers, replay
-from libs.calibrate.objective import Objective
-from libs.calibrate.split import Split
+from libs.calibrate.objective import Objective, objective_from_dict
 from libs.policy.config import PolicyConfig
 from libs.policy_io.overrides import apply_values
 
@@ -140,13 +139,6 @@ def _work(plan: Plan, worker: int, after_trial: Callable[[], None] | None = None
     return ran
 
 
-def _objective_kwargs(d: dict[str, Any] | None) -> dict[str, Any]:
-    if not d:
-        return {}
-    keys = ("weights", "starvation_weight", "starvation_bound_s", "starvation_bound_x")
-    return {k: d[k] for k in keys if k in d}
-
-
 def search(plan: Plan, on_progress: Callable[[int, int, float | None], None] | None) -> Any:
     """Run the workers until the study holds ``plan.trials`` trials; the study.
 
@@ -183,8 +175,4 @@ def _best_value(study: Any) -> float | None:
 
 
 def objective_of(plan: Plan) -> Objective:
-    return Objective(**_objective_kwargs(plan.setup.objective))
-
-
-def split_of(plan: Plan) -> Split:
-    return open_dir(plan.out, plan.setup)
+    return objective_from_dict(plan.setup.objective)
