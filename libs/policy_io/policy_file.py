@@ -24,6 +24,9 @@ from libs.policy.config import PolicyConfig
 from libs.policy_io.overrides import apply_values
 
 ENV = "MOSAIC_POLICY_FILE"
+# the shipped calibration (docs/calibration.md); not the defaults: an operator opts in with
+# --policy-file, and the lead decides whether config.py adopts it
+CALIBRATED_FILE = Path(__file__).resolve().parents[1] / "policy" / "data" / "calibrated.json"
 
 
 def _leaves(obj: Any, prefix: str = "") -> Iterator[tuple[str, Any]]:

@@ -66,3 +66,15 @@ def test_a_bound_refuses_an_empty_or_bad_log_range() -> None:
         space.Bound(1.0, 1.0)
     with pytest.raises(ValueError, match="log scale"):
         space.Bound(0.0, 1.0, log=True)
+
+
+def test_the_shipped_calibration_loads_and_lies_in_the_space() -> None:
+    import json
+
+    from libs.policy_io.policy_file import CALIBRATED_FILE, flatten, load_policy_file
+
+    cfg = load_policy_file(CALIBRATED_FILE)
+    assert cfg != PolicyConfig.default()
+    for key, value in flatten(json.loads(CALIBRATED_FILE.read_text()), "t").items():
+        b = space.BOUNDS[key]  # a shipped value is a coefficient the search may set
+        assert b.low <= value <= b.high, key
