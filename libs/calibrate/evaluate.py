@@ -36,6 +36,15 @@ class Setup:
     traces_dir: str | None = None
     objective: dict[str, Any] | None = None  # Objective.as_dict(): trials scored alike
 
+    def __post_init__(self) -> None:
+        from libs.sim.runner import LOAD_BASES
+
+        # checked before setup.json is written: a folder must not keep a setting that cannot run
+        if self.load_basis not in LOAD_BASES:
+            raise ValueError(f"--load-basis must be one of {LOAD_BASES}, got {self.load_basis!r}")
+        if self.max_jobs is not None and self.max_jobs < 2:
+            raise ValueError(f"--max-jobs must be >= 2 (one job on each side), got {self.max_jobs}")
+
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
 

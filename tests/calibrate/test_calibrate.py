@@ -35,11 +35,13 @@ def test_calibrate_writes_the_report_and_resumes_the_trial_count(tmp_path: Path)
     first = {t.number: t.value for t in study.trials}
     assert sorted(first) == [0, 1]
     assert study.trials[0].params == default_params()  # the study starts at the defaults
+    open_study(out, 0).ask()  # a trial left running, as by a run killed mid-trial
     # resumed with the same folder: the count goes on, the first trials are kept as they were
     again = calibrate(Plan(SETUP, out, trials=3), None)
     assert again["trials"] == 3
     study = open_study(out, 0)
-    assert sorted(t.number for t in study.trials) == [0, 1, 2]
+    states = {t.number: t.state.name for t in study.trials}
+    assert states == {0: "COMPLETE", 1: "COMPLETE", 2: "FAIL", 3: "COMPLETE"}
     assert {t.number: t.value for t in study.trials if t.number < 2} == first
     assert isinstance(cfg, PolicyConfig)
 
@@ -55,6 +57,26 @@ def test_a_folder_made_for_another_setting_is_refused(tmp_path: Path) -> None:
     open_dir(out, Setup(trace="synthetic:40", cluster="seed", gpus=16))
     with pytest.raises(ValueError, match="gpus: 16 there, 32 now"):
         open_dir(out, Setup(trace="synthetic:40", cluster="seed", gpus=32))
+
+
+@pytest.mark.parametrize(
+    ("args", "needle"),
+    [
+        (["--objective", "jct=1"], "unknown key 'jct'"),
+        (["--holdout-frac", "1.5"], "holdout_frac"),
+        (["--load-basis", "fast"], "--load-basis"),
+        (["--trials", "0"], "--trials"),
+    ],
+)
+def test_mosaic_calibrate_names_bad_input(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], args: list[str], needle: str
+) -> None:
+    from libs.client.cli import main
+
+    base = ["calibrate", "--trace", "synthetic:20", "--gpus", "16", "--out", str(tmp_path)]
+    assert main([*base, *args]) == 2
+    assert needle in capsys.readouterr().err
+    assert not (tmp_path / "setup.json").exists()  # nothing kept from a refused setting
 
 
 def test_plan_refuses_bad_counts(tmp_path: Path) -> None:
