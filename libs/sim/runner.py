@@ -140,6 +140,8 @@ def run_simulation(
     overrides: Sequence[str] = (),
     hot: HotNodes | None = None,
     power_saving: str = "mosaic",
+    base_cfg: Any = None,
+    window_s: tuple[float | None, float | None] | None = None,
 ) -> dict:
     """Replay ``trace`` on ``cluster`` under each policy; the ``results.json`` dict.
 
@@ -154,12 +156,15 @@ def run_simulation(
     ``hot``: a hot-node scenario (``libs.sim.thermal``): each policy's ``thermal`` figures, and
     mosaic run again without its guard for ``thermal``. ``power_saving``: who may suspend
     idle nodes (``libs.sim.power_saving``: mosaic, all or none), recorded as ``power_saving``.
+    mosaic run again without its guard for ``thermal``. ``base_cfg``: Mosaic's config before
+    ``overrides`` (a ``--policy-file``, a calibration trial). ``window_s``: replay only the
+    jobs submitted in ``[start, end)`` (``Trace.slice``, re-based to 0; after ``max_jobs``).
     """
     from libs.sim.loaders import load_trace
     from libs.sim.overrides import apply_overrides
 
-    cfg, overrides_set = apply_overrides(overrides)
-    if overrides_set:
+    cfg, overrides_set = apply_overrides(overrides, base_cfg)
+    if overrides_set or base_cfg is not None:
         policy_kwargs = dict(policy_kwargs or {})
         for name in ("mosaic", "mosaic-np"):
             policy_kwargs[name] = {"cfg": cfg, **policy_kwargs.get(name, {})}
@@ -173,6 +178,8 @@ def run_simulation(
     tr = load_trace(
         trace, traces_dir=traces_dir, seed=seed, max_jobs=max_jobs, throughputs=throughputs
     )
+    if window_s is not None:
+        tr = tr.slice(start_s=window_s[0], end_s=window_s[1])
     if not tr.jobs:
         raise ValueError(f"trace {trace!r} has no jobs")
     nodes = resolve_cluster(cluster, gpus, tr)
@@ -230,6 +237,7 @@ def run_simulation(
         "failure_model": vars(failures or FailureModel()),
         "overrides": overrides_set,
         "power_saving": {"mode": power_saving, "rule": POWER_RULES[power_saving]},
+        "base_policy": None if base_cfg is None else _policy_diff(base_cfg),
         "assumptions": list(tr.assumptions),
         "bounds": {},
         "policies": {},
@@ -300,6 +308,12 @@ def run_simulation(
     return results
 
 
+def _policy_diff(cfg: Any) -> dict[str, Any]:
+    from libs.policy_io.policy_file import policy_diff
+
+    return policy_diff(cfg)
+
+
 def add_hot_args(ap: argparse.ArgumentParser) -> None:
     """The hot-node scenario's flags (``libs.sim.thermal.HotNodes``)."""
     ap.add_argument("--hot-nodes", default=None, help="nodes that run hot, e.g. a100-0,a100-1")
@@ -363,6 +377,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     add_hot_args(ap)
     add_profile_args(ap)
+    ap.add_argument("--policy-file", type=Path, default=None, help="policy.json (calibrate)")
     args = ap.parse_args(argv)
     from rich.console import Console
     from rich.progress import Progress
@@ -376,6 +391,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         return main_fill(args, console)
     runs: dict[str, SimResult] = {}
     try:
+        from libs.policy_io.policy_file import load_policy_file
+
+        base = load_policy_file(args.policy_file) if args.policy_file is not None else None
         with Progress(console=console, transient=True) as bar:
             tasks: dict[str, Any] = {}
 
@@ -403,6 +421,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 hot=HotNodes.parse(args.hot_nodes, args.hot_share, args.hot_heat),
                 power_saving=args.power_saving,
                 policy_kwargs=profile_kwargs(args),
+                base_cfg=base,
             )
     except (ValueError, FileNotFoundError) as exc:
         console.print(f"[red]error:[/red] {exc}")

@@ -32,6 +32,7 @@ from libs.obs.health import Heartbeat
 from libs.policy.config import PolicyConfig
 from libs.policy.profiles import ProfileTable
 from libs.policy.warmup import warm_up
+from libs.policy_io.policy_file import live_policy
 from proto import subjects
 from proto.events import LifecycleEvent, Preempted, Submitted, is_terminal
 from proto.intents import Intent
@@ -90,7 +91,7 @@ class Placer(Committer, MoveCommitter, Announcer, NodeWatch, Cancels):
         self.tracer = tracer
         self.settings = settings or PlacerSettings()
         self.holder = self.settings.holder_id()
-        self.policy = policy or PolicyConfig.default()
+        self.policy = policy or live_policy()  # MOSAIC_POLICY_FILE, else the defaults
         self.profiles = profiles or ProfileTable.default()
         self.tracker = JobTracker()
         self.snapshots = tracker_snapshots(bus, self.settings.snapshots)  # services.placer.snapshot

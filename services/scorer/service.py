@@ -47,6 +47,7 @@ from libs.obs.health import Heartbeat
 from libs.obs.jobspans import job_span
 from libs.policy.config import REGIMES, PolicyConfig
 from libs.policy.profiles import ProfileTable
+from libs.policy_io.policy_file import live_policy
 from proto import subjects
 from proto.events import LifecycleEvent, Queued, Submitted
 from proto.validation import FieldError, describe
@@ -88,7 +89,7 @@ class Scorer:
         self.clock = clock
         self.log = log
         self.settings = settings or ScorerSettings()
-        self.policy = policy or PolicyConfig.default()
+        self.policy = policy or live_policy()  # MOSAIC_POLICY_FILE, else the defaults
         self.profiles = profiles or ProfileTable.default()
         self.pending = PendingSet(on_invalid=self._on_invalid)
         self.mirror = ClusterMirror(bus)
