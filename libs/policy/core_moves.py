@@ -17,7 +17,6 @@ keeps the rest. What lives here:
 
 from __future__ import annotations
 
-import dataclasses
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -170,14 +169,10 @@ class MovesMixin:
     def order_move(self: Scheduler, move: MoveOrder, now: float) -> MoveOrder:
         """Record an accepted move (``check_move`` said yes): the job is being moved now; a
         move for another job holds the node it clears for that job (``_fill_rooms``). A
-        migration (it leaves a hot node) gets a room of its own elsewhere, on a node that did
-        not run hot (``MoveBook.room_for``; ``check_move`` made sure one exists): without one
-        it resumed wherever the pass put it, often back on the node the guard had released."""
-        if move.kind == "migrate" and not move.to_node and not move.shrink_to:
-            cfg = self.cfg
-            to = self.moves.room_for(move.job_id, self.view, self.running, now, cfg, cool_only=True)
-            if to:
-                move = dataclasses.replace(move, to_node=to)
+        migration holds no room: a room is a hold on a whole node, so the guard's second
+        migration from a node found the first one's room cordoned and was refused (e2e
+        ``test_thermal``); it resumes where the pass puts it, first in line, a node that did
+        not run hot first when it is heat-averse (``stages.heat``)."""
         out = self.moves.order(move, now, self.cfg.preempt.resume_bound_s)
         self._hold_rooms()
         return out
