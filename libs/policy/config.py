@@ -11,6 +11,8 @@ import dataclasses
 from dataclasses import dataclass, field
 from typing import Any
 
+from libs.policy.calendar import CalendarConfig
+
 REGIMES: tuple[str, ...] = ("low", "balanced", "high")
 
 
@@ -329,6 +331,8 @@ class PolicyConfig:
     w_frag: float = 4.0
     frag_workload: tuple[tuple[float, tuple[str, ...], float, float, float], ...] = ()
     defrag: DefragConfig = field(default_factory=DefragConfig)
+    # --- day/night (libs.policy.calendar, libs.policy.daynight; issue 16) ---
+    calendar: CalendarConfig = field(default_factory=CalendarConfig)
 
     @classmethod
     def default(cls) -> PolicyConfig:

@@ -37,6 +37,7 @@ from libs.policy.cadence import BackfillCadence
 from libs.policy.cluster import EPS, ClusterView
 from libs.policy.config import PolicyConfig
 from libs.policy.core_moves import MovesMixin
+from libs.policy.daynight import DayNight
 from libs.policy.decisions import Decisions, MoveOrder, Place
 from libs.policy.moves import MoveBook
 from libs.policy.placement import to_allocation
@@ -123,6 +124,10 @@ class Scheduler(MovesMixin):
         self._hot: set[int] = set()  # nodes the thermal guard holds now
         self.view.heat_risky = self.heat.labelled.copy()
         self._heat_watch = False  # some node ran hot: note the heat every pass
+        # day/night (libs.policy.daynight): the pass and the power stage use the config in
+        # force at their ``now``; self.cfg stays the configured one (moves, green, heat)
+        self.daynight = DayNight(cfg)
+        self.period = ""  # the period of the last pass ("" with the calendar off)
 
     def use_profiles(self, profiles: ProfileTable) -> None:
         """The newest profile table (the profiler's learning): later passes rank, place and
@@ -279,6 +284,7 @@ class Scheduler(MovesMixin):
         (``PolicyConfig.backfill_interval_s``); the blocked jobs of a backfill pass become the
         power stage's demand."""
         full = self._cadence.take(now)
+        cfg = self._policy_at(now)
         if self._hot or self._heat_watch:  # some node runs or ran hot: stages.heat
             hot = np.fromiter(self._hot, dtype=np.int64, count=len(self._hot))
             busy = self.view.whole_free < self.view.gpu_total  # (a fraction: not whole)
@@ -291,7 +297,7 @@ class Scheduler(MovesMixin):
             now=now,
             tenant_usage=self.usage,
             profiles=self.profiles,
-            cfg=self.cfg,
+            cfg=cfg,
             reasons=False,
             backfill=full,
             walked_limit=self.cfg.power_demand_cap,  # all the resume decision reads
@@ -301,6 +307,9 @@ class Scheduler(MovesMixin):
         # a pass that did not backfill and left jobs waiting: pass again when backfill is due
         waiting = len(self.queue) > len(res.assignments)
         self._tick_at = self._cadence.next_s if waiting and not full else None
+        if waiting and self.period:  # a pass at the next day/night switch, events or not
+            switch = self.daynight.next_switch_s(now)
+            self._tick_at = switch if self._tick_at is None else min(self._tick_at, switch)
         if self.cfg.power_saving and full:
             self.power.note_blocked(res, self.queue, self._green_col()[:, 0])
         self.why.note(res, full)
@@ -313,6 +322,14 @@ class Scheduler(MovesMixin):
             out.append(Place(pj, placement, alloc))
         return out
 
+    def _policy_at(self, now: float) -> PolicyConfig:
+        """The config in force at ``now`` (``daynight.effective_policy``); a new period is
+        handed to the power stage (its warm reserve keeps the inference headroom awake)."""
+        cfg, self.period = self.daynight.at(now)
+        if cfg is not self.power.cfg:
+            self.power.use_policy(cfg)
+        return cfg
+
     def next_pass_s(self) -> float | None:
         """When a pass is due without an event (the next backfill), or None."""
         return self._tick_at
@@ -322,6 +339,7 @@ class Scheduler(MovesMixin):
         (cordoned) in the view until ``node_resumed``."""
         if not self.cfg.power_saving:
             return PowerStep((), (), None)
+        self._policy_at(now)
         step = self.power.step(now, self.queue)
         if step.suspend or step.resume:  # most steps decide nothing
             ids = self.view.node_ids

@@ -128,6 +128,12 @@ class PowerState:
         resv = [res.reservation, *res.extra_reservations]
         self.reserved = tuple(r.node_index for r in resv if r is not None)
 
+    def use_policy(self, cfg: PolicyConfig) -> None:
+        """The config in force from now (a day/night switch, ``libs.policy.daynight``): its
+        warm reserve may differ, so no memoised step or plan of the old one is reused."""
+        self.cfg = cfg
+        self._last_step = self._plan_key = None
+
     # ----- the decision --------------------------------------------------------------------
     def step(self, now: float, queue: PendingQueue) -> PowerStep:
         """Which empty nodes to suspend and which to resume now (applied to the states here;

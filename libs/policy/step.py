@@ -14,6 +14,7 @@ from libs.policy import backfill as B
 from libs.policy import filters as F
 from libs.policy.cluster import EPS, ClusterView
 from libs.policy.config import PolicyConfig
+from libs.policy.daynight import HEADROOM, headroom_gpus, holds_off
 from libs.policy.fast import walk as W
 from libs.policy.fast.codes import SlowCodes, fast_nodes
 from libs.policy.fast.largest import LargestFree
@@ -79,7 +80,9 @@ class Pass:
         "extra_heads",
         "extras",
         "failed",
+        "free_gpus",
         "head",
+        "headroom",
         "heat_fail",
         "is_queue",
         "jobs",
@@ -154,6 +157,10 @@ class Pass:
         # risky, the usual case), and the shapes refused "HotNode" in this pass
         self.cool: np.ndarray | None = ~view.heat_risky if view.heat_risky.any() else None
         self.heat_fail: set[tuple] = set()
+        # day/night (libs.policy.daynight): whole GPUs kept free for inference jobs, and the
+        # whole free GPUs of available nodes, kept in step with the pass's starts
+        self.headroom = headroom_gpus(view.total_gpus(), cfg)
+        self.free_gpus = int(view.whole_free[~view.cordoned].sum()) if self.headroom else 0
         # nodes not reserved (rebuilt when the reservations change) and that mask combined
         # with each slow-model code's (read-only by convention: shared by the pass's rows)
         self._resv_held: tuple | None = None
@@ -271,6 +278,9 @@ class Pass:
         """Start row ``i`` now, or record why it waits."""
         job = self.jobs[i]
         spec = job.spec
+        if self.headroom and holds_off(spec.kind, spec.gpus, self.free_gpus, self.headroom):
+            self.waiting[spec.id] = HEADROOM  # the GPUs left are kept for inference
+            return
         key = (spec.gpus, spec.gpu_mem_gb, spec.host_mem_gb, spec.cpus, spec.constraints)
         why = self.failed.get(key)
         g = spec.gpus
@@ -386,6 +396,8 @@ class Pass:
         whole_before, share_before = int(view.whole_free[i]), float(view.gpu_free[i].max())
         view.allocate(to_allocation(spec, res, now, job.attempt))
         self.assignments.append((job, res))
+        if self.headroom:
+            self.free_gpus -= whole_before - int(view.whole_free[i])
         model = view.models[view.model_idx[res.node_index]]
         end = now + self.profiles.runtime_s(spec, model) * (1.0 - job.progress)
         rj = RunningJob(spec, res.node_index, res.gpu_indices, res.gpu_share, end)
