@@ -34,10 +34,11 @@ from libs.policy import backfill as B
 from libs.policy import filters as F
 from libs.policy import scheduler
 from libs.policy.cadence import BackfillCadence
-from libs.policy.cluster import EPS, ClusterView
+from libs.policy.cluster import EPS, RESOURCES, ClusterView
 from libs.policy.config import PolicyConfig
 from libs.policy.core_moves import MovesMixin
 from libs.policy.decisions import Decisions, MoveOrder, Place
+from libs.policy.gang_pass import gang_allocation, part_id, part_jobs
 from libs.policy.moves import MoveBook
 from libs.policy.placement import to_allocation
 from libs.policy.power_state import PowerState, PowerStep
@@ -46,12 +47,13 @@ from libs.policy.profiles import ProfileTable
 from libs.policy.queue import PendingQueue
 from libs.policy.reasons import WaitReasons
 from libs.policy.scores import is_green
+from libs.policy.stages import gang as G
 from libs.policy.types import CycleResult, PendingJob, RunningJob
 from libs.policy.wait_info import explain_wait
 from libs.policy.wakeups import Wakeups
 from proto.decisions import WaitNumbers
 from proto.jobs import JobSpec
-from proto.ledger import Allocation
+from proto.ledger import Allocation, node_allocations
 from proto.nodes import NodeSpec
 
 POWER_HOLD = "power"  # the cordon hold of a suspended or booting node
@@ -63,6 +65,8 @@ def usage_of(alloc: Allocation) -> np.ndarray:
     holds on each (a half-GPU job asking 20 GB holds 0.5 GPUs and 20 GB). One definition for
     the scheduler and the scorer's admission score (the drivers used to count fractions
     differently)."""
+    if alloc.parts:  # a gang: what it holds on all its nodes
+        return sum((usage_of(a) for a in node_allocations(alloc)), np.zeros(len(RESOURCES)))
     n = len(alloc.gpu_indices)
     return np.array(
         [n * alloc.gpu_share, n * alloc.gpu_mem_gb, alloc.host_mem_gb, alloc.cpus], dtype=float
@@ -121,7 +125,9 @@ class Scheduler(MovesMixin):
     # ----- events: jobs --------------------------------------------------------------------
     def can_ever_place(self, spec: JobSpec) -> bool:
         """Whether some node of the cluster could hold ``spec`` even empty (per shape)."""
-        return self._never(spec) is None
+        return self._never(spec) is None or (
+            G.is_gang(spec, self.view) and G.ever_fits(spec, self.view)
+        )
 
     def queue_job(self, job: PendingJob) -> None:
         """A job waits to start (a submission, a retry, a preempted job back in line)."""
@@ -149,7 +155,8 @@ class Scheduler(MovesMixin):
         if self._applied.pop(key, None) is not None:
             return
         self.view.allocate(alloc)
-        self.power.node_taken(self.view.index[alloc.node])
+        for a in node_allocations(alloc):
+            self.power.node_taken(self.view.index[a.node])
         self._book_start(job_id, alloc, spec)
 
     def _book_start(self, job_id: str, alloc: Allocation, spec: JobSpec) -> None:
@@ -168,6 +175,10 @@ class Scheduler(MovesMixin):
         self.usage[spec.tenant] = vec.copy() if cur is None else cur + vec
         model = self.view.nodes[i].gpu_model
         est_end = alloc.time + self.profiles.runtime_s(spec, model)
+        if alloc.parts:  # a gang: one entry per node; never moved (stages.preempt), not booked
+            for rj in part_jobs(alloc, spec, self.view, est_end):
+                self.running.add(rj)
+            return
         rj = RunningJob(spec, i, alloc.gpu_indices, alloc.gpu_share, est_end)
         self.running.add(rj)
         self.moves.started(rj, alloc.attempt, alloc.node, alloc.time)
@@ -178,12 +189,13 @@ class Scheduler(MovesMixin):
         alloc, vec, tenant = self._held.pop(job_id)
         self._applied.pop((alloc.job_id, alloc.node, alloc.gpu_indices), None)
         self.view.release(alloc)
-        i = self.view.index[alloc.node]
-        if self.view.whole_free[i] >= self.view.gpu_total[i]:
-            self.power.node_emptied(i, now)
+        for a in node_allocations(alloc):
+            i = self.view.index[a.node]
+            if self.view.whole_free[i] >= self.view.gpu_total[i]:
+                self.power.node_emptied(i, now)
+            self.running.remove(part_id(job_id, a.node) if alloc.parts else job_id)
         self.usage[tenant] = np.maximum(self.usage[tenant] - vec, 0.0)
-        self.running.remove(job_id)
-        return self.moves.ended(job_id, i)
+        return self.moves.ended(job_id, self.view.index[alloc.node])
 
     def _dequeue(self, job_id: str) -> None:
         spec = self.queue.remove(job_id).spec
@@ -286,7 +298,11 @@ class Scheduler(MovesMixin):
         out: list[Place] = []
         rooms = self._fill_rooms(res, now)
         for pj, placement in [*res.assignments, *rooms]:
-            alloc = to_allocation(pj.spec, placement, now, pj.attempt)
+            alloc = (
+                gang_allocation(pj.spec, placement, now, pj.attempt)
+                if isinstance(placement, G.GangPlacement)
+                else to_allocation(pj.spec, placement, now, pj.attempt)
+            )
             self._applied[(alloc.job_id, alloc.node, alloc.gpu_indices)] = pj
             self._book_start(pj.spec.id, alloc, pj.spec)  # started now (module docstring)
             out.append(Place(pj, placement, alloc))

@@ -12,6 +12,7 @@ import numpy as np
 
 from libs.policy import backfill as B
 from libs.policy import filters as F
+from libs.policy import gang_pass as GP
 from libs.policy.cluster import EPS, ClusterView
 from libs.policy.config import PolicyConfig
 from libs.policy.fast import walk as W
@@ -25,7 +26,7 @@ from libs.policy.fast.reservations import (
     try_reserved_node,
 )
 from libs.policy.fast.screen import DeadRows
-from libs.policy.fast.shapes import shapes_of
+from libs.policy.fast.shapes import per_shape, shapes_of
 from libs.policy.placement import PlaceContext, place, to_allocation
 from libs.policy.profiles import ProfileTable
 from libs.policy.queue import PendingQueue, QueueArrays
@@ -77,6 +78,7 @@ class Pass:
         "extra_heads",
         "extras",
         "failed",
+        "gang_shape",
         "head",
         "is_queue",
         "jobs",
@@ -161,12 +163,17 @@ class Pass:
             self.shape_of, self.shape_keys, self.shape_specs = shapes_of(pending)
             self.shape_ids = {k: i for i, k in enumerate(self.shape_keys)}
         self.jobs = pending.jobs() if is_queue else pending  # plain list access per row
+        # per shape: a gang (``gang_pass``); None when no queued row is one
+        gangs = per_shape(view, "gang", self.shape_specs, lambda sp: GP.gang_shapes(view, sp))
+        self.gang_shape = gangs if gangs.any() and gangs[self.shape_of].any() else None
         # Once the head (and the extra blocked jobs) are known, a row whose shape already
         # failed in this pass changes nothing but its own reason: with reasons=False the walk
         # drops such rows in bulk (``Walk.skip_dead``). Not with a finite backfill_depth
         # below the queue's length, where every row passed over counts towards the depth.
         deep = cfg.backfill_depth >= len(pending)
         self.can_bulk = W.BULK_SKIP and is_queue and not reasons and backfill and deep
+        # the bulk screen knows one node per job: while a gang waits, the walk goes row by row
+        self.can_bulk = self.can_bulk and self.gang_shape is None
         self.dead: DeadRows | None = None  # what the bulk walk drops (from the switch on)
 
     # -- the walk's control --------------------------------------------------------------
@@ -196,6 +203,10 @@ class Pass:
                 taken = [r.node_index for _, r in self.extras]
                 if self.reservation is not None:
                     taken.append(self.reservation.node_index)
+                if self.is_gang(h):
+                    rs = GP.reserve(h, self.view, self.rel, taken, self.now, self.cfg)
+                    self.extras += [(h, r) for r in rs]
+                    continue
                 n_run = len(self.running) + len(self.started)
                 r = reserve_extra(h, self.view, self.rel, taken, n_run, self.now, self.cfg)
                 if r is not None:
@@ -204,6 +215,14 @@ class Pass:
         return True
 
     def reserve_head(self) -> None:
+        if self.head is not None and self.is_gang(self.head):  # a node per part (gang_pass)
+            self.rel, self.rel_owned = running_set(
+                self.rel, self.rel_owned, self.running, self.started
+            )
+            rs = GP.reserve(self.head, self.view, self.rel, [], self.now, self.cfg)
+            self.reservation = rs[0] if rs else None
+            self.extras += [(self.head, r) for r in rs[1:]]
+            return
         self.reservation, self.rel, self.rel_owned = reserve_head(
             self.head, self.view, self.rel, self.rel_owned, self.running, self.started,
             self.now, self.cfg,
@@ -231,6 +250,12 @@ class Pass:
             view, self.cfg, self.unreserved(), self.shape_specs, self.shape_keys, self.failed
         )
         self.walked.refilter()
+
+    def is_gang(self, job: PendingJob) -> bool:
+        """``job`` (queued) is a gang: it spans nodes (``gang_pass``)."""
+        if self.gang_shape is None:
+            return False
+        return bool(self.gang_shape[self.shape_ids[F.shape_key(job.spec)]])
 
     def unreserved(self) -> np.ndarray | None:
         """bool[N], the nodes no reservation of the pass holds (None: no reservation)."""
@@ -266,6 +291,9 @@ class Pass:
         spec = job.spec
         key = (spec.gpus, spec.gpu_mem_gb, spec.host_mem_gb, spec.cpus, spec.constraints)
         why = self.failed.get(key)
+        if why is None and self.gang_shape is not None and self.gang_shape[self.shape_of[i]]:
+            GP.try_gang(self, i, job, key)
+            return
         g = spec.gpus
         if why is None and (
             g > self.max_share + EPS if g < 1.0 - EPS else round(g) > self.max_whole
@@ -356,28 +384,49 @@ class Pass:
     def _backfill_reserved(self, job: PendingJob, res: Refusal) -> Placement | Refusal:
         self.rel, self.rel_owned = running_set(self.rel, self.rel_owned, self.running, self.started)
         for h, r in protected(self.head, self.reservation, self.extras):
-            res = try_reserved_node(
-                job, h, r, self.view, self.profiles, self.cfg, self.ctx, self.rel, self.now
-            )
+            if self.is_gang(h):
+                res = GP.backfill_ok(job, r, self.view, self.profiles, self.cfg, self.ctx, self.now)
+            else:
+                res = try_reserved_node(
+                    job, h, r, self.view, self.profiles, self.cfg, self.ctx, self.rel, self.now
+                )
             if isinstance(res, Placement):
                 break
         return res
 
     def _start(self, job: PendingJob, res: Placement) -> None:
         spec, view, now = job.spec, self.view, self.now
-        i = res.node_index
-        whole_before, share_before = int(view.whole_free[i]), float(view.gpu_free[i].max())
-        view.allocate(to_allocation(spec, res, now, job.attempt))
+        gang = isinstance(res, GP.G.GangPlacement)
+        alloc = (
+            GP.gang_allocation(spec, res, now, job.attempt)
+            if gang
+            else to_allocation(spec, res, now, job.attempt)
+        )
+        before = [
+            (
+                p.node_index,
+                int(view.whole_free[p.node_index]),
+                float(view.gpu_free[p.node_index].max()),
+            )
+            for p in (res.parts if gang else (res,))
+        ]
+        view.allocate(alloc)
         self.assignments.append((job, res))
         model = view.models[view.model_idx[res.node_index]]
         end = now + self.profiles.runtime_s(spec, model) * (1.0 - job.progress)
-        rj = RunningJob(spec, res.node_index, res.gpu_indices, res.gpu_share, end)
-        self.started.append(rj)
-        if self.rel is not None and self.rel_owned:
-            self.rel.add(rj)
-        self.max_whole, self.max_share = self._largest.after_placement(
-            i, whole_before, share_before
+        rjs = (
+            GP.part_jobs(alloc, spec, view, end)
+            if gang
+            else [RunningJob(spec, res.node_index, res.gpu_indices, res.gpu_share, end)]
         )
+        for rj in rjs:
+            self.started.append(rj)
+            if self.rel is not None and self.rel_owned:
+                self.rel.add(rj)
+        for i, whole_before, share_before in before:
+            self.max_whole, self.max_share = self._largest.after_placement(
+                i, whole_before, share_before
+            )
         if self.dead is not None:
             self.dead.block(self.max_share, self.max_whole)
             self.walked.refilter()

@@ -5,7 +5,7 @@
 output folder, writes that file and the PNG plots.
 
 Every policy sees the same jobs: a job that no node can ever hold, or that one of the compared
-policies could never place (Mosaic places a gang on one node; the baselines may span nodes), is
+policies could never place (every policy spans nodes with a job wider than any node), is
 dropped for all of them, and the count and reasons are reported (``dropped_jobs``).
 """
 
@@ -70,9 +70,11 @@ def _feasible(trace_jobs, nodes, policies: list[str]) -> tuple[list[int], Counte
     sim = SimCluster(nodes)
     check_mosaic = "mosaic" in policies
     if check_mosaic:
+        from libs.policy.cluster import ClusterView
         from libs.policy.filters import NeverFits
+        from libs.policy.stages import gang
 
-        never_fits = NeverFits(nodes)
+        never_fits, view = NeverFits(nodes), ClusterView.build(nodes)
     keep: list[int] = []
     why: Counter = Counter()
     for i, tj in enumerate(trace_jobs):
@@ -81,7 +83,9 @@ def _feasible(trace_jobs, nodes, policies: list[str]) -> tuple[list[int], Counte
             continue
         if check_mosaic:
             reason = never_fits(tj.spec)
-            if reason is not None:
+            if reason is not None and not (
+                gang.is_gang(tj.spec, view) and gang.ever_fits(tj.spec, view)
+            ):
                 why["mosaic: " + reason.split(":", 1)[0]] += 1
                 continue
         keep.append(i)
