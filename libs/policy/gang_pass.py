@@ -21,6 +21,7 @@ import numpy as np
 from libs.policy import backfill as B
 from libs.policy.cluster import EPS, ClusterView
 from libs.policy.config import PolicyConfig
+from libs.policy.fast.shapes import per_shape
 from libs.policy.filters import available
 from libs.policy.placement import PlaceContext, place
 from libs.policy.profiles import ProfileTable
@@ -34,6 +35,24 @@ from proto.ledger import Allocation, Part, node_allocations
 def gang_shapes(view: ClusterView, shape_specs: list) -> np.ndarray:
     """bool per request shape: a gang (``stages.gang.is_gang``)."""
     return np.array([G.is_gang(sp, view) for sp in shape_specs], dtype=bool)
+
+
+def may_start(pending, q, view: ClusterView) -> bool:
+    """A cheap necessary condition for some queued gang to start now: it asks at most the
+    whole free GPUs of the cluster (the pass's own early exit, ``scheduler._fits_somewhere``,
+    reads one node's largest free block, which no gang fits)."""
+    total = int(view.whole_free.sum())
+    if q is None:  # a PendingQueue: its shapes, with the gang flag memoised per shape list
+        shape_of, _, specs = pending.shapes()
+        if not len(specs):
+            return False
+        gangs = per_shape(view, "gang", specs, lambda sp: gang_shapes(view, sp))
+        if not gangs.any():
+            return False
+        rows = gangs[shape_of]
+        asks = np.array([round(sp.gpus) for sp in specs])[shape_of]
+        return bool((rows & (asks <= total)).any())
+    return any(G.is_gang(p.spec, view) and round(p.spec.gpus) <= total for p in pending)
 
 
 def switches(view: ClusterView) -> np.ndarray:

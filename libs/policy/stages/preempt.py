@@ -80,6 +80,8 @@ def protection(job: RunningJob, facts: MoveFacts | None, now: float, pc: Preempt
     """Why ``job`` may not be moved now ("" when it may). Resume feasibility is separate
     (``resume_feasible``): it needs the cluster."""
     spec = job.spec
+    if spec.gpus > gpus_held(job) + EPS and spec.gpus >= 1:  # a part of a multi-node gang
+        return "gang part (a job over several nodes is never preempted)"
     if spec.kind == "inference":
         return "inference job (a service is never preempted)"
     if not (spec.checkpointable or spec.elastic is not None):
