@@ -124,10 +124,9 @@ class Scheduler(MovesMixin):
 
     # ----- events: jobs --------------------------------------------------------------------
     def can_ever_place(self, spec: JobSpec) -> bool:
-        """Whether some node of the cluster could hold ``spec`` even empty (per shape)."""
-        return self._never(spec) is None or (
-            G.is_gang(spec, self.view) and G.ever_fits(spec, self.view)
-        )
+        """Whether some node of the cluster (or, for a gang, some nodes of one model together)
+        could hold ``spec`` even empty (per shape)."""
+        return self._never(spec) is None
 
     def queue_job(self, job: PendingJob) -> None:
         """A job waits to start (a submission, a retry, a preempted job back in line)."""

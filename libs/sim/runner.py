@@ -70,11 +70,9 @@ def _feasible(trace_jobs, nodes, policies: list[str]) -> tuple[list[int], Counte
     sim = SimCluster(nodes)
     check_mosaic = "mosaic" in policies
     if check_mosaic:
-        from libs.policy.cluster import ClusterView
         from libs.policy.filters import NeverFits
-        from libs.policy.stages import gang
 
-        never_fits, view = NeverFits(nodes), ClusterView.build(nodes)
+        never_fits = NeverFits(nodes)
     keep: list[int] = []
     why: Counter = Counter()
     for i, tj in enumerate(trace_jobs):
@@ -83,9 +81,7 @@ def _feasible(trace_jobs, nodes, policies: list[str]) -> tuple[list[int], Counte
             continue
         if check_mosaic:
             reason = never_fits(tj.spec)
-            if reason is not None and not (
-                gang.is_gang(tj.spec, view) and gang.ever_fits(tj.spec, view)
-            ):
+            if reason is not None:
                 why["mosaic: " + reason.split(":", 1)[0]] += 1
                 continue
         keep.append(i)
