@@ -172,8 +172,6 @@ class Pass:
         # below the queue's length, where every row passed over counts towards the depth.
         deep = cfg.backfill_depth >= len(pending)
         self.can_bulk = W.BULK_SKIP and is_queue and not reasons and backfill and deep
-        # the bulk screen knows one node per job: while a gang waits, the walk goes row by row
-        self.can_bulk = self.can_bulk and self.gang_shape is None
         self.dead: DeadRows | None = None  # what the bulk walk drops (from the switch on)
 
     # -- the walk's control --------------------------------------------------------------
@@ -236,7 +234,7 @@ class Pass:
         view = self.view
         self._need_codes()
         dead = self.dead = DeadRows(
-            self.shape_of, self.shape_specs, self.codes, len(view.models), view
+            self.shape_of, self.shape_specs, self.codes, len(view.models), view, self.gang_shape
         )
         dead.failed_shapes(self.shape_ids[k] for k in self.failed if k in self.shape_ids)
         for k, c in self.slow_fail:
