@@ -38,16 +38,14 @@ from libs.policy.cluster import EPS, RESOURCES, ClusterView
 from libs.policy.config import PolicyConfig
 from libs.policy.core_moves import MovesMixin
 from libs.policy.decisions import Decisions, MoveOrder, Place
-from libs.policy.gang_pass import gang_allocation, part_id, part_jobs
+from libs.policy.gang_pass import allocation_of, part_id, part_jobs
 from libs.policy.moves import MoveBook
-from libs.policy.placement import to_allocation
 from libs.policy.power_state import PowerState, PowerStep
 from libs.policy.priority import regime
 from libs.policy.profiles import ProfileTable
 from libs.policy.queue import PendingQueue
 from libs.policy.reasons import WaitReasons
 from libs.policy.scores import is_green
-from libs.policy.stages import gang as G
 from libs.policy.types import CycleResult, PendingJob, RunningJob
 from libs.policy.wait_info import explain_wait
 from libs.policy.wakeups import Wakeups
@@ -297,11 +295,7 @@ class Scheduler(MovesMixin):
         out: list[Place] = []
         rooms = self._fill_rooms(res, now)
         for pj, placement in [*res.assignments, *rooms]:
-            alloc = (
-                gang_allocation(pj.spec, placement, now, pj.attempt)
-                if isinstance(placement, G.GangPlacement)
-                else to_allocation(pj.spec, placement, now, pj.attempt)
-            )
+            alloc, _ = allocation_of(pj.spec, placement, now, pj.attempt)  # a gang: one record
             self._applied[(alloc.job_id, alloc.node, alloc.gpu_indices)] = pj
             self._book_start(pj.spec.id, alloc, pj.spec)  # started now (module docstring)
             out.append(Place(pj, placement, alloc))

@@ -21,9 +21,10 @@ import numpy as np
 from libs.policy import backfill as B
 from libs.policy.cluster import EPS, ClusterView
 from libs.policy.config import PolicyConfig
+from libs.policy.fast.reservations import running_set
 from libs.policy.fast.shapes import per_shape
 from libs.policy.filters import available
-from libs.policy.placement import PlaceContext, place
+from libs.policy.placement import PlaceContext, place, to_allocation
 from libs.policy.profiles import ProfileTable
 from libs.policy.stages import gang as G
 from libs.policy.stages.filter import whole_gpus
@@ -77,9 +78,17 @@ def gang_place(
     """Where the gang starts now (cordoned, too hot and ``mask``-ed nodes left out), or None."""
     usable = available(view, cfg) if mask is None else available(view, cfg) & mask
     offer = G.offers(spec, view, usable)
+    k = whole_gpus(spec)
+    if not G.can_hold(k, offer, view):  # the usual answer, without choosing
+        return None
     sw = switches(view)
-    plan = G.choose(whole_gpus(spec), offer, view, sw, runtimes(spec, view, profiles))
+    plan = G.choose(k, offer, view, sw, runtimes(spec, view, profiles))
     return G.placement_of(plan, view, sw) if plan else None
+
+
+def fits_now(spec: JobSpec, view: ClusterView, cfg: PolicyConfig) -> bool:
+    """``gang_place(...) is not None`` on every node, without the choice."""
+    return G.can_hold(whole_gpus(spec), G.offers(spec, view, available(view, cfg)), view)
 
 
 def gang_allocation(spec: JobSpec, res: G.GangPlacement, now: float, attempt: int) -> Allocation:
@@ -110,6 +119,24 @@ def gang_allocation(spec: JobSpec, res: G.GangPlacement, now: float, attempt: in
     )
 
 
+def allocation_of(
+    spec: JobSpec, res: Placement, now: float, attempt: int
+) -> tuple[Allocation, list[int]]:
+    """A pass's start: its ledger record and the view rows it takes (a gang: all its nodes)."""
+    if isinstance(res, G.GangPlacement):
+        return gang_allocation(spec, res, now, attempt), [p.node_index for p in res.parts]
+    return to_allocation(spec, res, now, attempt), [res.node_index]
+
+
+def running_of(
+    alloc: Allocation, spec: JobSpec, res: Placement, view: ClusterView, end: float
+) -> list[RunningJob]:
+    """What a pass's start adds to the running set (a gang: ``part_jobs``)."""
+    if alloc.parts:
+        return part_jobs(alloc, spec, view, end)
+    return [RunningJob(spec, res.node_index, res.gpu_indices, res.gpu_share, end)]
+
+
 def part_id(job_id: str, node: str) -> str:
     """A gang part's id in the ``RunningSet`` (one entry per node)."""
     return f"{job_id}@{node}"
@@ -138,7 +165,7 @@ def try_gang(p, i: int, job: PendingJob, key: tuple) -> None:
     if res is not None:
         p._start(job, res)
         return
-    if mask is not None and gang_place(spec, view, p.profiles, p.cfg) is not None:
+    if mask is not None and fits_now(spec, view, p.cfg):
         why = "Reserved"  # it would start on nodes held for a blocked job
     elif G.ever_fits(spec, view):
         why = "Resources"
@@ -150,6 +177,15 @@ def try_gang(p, i: int, job: PendingJob, key: tuple) -> None:
 def free_at(view: ClusterView, rel: B.RunningSet, now: float) -> np.ndarray:
     """float[N]: when each node is empty (``stages.gang.node_free_at``)."""
     return np.array([G.node_free_at(rel.on_node(n), now) for n in range(len(view.node_ids))])
+
+
+def reserve_head(p) -> None:
+    """``step.Pass.reserve_head`` for a blocked gang: its first node is the head's
+    reservation, the others go with the extra reservations (so every one is kept off)."""
+    p.rel, p.rel_owned = running_set(p.rel, p.rel_owned, p.running, p.started)
+    rs = reserve(p.head, p.view, p.rel, [], p.now, p.cfg)
+    p.reservation = rs[0] if rs else None
+    p.extras += [(p.head, r) for r in rs[1:]]
 
 
 def reserve(

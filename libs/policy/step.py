@@ -27,7 +27,7 @@ from libs.policy.fast.reservations import (
 )
 from libs.policy.fast.screen import DeadRows
 from libs.policy.fast.shapes import per_shape, shapes_of
-from libs.policy.placement import PlaceContext, place, to_allocation
+from libs.policy.placement import PlaceContext, place
 from libs.policy.profiles import ProfileTable
 from libs.policy.queue import PendingQueue, QueueArrays
 from libs.policy.scores import SizeMix, default_mix
@@ -214,12 +214,7 @@ class Pass:
 
     def reserve_head(self) -> None:
         if self.head is not None and self.is_gang(self.head):  # a node per part (gang_pass)
-            self.rel, self.rel_owned = running_set(
-                self.rel, self.rel_owned, self.running, self.started
-            )
-            rs = GP.reserve(self.head, self.view, self.rel, [], self.now, self.cfg)
-            self.reservation = rs[0] if rs else None
-            self.extras += [(self.head, r) for r in rs[1:]]
+            GP.reserve_head(self)
             return
         self.reservation, self.rel, self.rel_owned = reserve_head(
             self.head, self.view, self.rel, self.rel_owned, self.running, self.started,
@@ -394,30 +389,13 @@ class Pass:
 
     def _start(self, job: PendingJob, res: Placement) -> None:
         spec, view, now = job.spec, self.view, self.now
-        gang = isinstance(res, GP.G.GangPlacement)
-        alloc = (
-            GP.gang_allocation(spec, res, now, job.attempt)
-            if gang
-            else to_allocation(spec, res, now, job.attempt)
-        )
-        before = [
-            (
-                p.node_index,
-                int(view.whole_free[p.node_index]),
-                float(view.gpu_free[p.node_index].max()),
-            )
-            for p in (res.parts if gang else (res,))
-        ]
+        alloc, nodes = GP.allocation_of(spec, res, now, job.attempt)  # a gang: every node
+        before = [(i, int(view.whole_free[i]), float(view.gpu_free[i].max())) for i in nodes]
         view.allocate(alloc)
         self.assignments.append((job, res))
         model = view.models[view.model_idx[res.node_index]]
         end = now + self.profiles.runtime_s(spec, model) * (1.0 - job.progress)
-        rjs = (
-            GP.part_jobs(alloc, spec, view, end)
-            if gang
-            else [RunningJob(spec, res.node_index, res.gpu_indices, res.gpu_share, end)]
-        )
-        for rj in rjs:
+        for rj in GP.running_of(alloc, spec, res, view, end):
             self.started.append(rj)
             if self.rel is not None and self.rel_owned:
                 self.rel.add(rj)

@@ -38,7 +38,13 @@ from dataclasses import dataclass
 import numpy as np
 
 from libs.policy.cluster import EPS, ClusterView
-from libs.policy.stages.filter import f_constraints, f_gpu_memory, is_fractional, whole_gpus
+from libs.policy.stages.filter import (
+    f_constraints,
+    f_gpu_memory,
+    is_fractional,
+    shape_key,
+    whole_gpus,
+)
 from libs.policy.types import Placement, Reservation, RunningJob
 from proto.jobs import JobSpec
 
@@ -87,6 +93,22 @@ def switches(view: ClusterView) -> np.ndarray:
     return out
 
 
+def may_use(spec: JobSpec, view: ClusterView) -> np.ndarray:
+    """bool[N]: nodes whose GPU model and GPU memory the job admits (memoised per shape on
+    the view's shape memo: node specs never change)."""
+    key = ("gang-may-use", shape_key(spec))
+    hit = view.shape_memo.per_shape.get(key)
+    if hit is None:
+        hit = view.shape_memo.per_shape[key] = f_constraints(spec, view) & f_gpu_memory(spec, view)
+    return hit
+
+
+def can_hold(k: int, offer: np.ndarray, view: ClusterView) -> bool:
+    """Some model's offers add up to ``k`` GPUs: exactly when ``choose`` finds a plan."""
+    per_model = np.bincount(view.model_idx, weights=offer, minlength=len(view.models))
+    return bool((per_model >= k).any())
+
+
 def offers(spec: JobSpec, view: ClusterView, usable: np.ndarray, *, empty: bool = False):
     """int[N]: the whole GPUs each node can give one part of ``spec`` now (``empty``: once
     nothing runs there), its free host memory and CPUs permitting; 0 where it may not
@@ -99,8 +121,7 @@ def offers(spec: JobSpec, view: ClusterView, usable: np.ndarray, *, empty: bool 
         gpus = np.minimum(gpus, np.floor((host_free + EPS) / host).astype(np.int64))
     if cpu > EPS:
         gpus = np.minimum(gpus, np.floor((cpus_free + EPS) / cpu).astype(np.int64))
-    ok = usable & f_constraints(spec, view) & f_gpu_memory(spec, view)
-    return np.where(ok, np.maximum(gpus, 0), 0)
+    return np.where(usable & may_use(spec, view), np.maximum(gpus, 0), 0)
 
 
 def _fill(k: int, nodes: Sequence[int], offer: np.ndarray) -> Plan:
@@ -192,8 +213,7 @@ def ever_fits(spec: JobSpec, view: ClusterView) -> bool:
     """Some model's nodes, all empty, could hold the gang (per-part host memory and CPUs
     included)."""
     offer = offers(spec, view, np.ones(len(view.node_ids), dtype=bool), empty=True)
-    k = whole_gpus(spec)
-    return any(int(offer[view.model_idx == m].sum()) >= k for m in range(len(view.models)))
+    return can_hold(whole_gpus(spec), offer, view)
 
 
 def node_free_at(r: Sequence[RunningJob], now: float) -> float:
