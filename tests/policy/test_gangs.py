@@ -275,3 +275,81 @@ def test_gang_wider_than_every_model_never_fits():
     assert s.can_ever_place(JobSpec(id="ok", gpus=16))
     assert not s.can_ever_place(JobSpec(id="wide", gpus=24))
     assert not s.can_ever_place(JobSpec(id="host", gpus=16, host_mem_gb=2000.0))
+
+
+@st.composite
+def gang_waves(draw):
+    """Three waves of queued jobs, some wider than a node, some the same shape."""
+    shapes = [(1, 8.0), (2, 16.0), (4, 40.0), (8, 8.0), (12, 8.0), (16, 40.0), (24, 8.0)]
+    waves = []
+    for w in range(3):
+        wave = []
+        for i in range(draw(st.integers(1, 10))):
+            gpus, mem = draw(st.sampled_from(shapes))
+            wave.append(
+                JobSpec(
+                    id=f"w{w}-{i}",
+                    gpus=float(gpus),
+                    gpu_mem_gb=mem,
+                    host_mem_gb=4.0 * gpus,
+                    cpus=float(gpus),
+                    priority=draw(st.integers(0, 9)),
+                    est_runtime_s=float(draw(st.sampled_from([60, 3600, 36000]))),
+                )
+            )
+        waves.append(wave)
+    return waves
+
+
+@settings(max_examples=40, deadline=None)
+@given(gang_waves())
+def test_the_bulk_walk_with_gangs_starts_what_the_row_by_row_walk_starts(waves):
+    """The bulk walk's screen leaves gang shapes alone (``fast.screen.DeadRows``): with gangs
+    queued it starts the same jobs, on the same nodes, with the same reservations, as the walk
+    that visits every row and as a fully ranked pass."""
+    from libs.policy.fast import walk as W
+    from libs.policy.gang_pass import running_of
+    from libs.policy.queue import PendingQueue
+    from libs.policy.scheduler import schedule
+
+    nodes = [labelled(f"a{i}", f"s{i // 2}") for i in range(4)]
+    nodes += [labelled(f"v{i}", "sv", 4, "v100-32gb") for i in range(3)]
+    qs = [PendingQueue() for _ in range(3)]
+    views = [ClusterView.build(nodes) for _ in qs]
+    runs: list[list] = [[] for _ in qs]
+    now = 0.0
+    for wave in waves:
+        now += 100.0
+        for s in wave:
+            for q in qs:
+                q.add(PendingJob(s, now))
+        kw = {"now": now, "tenant_usage": {}, "profiles": PROFILES, "cfg": CFG}
+        bulk = schedule(qs[0], views[0], runs[0], reasons=False, **kw)
+        W.BULK_SKIP = False
+        try:
+            rows = schedule(qs[1], views[1], runs[1], reasons=False, **kw)
+        finally:
+            W.BULK_SKIP = True
+        full = schedule(qs[2], views[2], runs[2], reasons=True, **kw)
+
+        def key(res):
+            placed = [
+                (j.spec.id, tuple((p.node_id, p.gpu_indices) for p in getattr(pl, "parts", (pl,))))
+                for j, pl in res.assignments
+            ]
+            resv = [(r.job_id, r.node_id, r.start) for r in res.extra_reservations]
+            head = res.reservation
+            return placed, None if head is None else (head.job_id, head.node_id), resv
+
+        assert key(bulk) == key(rows) == key(full)
+        for res, q, view, rl in zip((bulk, rows, full), qs, views, runs, strict=True):
+            for j, pl in res.assignments:
+                q.remove(j.spec.id)
+                alloc = view_alloc(j.spec, pl, now)
+                rl.extend(running_of(alloc, j.spec, pl, view, now + 50.0))
+
+
+def view_alloc(spec, placement, now):
+    from libs.policy.gang_pass import allocation_of
+
+    return allocation_of(spec, placement, now, 1)[0]
