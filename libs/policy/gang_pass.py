@@ -139,7 +139,7 @@ def running_of(
 
 def part_id(job_id: str, node: str) -> str:
     """A gang part's id in the ``RunningSet`` (one entry per node)."""
-    return f"{job_id}@{node}"
+    return f"{job_id}{G.PART_SEP}{node}"
 
 
 def part_jobs(

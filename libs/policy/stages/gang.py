@@ -51,6 +51,7 @@ from proto.jobs import JobSpec
 SWITCH_LABEL = "switch"  # NodeSpec.labels key: the network switch a node is attached to
 NODES_PER_SWITCH = 4  # nodes of one inventory group per switch (libs.policy.inventory)
 
+PART_SEP = "@"  # a gang part's id in the running set: <job>@<node> (no sound job id has one)
 Plan = list[tuple[int, int]]  # (node index, GPUs on it), the first part first
 
 
@@ -60,6 +61,11 @@ class GangPlacement(Placement):
     ``Placement`` itself are the first part's, so a reader of one node sees a real one."""
 
     parts: tuple[Placement, ...] = ()
+
+
+def is_part(job_id: str) -> bool:
+    """A running-set id of one node's part of a gang (``gang_pass.part_id``)."""
+    return PART_SEP in job_id
 
 
 def per_gpu(spec: JobSpec) -> tuple[float, float]:

@@ -37,6 +37,7 @@ from libs.policy.cluster import EPS, ClusterView
 from libs.policy.config import PolicyConfig, PreemptConfig
 from libs.policy.filters import static_mask
 from libs.policy.stages.filter import frac_slot_ok, is_fractional, whole_gpus
+from libs.policy.stages.gang import is_part
 from libs.policy.types import PendingJob, Placement, RunningJob
 from proto.jobs import JobSpec
 
@@ -80,7 +81,7 @@ def protection(job: RunningJob, facts: MoveFacts | None, now: float, pc: Preempt
     """Why ``job`` may not be moved now ("" when it may). Resume feasibility is separate
     (``resume_feasible``): it needs the cluster."""
     spec = job.spec
-    if spec.gpus > gpus_held(job) + EPS and spec.gpus >= 1:  # a part of a multi-node gang
+    if is_part(spec.id):  # one node's part of a gang (stages.gang)
         return "gang part (a job over several nodes is never preempted)"
     if spec.kind == "inference":
         return "inference job (a service is never preempted)"
