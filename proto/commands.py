@@ -46,3 +46,6 @@ class CheckpointCommand(msgspec.Struct, frozen=True, kw_only=True):
     reason: str
     attempt: int | None = None
     cost_s: float | None = None
+    # an elastic shrink (libs.policy.stages.shrink): the job resumes on this many GPUs; the
+    # executor names it in its Preempted (``resize_gpus``); 0: the job keeps its size
+    shrink_to: int = 0

@@ -50,6 +50,9 @@ class JobSpec(msgspec.Struct, frozen=True, kw_only=True):
     checkpointable: bool = False
     est_runtime_s: float = 3600.0
     kind: JobKind = "training"
+    # the ML framework ("pytorch", "tensorflow", "jax"...; "" = not said): the profiler learns
+    # speed and power per (GPU model, workload class, framework), issue 15
+    framework: str = ""
     command: str | None = None
     # local mode, checkpoint-preemption (docs/runtime-contract.md "Job side"): the signal the
     # job's processes get to save and exit, and the wall seconds they have before SIGTERM

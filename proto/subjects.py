@@ -81,7 +81,8 @@ CLOCK_ACKS_ALL = "clock.ack.>"
 KV_NODES = "nodes"  # node id -> NodeSpec (owner: that node's telemetry service)
 KV_LEDGER = "ledger"  # job id -> Allocation (owner: placer)
 KV_LEASES = "leases"  # "placer" -> holder id (active/standby)
-KV_PROFILES = "profiles"  # "<model>.<class>" -> learnt profile entry (owner: profiler)
+KV_PROFILES = "profiles"  # PROFILES_KEY -> proto.profiles.ProfilesRecord (owner: profiler)
+PROFILES_KEY = "table"  # the one key: the whole learnt table, replaced at once
 KV_TENANTS = "tenants"  # tenant name -> TenantRecord, a hash of its API token (owner: gateway)
 KV_CORDONS = "cordons"  # node id -> proto.cordons.Cordon; uncordon deletes it (owner: gateway)
 
@@ -169,7 +170,7 @@ KV_MAX_BYTES: dict[str, int] = {
     KV_NODES: 64 * MIB,  # one NodeSpec per node
     KV_LEDGER: 256 * MIB,  # one Allocation per running job
     KV_LEASES: 8 * MIB,  # a handful of lease records
-    KV_PROFILES: 64 * MIB,  # one entry per (GPU model, workload class)
+    KV_PROFILES: 64 * MIB,  # one record: a row per (GPU model, workload class, framework)
     KV_CORDONS: 8 * MIB,  # one small record per cordoned node
 }
 

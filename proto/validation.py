@@ -162,6 +162,8 @@ def _strings(spec: JobSpec, errs: list[FieldError]) -> None:
         errs.append(
             FieldError("constraints", f"each must be 1-{MAX_CONSTRAINT_CHARS} characters long")
         )
+    if len(spec.framework) > 32 or (spec.framework and not _ID.fullmatch(spec.framework)):
+        errs.append(FieldError("framework", "at most 32 letters, digits, '-' or '_' (or empty)"))
     if spec.command is not None:
         size = len(spec.command.encode("utf-8", "surrogatepass"))
         if size > MAX_COMMAND_BYTES:
@@ -337,6 +339,8 @@ def revalidate_checkpoint_command(cmd: CheckpointCommand) -> list[FieldError]:
         errs.append(FieldError("attempt", f"must be >= 1, got {cmd.attempt!r}"))
     if cmd.cost_s is not None:
         _number(errs, "cost_s", cmd.cost_s, 0.0, MAX_CHECKPOINT_COST_S)
+    if isinstance(cmd.shrink_to, bool) or not isinstance(cmd.shrink_to, int) or cmd.shrink_to < 0:
+        errs.append(FieldError("shrink_to", f"must be a GPU count >= 0, got {cmd.shrink_to!r}"))
     return errs
 
 

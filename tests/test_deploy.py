@@ -431,6 +431,7 @@ def test_compose_every_mosaic_service_has_the_common_env(compose: dict[str, Any]
         "placer",
         "thermal",
         "defrag",
+        "profiler",
         "telemetry-sim",
         "executor-sim",
     } <= services.keys()

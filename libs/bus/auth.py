@@ -190,12 +190,14 @@ def permissions(user: str, *, nodes: Sequence[str] = ()) -> Permissions:
         pub += _kv_read(subjects.KV_NODES) + _kv_read(subjects.KV_LEDGER)
         pub += _kv_write(KV_TENANTS)
         pub += _kv_write(subjects.KV_CORDONS)  # operators cordon through the API (issue 13)
+        pub += _kv_read(subjects.KV_PROFILES)  # GET /v1/profiles (issue 15)
         pub += _obj_store(OBJ_SNAPSHOTS)  # its read models' snapshots
         sub += [subjects.TELEMETRY_ALL, subjects.EXECUTOR_REPORTS_ALL]  # power states
     elif user == "scorer":
         pub += [lifecycle]  # Queued: the admission score (no queue of its own any more)
         pub += _consume(subjects.STREAM_LIFECYCLE)
         pub += _kv_read(subjects.KV_NODES) + _kv_read(subjects.KV_LEDGER)
+        pub += _kv_read(subjects.KV_PROFILES)  # the profiler's newest table (issue 15)
         pub += _obj_store(OBJ_SNAPSHOTS)  # its pending set's snapshots
         sub += [subjects.TELEMETRY_ALL, subjects.LEDGER_UPDATED]
     elif user == "placer":
@@ -229,6 +231,7 @@ def permissions(user: str, *, nodes: Sequence[str] = ()) -> Permissions:
         pub += _kv_read(subjects.KV_NODES) + _kv_read(subjects.KV_LEDGER)
     elif user == "profiler":
         pub += _consume(subjects.STREAM_LIFECYCLE) + _kv_write(subjects.KV_PROFILES)
+        pub += _kv_read(subjects.KV_NODES)  # the GPU model a job completed on
         sub += [subjects.TELEMETRY_ALL]
     elif user in ("defrag", "thermal"):
         pub += [f"{subjects.INTENTS_PREFIX}.{user}", f"{subjects.INTENTS_PREFIX}.{user}.>"]

@@ -17,6 +17,7 @@ import msgspec
 
 from proto.cordons import CordonState
 from proto.jobs import JobSpec
+from proto.profiles import ProfilesListing
 from proto.tenants import TenantCreated, TenantList, TenantView
 from proto.validation import FieldError
 from proto.views import ErrorResponse, JobView, NodeView, SubmitResponse
@@ -99,6 +100,10 @@ class MosaicClient:
 
     def nodes(self) -> list[NodeView]:
         return self._call("GET", "/v1/nodes", _Nodes).nodes
+
+    def profiles(self) -> ProfilesListing:
+        """The profile table the scheduler uses, each entry with where it came from."""
+        return self._call("GET", "/v1/profiles", ProfilesListing)
 
     def cordon(self, node: str, reason: str = "") -> CordonState:
         """Admin only: place nothing new on ``node`` (its running jobs stay)."""

@@ -17,10 +17,12 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
+from libs.calibrate.cli import register as register_calibrate
 from libs.client.api import DEFAULT_GATEWAY, ClientError, GatewayUnreachable
 from libs.client.cli_bench import register as register_bench
 from libs.client.cli_cordon import register as register_cordon
 from libs.client.cli_explain import explain
+from libs.client.cli_profiles import register as register_profiles
 from libs.client.cli_tenants import client_for, register
 from libs.client.specs import FlagError, build_spec, server_now
 from libs.client.supervisor import StackError
@@ -38,7 +40,9 @@ err = Console(stderr=True)
 register(app)  # the global --token option and `mosaic tenant ...`
 register_cordon(app)  # `mosaic cordon NODE` and `mosaic uncordon NODE` (issue 13)
 register_bench(app)  # `mosaic bench placer`
+register_profiles(app)  # `mosaic profiles` (issue 15)
 app.command()(explain)  # `mosaic explain JOB`
+register_calibrate(app)  # `mosaic calibrate` (issue 15)
 GatewayOpt = Annotated[str, typer.Option("--gateway", envvar="MOSAIC_GATEWAY", help="gateway URL")]
 
 
@@ -94,6 +98,9 @@ def up(
     nats_cluster: Annotated[
         int, typer.Option("--nats-cluster", help="NATS servers in one JetStream cluster (R=N)")
     ] = 1,
+    policy_file: Annotated[
+        Path | None, typer.Option("--policy-file", help="policy.json every service runs")
+    ] = None,
 ) -> None:
     """Start NATS, every service and a simulated cluster; Ctrl-C stops everything."""
     from libs.client.up import UpOptions, run_up
@@ -116,9 +123,22 @@ def up(
         live=not no_live and out.is_terminal,
         keep_state=keep_state,
         nats_cluster=nats_cluster,
+        policy_file=_checked_policy_file(policy_file),
     )
     code = asyncio.run(run_up(opts, out))
     raise typer.Exit(code)
+
+
+def _checked_policy_file(path: Path | None) -> Path | None:
+    """``path`` once it loads (a bad field stops here, not in every service's log)."""
+    if path is not None:
+        from libs.policy_io.policy_file import load_policy_file
+
+        try:
+            load_policy_file(path)
+        except ValueError as exc:
+            raise UsageProblem(str(exc)) from None
+    return path
 
 
 def _cluster(nodes: int | None, cluster: Path | None) -> list:
@@ -276,6 +296,22 @@ def sim(
     seed: Annotated[int, typer.Option("--seed")] = 0,
     max_jobs: Annotated[int | None, typer.Option("--max-jobs")] = None,
     load: Annotated[float | None, typer.Option("--load")] = None,
+    load_basis: Annotated[
+        str,
+        typer.Option(
+            "--load-basis",
+            help="capacity --load is measured against: fastest (every GPU as one fastest GPU) "
+            "or effective (each GPU at its speed relative to the fastest)",
+        ),
+    ] = "fastest",
+    power_saving: Annotated[
+        str,
+        typer.Option(
+            "--power-saving",
+            help="who may suspend idle nodes: mosaic (default), all (every policy, the same "
+            "rule) or none",
+        ),
+    ] = "mosaic",
     throughputs: Annotated[Path | None, typer.Option("--throughputs")] = None,
     fill: Annotated[
         float | None, typer.Option("--fill", help="FGD's fill experiment up to this x capacity")
@@ -293,6 +329,9 @@ def sim(
     hot_heat: Annotated[
         float | None, typer.Option("--hot-heat", help="their heat factor (default 1.5)")
     ] = None,
+    policy_file: Annotated[
+        Path | None, typer.Option("--policy-file", help="Mosaic's policy.json (calibrate)")
+    ] = None,
 ) -> None:
     """Replay a trace through the simulator under several policies and compare them."""
     if fill is not None:  # the runner's own command line runs the fill experiment
@@ -302,6 +341,7 @@ def sim(
         argv += ["--fill", str(fill), "--policies", policies if policies != SIM_POLICIES else ""]
         argv += [x for kv in overrides or [] for x in ("--set", kv)]
         argv += ["--traces-dir", str(traces_dir)] if traces_dir is not None else []
+        argv += ["--policy-file", str(policy_file)] if policy_file is not None else []
         code = runner_main(argv)
         if code:
             raise typer.Exit(code)
@@ -335,11 +375,14 @@ def sim(
                 seed=seed,
                 max_jobs=max_jobs,
                 load=load,
+                load_basis=load_basis,
+                power_saving=power_saving,
                 throughputs=throughputs,
                 progress=progress,
                 traces_dir=traces_dir,
                 overrides=overrides or (),
                 hot=_hot_scenario(hot_nodes, hot_share, hot_heat),
+                base_cfg=_policy(policy_file),
             )
         except (ValueError, FileNotFoundError) as exc:
             raise UsageProblem(str(exc)) from None
@@ -351,6 +394,18 @@ def sim(
     if (line := summary_line(results)) is not None:
         out.print(line, highlight=False)
     out.print(f"results in {out_dir}", highlight=False)
+
+
+def _policy(path: Path | None):
+    """The policy of ``--policy-file``, or None (the defaults)."""
+    if path is None:
+        return None
+    from libs.policy_io.policy_file import load_policy_file
+
+    try:
+        return load_policy_file(path)
+    except ValueError as exc:
+        raise UsageProblem(str(exc)) from None
 
 
 def _hot_scenario(names: str | None, share: float | None, heat: float | None):

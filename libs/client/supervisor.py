@@ -52,6 +52,8 @@ SERVICES: tuple[str, ...] = ("telemetry", "executor", "scorer", "placer", "gatew
 SERVICES = (*SERVICES[:-1], "thermal", SERVICES[-1])
 # the defragmenter (issue 14), likewise before the gateway
 SERVICES = (*SERVICES[:-1], "defrag", SERVICES[-1])
+# the profiler (issue 15), likewise before the gateway
+SERVICES = (*SERVICES[:-1], "profiler", SERVICES[-1])
 
 
 class StackError(RuntimeError):

@@ -46,6 +46,7 @@ class UpOptions:
     keep_state: bool = False
     metrics: bool = True
     nats_cluster: int = 1  # >1: a JetStream cluster of that many servers, streams with R=N
+    policy_file: Path | None = None  # every service runs this policy.json (MOSAIC_POLICY_FILE)
 
 
 def check_port_free(port: int) -> None:
@@ -201,7 +202,15 @@ async def _start(opts: UpOptions, stop: asyncio.Event) -> Stack:
         metrics=opts.metrics,
         interrupted=stop.is_set,
         nats_cluster=opts.nats_cluster,
+        extra_env=_policy_env(opts.policy_file),
     )
+
+
+def _policy_env(policy_file: Path | None) -> dict[str, str]:
+    """The services' environment naming the policy file (``libs.policy_io.policy_file``)."""
+    from libs.policy_io.policy_file import ENV
+
+    return {} if policy_file is None else {ENV: str(policy_file.resolve())}
 
 
 async def _loop(

@@ -48,6 +48,8 @@ class ClusterView:
     temp_c: np.ndarray  # float[N]; NaN = unknown
     power_w: np.ndarray  # float[N]; NaN = unknown
     cordoned: np.ndarray  # bool[N]
+    # bool[N]: nodes placement keeps averse jobs off (``stages.heat``; kept by core.Scheduler)
+    heat_risky: np.ndarray
     idle_power_w: np.ndarray  # float[N] per GPU
     max_power_w: np.ndarray  # float[N] per GPU
     # memo of shape-only results (static filter masks): node specs never change in a view
@@ -121,6 +123,7 @@ class ClusterView:
             temp_c=np.array([(temp_c or {}).get(i, np.nan) for i in ids], dtype=float),
             power_w=np.array([(power_w or {}).get(i, np.nan) for i in ids], dtype=float),
             cordoned=np.array([i in set(cordoned) for i in ids], dtype=bool),
+            heat_risky=np.zeros(len(ids), dtype=bool),
             idle_power_w=np.array([nd.idle_power_w for nd in nodes], dtype=float),
             max_power_w=np.array([nd.max_power_w for nd in nodes], dtype=float),
             node_gen=np.zeros(len(nodes), dtype=np.int64),

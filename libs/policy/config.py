@@ -59,6 +59,15 @@ class ThermalConfig:
     hold_ttl_windows: float = 4.0
     hold_ttl_min_s: float = 60.0
     sim_sample_s: float = 60.0
+    # placement's memory of heat (``stages.heat``): a job that could never move off a node and
+    # runs at least ``averse_runtime_s`` keeps off nodes that were held hot (until they ran
+    # ``risk_clear_busy_s`` of load without a hold) or are labelled ``mosaic/heat`` >=
+    # ``risky_heat``, waiting up to ``averse_wait_share`` of its runtime for another node
+    risk_clear_busy_s: float = 86_400.0
+    averse_runtime_s: float = 3600.0
+    risky_heat: float = 1.2
+    averse_wait_share: float = 0.5  # of its remaining runtime it waits for a cool node
+    averse_min_gpus: float = 8.0  # this wide, a job counts as stuck (no room to resume in)
 
     def __post_init__(self) -> None:
         if not self.clear_c < self.threshold_c:
@@ -71,6 +80,12 @@ class ThermalConfig:
             raise ValueError("thermal.hold_ttl_windows must be >= 1, hold_ttl_min_s > 0")
         if not self.sim_sample_s > 0:
             raise ValueError("thermal.sim_sample_s must be > 0")
+        if not (self.risk_clear_busy_s >= 0 and self.averse_runtime_s >= 0):
+            raise ValueError("thermal.risk_clear_busy_s and averse_runtime_s must be >= 0")
+        if not self.risky_heat > 0:
+            raise ValueError("thermal.risky_heat must be > 0")
+        if not self.averse_wait_share >= 0:
+            raise ValueError("thermal.averse_wait_share must be >= 0")
 
     def as_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)

@@ -46,10 +46,12 @@ from libs.policy.profiles import ProfileTable
 from libs.policy.queue import PendingQueue
 from libs.policy.reasons import WaitReasons
 from libs.policy.scores import is_green
+from libs.policy.stages.heat import HeatMemory
 from libs.policy.types import CycleResult, PendingJob, RunningJob
 from libs.policy.wait_info import explain_wait
 from libs.policy.wakeups import Wakeups
 from proto.decisions import WaitNumbers
+from proto.intents import HOLD_HOT
 from proto.jobs import JobSpec
 from proto.ledger import Allocation, node_allocations
 from proto.nodes import NodeSpec
@@ -119,6 +121,17 @@ class Scheduler(MovesMixin):
         self.moves = MoveBook(
             len(self.view.node_ids)
         )  # running attempts' history, ordered moves (stages.preempt)
+        self.heat = HeatMemory(self.view.nodes, cfg)  # which nodes ran hot (stages.heat)
+        self._hot: set[int] = set()  # nodes the thermal guard holds now
+        self.view.heat_risky = self.heat.labelled.copy()
+        self._heat_watch = False  # some node ran hot: note the heat every pass
+
+    def use_profiles(self, profiles: ProfileTable) -> None:
+        """The newest profile table (the profiler's learning): later passes rank, place and
+        estimate ends with it; running jobs keep the end estimated when they started."""
+        self.profiles = profiles.covering(self.view.nodes)
+        self.power.use_profiles(self.view, self.profiles)
+        self.queue.rank_epoch = None  # the epoch's scores came from the old table
 
     # ----- events: jobs --------------------------------------------------------------------
     def can_ever_place(self, spec: JobSpec) -> bool:
@@ -225,6 +238,9 @@ class Scheduler(MovesMixin):
         holds = self._holds.setdefault(node_id, set())
         before = bool(holds)
         holds.add(why) if on else holds.discard(why)
+        if why == HOLD_HOT and node_id in self.view.index:  # placement remembers (stages.heat)
+            i = self.view.index[node_id]
+            self._hot.add(i) if on else self._hot.discard(i)
         if bool(holds) != before:
             self.view.set_cordoned(node_id, bool(holds))
 
@@ -272,6 +288,11 @@ class Scheduler(MovesMixin):
         (``PolicyConfig.backfill_interval_s``); the blocked jobs of a backfill pass become the
         power stage's demand."""
         full = self._cadence.take(now)
+        if self._hot or self._heat_watch:  # some node runs or ran hot: stages.heat
+            hot = np.fromiter(self._hot, dtype=np.int64, count=len(self._hot))
+            busy = self.view.whole_free < self.view.gpu_total  # (a fraction: not whole)
+            self.view.heat_risky = self.heat.note(hot, busy, now, self.cfg)
+            self._heat_watch = bool(self.heat.learnt.any())
         res = scheduler.schedule(
             self.queue,
             self.view,

@@ -17,6 +17,7 @@ keeps the rest. What lives here:
 
 from __future__ import annotations
 
+import dataclasses
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -140,16 +141,43 @@ class MovesMixin:
         later = at[at > now]
         return float(later.min()) if len(later) else None
 
-    def check_move(self: Scheduler, job_id: str, attempt: int, node: str, now: float) -> str:
+    def check_move(
+        self: Scheduler,
+        job_id: str,
+        attempt: int,
+        node: str,
+        now: float,
+        shrink_to: int = 0,
+        kind: str = "preempt",
+    ) -> str:
         """The verdict on a move someone asks for (an intent of the defragmenter or the
-        thermal guard): "" when ``stages.preempt`` allows it now, else why not."""
+        thermal guard): "" when ``stages.preempt`` allows it now, else why not. A shrink
+        (``shrink_to``, ``stages.shrink``) resumes on the node it shrinks on, so its resume
+        needs no room elsewhere; the size must be one the job may take. A migration (``kind``
+        ``migrate``: it leaves a hot node) needs a room on a node that did not run hot
+        (``stages.heat``): moving it to another hot node only moved the heat, and an 8-GPU job
+        was migrated back and forth every hour, thirteen times (Philly, 10% of nodes hot)."""
         if node not in self.view.index:
             return f"unknown node {node!r}"
-        return self.moves.check(job_id, attempt, node, self.view, self.running, now, self.cfg)
+        cfg = self.cfg
+        why = self.moves.check(job_id, attempt, node, self.view, self.running, now, cfg, shrink_to)
+        if why or kind != "migrate" or shrink_to or not self.view.heat_risky.any():
+            return why
+        if not self.moves.room_for(job_id, self.view, self.running, now, cfg, cool_only=True):
+            return "no room to resume on a node that did not run hot"
+        return ""
 
     def order_move(self: Scheduler, move: MoveOrder, now: float) -> MoveOrder:
         """Record an accepted move (``check_move`` said yes): the job is being moved now; a
-        move for another job holds the node it clears for that job (``_fill_rooms``)."""
+        move for another job holds the node it clears for that job (``_fill_rooms``). A
+        migration (it leaves a hot node) gets a room of its own elsewhere, on a node that did
+        not run hot (``MoveBook.room_for``; ``check_move`` made sure one exists): without one
+        it resumed wherever the pass put it, often back on the node the guard had released."""
+        if move.kind == "migrate" and not move.to_node and not move.shrink_to:
+            cfg = self.cfg
+            to = self.moves.room_for(move.job_id, self.view, self.running, now, cfg, cool_only=True)
+            if to:
+                move = dataclasses.replace(move, to_node=to)
         out = self.moves.order(move, now, self.cfg.preempt.resume_bound_s)
         self._hold_rooms()
         return out

@@ -33,8 +33,9 @@ class Place:
 class MoveOrder:
     """Checkpoint ``job_id``'s attempt ``attempt`` on ``node`` and requeue it with its progress
     and a resume deadline (``stages.preempt``). ``kind``: ``preempt`` (room for ``for_job``)
-    or ``migrate`` (leave the node); ``intent``: the ``proto.intents`` id it answers, "" when
-    the scheduler decided it itself (the priority-protection rule)."""
+    or ``migrate`` (leave the node), a shrink when ``shrink_to`` is set; ``intent``: the
+    ``proto.intents`` id it answers, "" when the scheduler decided it itself (the
+    priority-protection rule)."""
 
     job_id: str
     attempt: int
@@ -45,6 +46,7 @@ class MoveOrder:
     intent: str = ""
     source: str = "scheduler"
     to_node: str = ""  # where the moved job resumes (held for it while it saves), "" unknown
+    shrink_to: int = 0  # elastic: it resumes on this many GPUs (``stages.shrink``); 0: same size
 
 
 @dataclass(frozen=True, slots=True)

@@ -19,6 +19,7 @@ from libs.policy.cluster import EPS, ClusterView
 from libs.policy.config import PolicyConfig
 from libs.policy.decisions import MoveOrder
 from libs.policy.stages import preempt as P
+from libs.policy.stages.shrink import shrink_floor
 from libs.policy.types import PendingJob, RunningJob
 
 
@@ -38,6 +39,17 @@ def soon_free(view: ClusterView, running: RunningSet, now: float, bound_s: float
             if r.gpu_share >= 1.0 - EPS:
                 soon[i] += len(r.gpu_indices)
     return soon
+
+
+def shrink_error(job: RunningJob, shrink_to: int) -> str:
+    """Why ``job`` may not shrink to ``shrink_to`` GPUs ("" when it may)."""
+    floor = shrink_floor(job.spec)
+    if floor is None or job.gpu_share < 1.0 - EPS:
+        return "cannot shrink: not an elastic whole-GPU job above its minimum"
+    if not floor <= shrink_to < len(job.gpu_indices):
+        held = len(job.gpu_indices)
+        return f"shrink_to: {shrink_to} is not in [{floor}, {held - 1}] (min_gpus .. held - 1)"
+    return ""
 
 
 def _ends_bound(cfg: PolicyConfig) -> float:
@@ -110,8 +122,10 @@ class MoveBook:
         running: RunningSet,
         now: float,
         cfg: PolicyConfig,
+        shrink_to: int = 0,
     ) -> str:
-        """Why a move of ``job_id``'s attempt ``attempt`` on ``node`` is refused ("" if not)."""
+        """Why a move of ``job_id``'s attempt ``attempt`` on ``node`` is refused ("" if not);
+        ``shrink_to``: an elastic shrink to that many GPUs (``stages.shrink``)."""
         held = self.attempts.get(job_id)
         if held is None:
             return "not running"
@@ -120,8 +134,33 @@ class MoveBook:
         if job_id in self.moving:
             return "already being moved"
         job = self.jobs[job_id]
+        if shrink_to:
+            return P.protection(job, self.facts.get(job_id), now, cfg.preempt) or shrink_error(
+                job, shrink_to
+            )
         soon = soon_free(view, running, now, _ends_bound(cfg))
         return P.may_move(job, self.facts, view, soon, now, cfg)
+
+    def room_for(
+        self,
+        job_id: str,
+        view: ClusterView,
+        running: RunningSet,
+        now: float,
+        cfg: PolicyConfig,
+        *,
+        cool_only: bool = False,
+    ) -> str:
+        """Where a running job would resume if it left its node now: a room of its own on
+        another node (``stages.preempt.resume_rooms``), with ``cool_only`` one that did not
+        run hot (``stages.heat``'s risky nodes); "" when none has room now."""
+        job = self.jobs.get(job_id)
+        if job is None:
+            return ""
+        soon = soon_free(view, running, now, _ends_bound(cfg))
+        avoid = view.heat_risky if cool_only and view.heat_risky.any() else None
+        rooms = P.resume_rooms((job,), view, soon, cfg, exclude=job.node_index, avoid=avoid)
+        return view.node_ids[rooms[job_id]] if rooms else ""
 
     def order(self, move: MoveOrder, now: float, room_s: float) -> MoveOrder:
         """Record a move decided or accepted now; a move that makes room for a job (``for_job``)
@@ -162,6 +201,7 @@ class MoveBook:
                 plan.reason,
                 for_job=plan.for_job,
                 to_node=to.get(v.job_id, ""),
+                shrink_to=v.shrink_to,
             )
             out.append(self.order(mo, now, cfg.preempt.resume_bound_s))
         return out

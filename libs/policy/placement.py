@@ -34,6 +34,7 @@ from libs.policy.scores import (
     green_tolerance,
     temps_unknown,
 )
+from libs.policy.stages import heat as H
 from libs.policy.stages import score as S
 from libs.policy.stages.frag import Workload
 from libs.policy.stages.pick import SCORE_TIE, TERMS, pick, term_weights
@@ -126,6 +127,9 @@ def place(
     if cfg.w_frag > 0 and cfg.frag_workload:  # FGD's term, with the config's target workload
         s_frag, frag_slots = S.s_frag(spec, view, nodes, Workload.of(cfg.frag_workload))
         total = (total * wsum + cfg.w_frag * s_frag) / (wsum + cfg.w_frag)
+        best = pick(total)
+    if view.heat_risky.any() and H.heat_averse(spec, cfg):  # stages.heat: no stuck job there
+        total = H.avoid_risky(total, view.heat_risky[nodes])
         best = pick(total)
     n = int(nodes[best])
     if frag_slots is not None and frac:

@@ -78,6 +78,10 @@ class PowerState:
         self.reserved: tuple[int, ...] = ()
         self._wake_order, self._green_wake_order = wake_orders(view, profiles)
 
+    def use_profiles(self, view: ClusterView, profiles: ProfileTable) -> None:
+        """A new profile table: the wake orders follow its speeds and powers."""
+        self._wake_order, self._green_wake_order = wake_orders(view, profiles)
+
     # ----- facts ---------------------------------------------------------------------------
     def node_emptied(self, i: int, now: float) -> None:
         self.idle_since[i] = now

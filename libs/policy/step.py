@@ -31,6 +31,7 @@ from libs.policy.placement import PlaceContext, place
 from libs.policy.profiles import ProfileTable
 from libs.policy.queue import PendingQueue, QueueArrays
 from libs.policy.scores import SizeMix, default_mix
+from libs.policy.stages import heat as H
 from libs.policy.types import PendingJob, Placement, Refusal, Reservation, RunningJob
 
 
@@ -73,6 +74,7 @@ class Pass:
         "can_bulk",
         "cfg",
         "codes",
+        "cool",
         "ctx",
         "dead",
         "extra_heads",
@@ -80,6 +82,7 @@ class Pass:
         "failed",
         "gang_shape",
         "head",
+        "heat_fail",
         "is_queue",
         "jobs",
         "max_extra",
@@ -149,6 +152,10 @@ class Pass:
         self.n_extra_done = 0
         self.max_extra = max(0, cfg.reservations - 1)
         self.slow_fail: set[tuple] = set()  # (shape, slow-model code) refused "SlowGPU"
+        # stages.heat: the nodes a stuck long job keeps off while it may wait (None: none is
+        # risky, the usual case), and the shapes refused "HotNode" in this pass
+        self.cool: np.ndarray | None = ~view.heat_risky if view.heat_risky.any() else None
+        self.heat_fail: set[tuple] = set()
         # nodes not reserved (rebuilt when the reservations change) and that mask combined
         # with each slow-model code's (read-only by convention: shared by the pass's rows)
         self._resv_held: tuple | None = None
@@ -323,7 +330,17 @@ class Pass:
         if mask is not None and key in self.resv_fail and self._ends_after_reserved(job):
             self.waiting[spec.id] = "Reserved"
             return
+        heat = self.cool is not None and H.holds_off_risky(job, self.now, self.cfg)
+        if heat:  # stages.heat: it waits a while for a node that did not run hot
+            if key in self.heat_fail:
+                self.waiting[spec.id] = H.HOT_NODE
+                return
+            mask = self.cool if mask is None else mask & self.cool
         res = place(spec, self.view, self.profiles, self.cfg, ctx=self.ctx, mask=mask)
+        if heat and isinstance(res, Refusal) and res.reason == "Reserved":
+            self.waiting[spec.id] = H.HOT_NODE  # only risky (or reserved) nodes could take it
+            self.heat_fail.add(key)
+            return
         if held and isinstance(res, Refusal) and res.reason == "Reserved":
             self._slow_refused(i, spec.id, key, too)
             return

@@ -295,6 +295,7 @@ class Engine:
                 return False
             self._mover.checkpointed(job)
             self._stop(job, t)
+            self._mover.resize(job)
             job.preempted_at_s = t
             self._enqueue(job, t)
             return True

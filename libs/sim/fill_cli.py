@@ -37,7 +37,10 @@ def main_fill(args: argparse.Namespace, console: Any) -> int:
 
     names = [p.strip().lower() for p in (args.policies or ",".join(FILL_POLICIES)).split(",")]
     try:
-        cfg, overrides = apply_overrides(args.overrides)
+        from libs.policy_io.policy_file import load_policy_file
+
+        path = getattr(args, "policy_file", None)  # --policy-file, then --set on top
+        cfg, overrides = apply_overrides(args.overrides, load_policy_file(path) if path else None)
         results = run_fill(
             args.trace,
             args.cluster,

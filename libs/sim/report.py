@@ -33,6 +33,7 @@ FULL: tuple[tuple[str, str, str], ...] = (
     ("deadline_attainment", "deadlines met", "pct"),
     ("energy_kwh", "energy kWh", "num"),
     ("energy_cost_usd", "energy $", "usd"),
+    ("energy_kwh_per_ref_gpu_hour", "kWh/V100-GPU-h", "num"),
     ("failure_rate", "failure rate", "pct"),
     ("jobs_failed", "jobs failed", "int"),
     ("starvation_p99_wait_s", "low-pri wait p99", "dur"),

@@ -4,9 +4,12 @@
 ``python -m libs.sim.runner`` (same flags). It returns the ``results.json`` dict and, with an
 output folder, writes that file and the PNG plots.
 
-Every policy sees the same jobs: a job that no node can ever hold, or that one of the compared
-policies could never place (every policy spans nodes with a job wider than any node), is
-dropped for all of them, and the count and reasons are reported (``dropped_jobs``).
+Every policy sees the same jobs: a job that no node can ever hold, or that one of the known
+policies could never place (every policy spans nodes with a job wider than any node: Mosaic's
+gangs, issue 15), is dropped for all of them, and the count and reasons are reported
+(``dropped_jobs``). The rule reads the trace and the cluster only, never which policies run, so
+a policy's figures are the same whether it runs alone or beside others; so is the energy window
+(``metrics.rewindow``).
 """
 
 from __future__ import annotations
@@ -32,16 +35,30 @@ from libs.sim.cluster import SimCluster
 from libs.sim.engine import Engine, runtime_matrix
 from libs.sim.failures import FailureModel
 from libs.sim.fill_cli import add_fill_args
+from libs.sim.load import LOAD_BASES, LOAD_DEFINITIONS, effective_capacity, scaled_deadline
+from libs.sim.power_saving import MODES as POWER_MODES
+from libs.sim.power_saving import RULES as POWER_RULES
+from libs.sim.power_saving import apply_mode, check_mode
+from libs.sim.profile_error import add_profile_args, profile_kwargs
 from libs.sim.state import SimResult
 from libs.sim.thermal import HotNodes, guard_report, sim_thermal_for, summary_line, without_guard
 from proto.nodes import NodeSpec
 
-CLUSTERS = ("seed", "openb", "demo", "counts:MODEL=GPUS,...", "MODEL=GPUS,...", "FILE.json")
+CLUSTERS = (
+    "seed",
+    "openb",
+    "demo",
+    "gavel",
+    "counts:MODEL=GPUS,...",
+    "MODEL=GPUS,...",
+    "FILE.json",
+)
 
 
 def resolve_cluster(name: str, gpus: int | None, trace: Any = None) -> list[NodeSpec]:
-    """A cluster by name: seed (sized by ``gpus``), openb (the trace's inventory), demo, counts
-    (``v100=36,p100=36`` with or without ``counts:``), or a cluster JSON file."""
+    """A cluster by name: seed (sized by ``gpus``), openb (the trace's inventory), demo, gavel
+    (Gavel's 36 V100 + 36 P100 + 36 K80, nodes of up to 8 GPUs), counts (``v100=36,p100=36``
+    with or without ``counts:``), or a cluster JSON file."""
     key = name.strip()
     if key == "seed":
         if not gpus or gpus <= 0:
@@ -49,6 +66,10 @@ def resolve_cluster(name: str, gpus: int | None, trace: Any = None) -> list[Node
         return inventory.seed_cluster(gpus)
     if key == "demo":
         return inventory.demo_cluster()
+    if key == "gavel":
+        from libs.sim.loaders.gavel_recipe import CLUSTER, GPUS_PER_NODE
+
+        return inventory.from_counts(CLUSTER, gpus_per_node=GPUS_PER_NODE)
     if key == "openb":
         if trace is None or not trace.nodes:
             raise ValueError("cluster 'openb' needs a trace that carries its inventory (openb)")
@@ -65,25 +86,23 @@ def resolve_cluster(name: str, gpus: int | None, trace: Any = None) -> list[Node
     raise ValueError(f"unknown cluster {name!r}; known: {', '.join(CLUSTERS)}")
 
 
-def _feasible(trace_jobs, nodes, policies: list[str]) -> tuple[list[int], Counter]:
-    """Indices of jobs every compared policy could place on the empty cluster."""
-    sim = SimCluster(nodes)
-    check_mosaic = "mosaic" in policies
-    if check_mosaic:
-        from libs.policy.filters import NeverFits
+def _feasible(trace_jobs, nodes) -> tuple[list[int], Counter]:
+    """Indices of jobs every known policy could place on the empty cluster (whichever run:
+    dropping a job only when Mosaic is compared would change the baselines' figures)."""
+    from libs.policy.filters import NeverFits
 
-        never_fits = NeverFits(nodes)
+    sim = SimCluster(nodes)
+    never_fits = NeverFits(nodes)
     keep: list[int] = []
     why: Counter = Counter()
     for i, tj in enumerate(trace_jobs):
         if not sim.could_ever_fit(tj.spec, check_memory=True):
             why["no node can ever hold it"] += 1
             continue
-        if check_mosaic:
-            reason = never_fits(tj.spec)
-            if reason is not None:
-                why["mosaic: " + reason.split(":", 1)[0]] += 1
-                continue
+        reason = never_fits(tj.spec)
+        if reason is not None:
+            why["mosaic: " + reason.split(":", 1)[0]] += 1
+            continue
         keep.append(i)
     return keep, why
 
@@ -121,6 +140,9 @@ def run_simulation(
     keep_runs: dict[str, SimResult] | None = None,
     overrides: Sequence[str] = (),
     hot: HotNodes | None = None,
+    power_saving: str = "mosaic",
+    base_cfg: Any = None,
+    window_s: tuple[float | None, float | None] | None = None,
 ) -> dict:
     """Replay ``trace`` on ``cluster`` under each policy; the ``results.json`` dict.
 
@@ -133,17 +155,23 @@ def run_simulation(
     receives each policy's raw run. ``overrides``: ``KEY=VALUE`` settings of Mosaic's
     ``PolicyConfig`` (``libs.sim.overrides``), recorded in the results as ``overrides``.
     ``hot``: a hot-node scenario (``libs.sim.thermal``): each policy's ``thermal`` figures, and
-    mosaic run again without its guard for ``thermal``.
+    mosaic run again without its guard for ``thermal``. ``power_saving``: who may suspend
+    idle nodes (``libs.sim.power_saving``: mosaic, all or none), recorded as ``power_saving``.
+    mosaic run again without its guard for ``thermal``. ``base_cfg``: Mosaic's config before
+    ``overrides`` (a ``--policy-file``, a calibration trial). ``window_s``: replay only the
+    jobs submitted in ``[start, end)`` (``Trace.slice``, re-based to 0; after ``max_jobs``).
     """
     from libs.sim.loaders import load_trace
     from libs.sim.overrides import apply_overrides
 
-    cfg, overrides_set = apply_overrides(overrides)
-    if overrides_set:
+    cfg, overrides_set = apply_overrides(overrides, base_cfg)
+    if overrides_set or base_cfg is not None:
         policy_kwargs = dict(policy_kwargs or {})
-        policy_kwargs["mosaic"] = {"cfg": cfg, **policy_kwargs.get("mosaic", {})}
+        for name in ("mosaic", "mosaic-np"):
+            policy_kwargs[name] = {"cfg": cfg, **policy_kwargs.get(name, {})}
 
     names = parse_policies(policies)
+    check_mode(power_saving)
     if load is not None and not (math.isfinite(load) and load > 0):
         raise ValueError(f"load must be a positive number, got {load}")
     if load_basis not in LOAD_BASES:
@@ -151,6 +179,8 @@ def run_simulation(
     tr = load_trace(
         trace, traces_dir=traces_dir, seed=seed, max_jobs=max_jobs, throughputs=throughputs
     )
+    if window_s is not None:
+        tr = tr.slice(start_s=window_s[0], end_s=window_s[1])
     if not tr.jobs:
         raise ValueError(f"trace {trace!r} has no jobs")
     nodes = resolve_cluster(cluster, gpus, tr)
@@ -158,7 +188,7 @@ def run_simulation(
     for n in nodes:
         profiles = profiles.estimate_for(n)
     models = SimCluster(nodes).models
-    keep, dropped = _feasible(tr.jobs, nodes, names)
+    keep, dropped = _feasible(tr.jobs, nodes)
     jobs = [tr.jobs[i] for i in keep]
     if not jobs:
         raise ValueError("no job of the trace fits this cluster")
@@ -176,7 +206,7 @@ def run_simulation(
         scale = load / natural
         jobs = [
             type(j)(
-                spec=_scaled_deadline(j.spec, j.submit_s, scale),
+                spec=scaled_deadline(j.spec, j.submit_s, scale),
                 submit_s=j.submit_s / scale,
                 runtime_by_model=j.runtime_by_model,
                 source=j.source,
@@ -207,6 +237,8 @@ def run_simulation(
         "tariff_usd_per_kwh": tariff_usd_per_kwh,
         "failure_model": vars(failures or FailureModel()),
         "overrides": overrides_set,
+        "power_saving": {"mode": power_saving, "rule": POWER_RULES[power_saving]},
+        "base_policy": None if base_cfg is None else _policy_diff(base_cfg),
         "assumptions": list(tr.assumptions),
         "bounds": {},
         "policies": {},
@@ -216,6 +248,7 @@ def run_simulation(
     bounds_done = False
     # build every policy first: each imports its code now, so one run uses one version of it
     built = {n: make_policy(n, **(policy_kwargs or {}).get(n, {})) for n in names}
+    built = {n: apply_mode(n, p, power_saving, cfg) for n, p in built.items()}
     for name in names:
         policy = built[name]
         cb = (lambda f, _n=name: progress(_n, f)) if progress is not None else None
@@ -229,6 +262,7 @@ def run_simulation(
             runtimes=rt,
             progress=cb,
             thermal=thermal,
+            checkpoint_cost_s=cfg.preempt.checkpoint_cost_s,  # one cost for every policy
         )
         if not bounds_done:
             results["bounds"] = B.compute(engine.jobs, models, capacity, idle_w, profiles)
@@ -236,6 +270,11 @@ def run_simulation(
         run = engine.run()
         m = M.compute(run, tariff_usd_per_kwh)
         m["bound_violations"] = B.check(run, m, results["bounds"])
+        m["power_saving"] = getattr(policy, "power_step", None) is not None and (
+            getattr(getattr(policy, "cfg", None), "power_saving", True)
+        )
+        if (report := getattr(policy, "profile_report", lambda: None)()) is not None:
+            m["profiles"] = report  # --profile-error / --profile-learning (issue 15)
         if thermal is not None:
             m["thermal"] = thermal.totals.as_dict()
         results["policies"][name] = m
@@ -243,14 +282,22 @@ def run_simulation(
         if off is not None:  # the same run without the guard: what the guard avoided
             off_thermal = sim_thermal_for(off, nodes, hot)
             Engine(
-                jobs, nodes, off, profiles, failures=failures, runtimes=rt, thermal=off_thermal
+                jobs,
+                nodes,
+                off,
+                profiles,
+                failures=failures,
+                runtimes=rt,
+                thermal=off_thermal,
+                checkpoint_cost_s=cfg.preempt.checkpoint_cost_s,
             ).run()
             results["thermal"] = guard_report(hot, nodes, thermal, off_thermal)
         if runs is not None:
             runs[name] = run
         del engine
-    common = max(m["makespan_s"] for m in results["policies"].values())
-    results["policies"] = {n: M.rewindow(m, common) for n, m in results["policies"].items()}
+    window = M.energy_window_s(results["bounds"])
+    results["energy_window"] = {"energy_window_s": window, "rule": M.ENERGY_WINDOW_RULE}
+    results["policies"] = {n: M.rewindow(m, window) for n, m in results["policies"].items()}
     results = _finite(results)
     if out_dir is not None:
         out = Path(out_dir)
@@ -262,39 +309,10 @@ def run_simulation(
     return results
 
 
-LOAD_BASES = ("fastest", "effective")
-LOAD_DEFINITIONS = {
-    "fastest": "sum(GPUs x fastest-GPU runtime) / (GPUs x arrival span)",
-    "effective": "sum(GPUs x fastest-GPU runtime) / (effective capacity x arrival span)",
-}
+def _policy_diff(cfg: Any) -> dict[str, Any]:
+    from libs.policy_io.policy_file import policy_diff
 
-
-def effective_capacity(
-    req_gpus: np.ndarray, rt: np.ndarray, models: list[str], nodes: Sequence[NodeSpec]
-) -> float:
-    """The cluster's capacity in fastest-GPU equivalents for this trace's work mix.
-
-    Why: demand is counted at each job's FASTEST runtime, so a T4 (about half a V100 on most
-    classes) must count as half a GPU, or a "load 0.75" over-subscribes a mixed cluster. Each
-    model's GPU counts at its speed relative to the job's fastest model (fastest runtime / its
-    runtime there), averaged over the jobs weighted by their work (GPUs x fastest runtime).
-    """
-    fastest = rt.min(axis=1)
-    w = req_gpus * fastest
-    if w.sum() <= 0:
-        return float(sum(n.gpu_count for n in nodes))
-    rel = (w[:, None] * (fastest[:, None] / rt)).sum(axis=0) / w.sum()  # per model
-    pos = {m: i for i, m in enumerate(models)}
-    return float(sum(n.gpu_count * rel[pos[n.gpu_model]] for n in nodes))
-
-
-def _scaled_deadline(spec, submit_s: float, scale: float):
-    """Deadlines keep their slack after submit when arrivals are compressed."""
-    if spec.deadline is None or scale == 1.0:
-        return spec
-    import msgspec
-
-    return msgspec.structs.replace(spec, deadline=submit_s / scale + (spec.deadline - submit_s))
+    return policy_diff(cfg)
 
 
 def add_hot_args(ap: argparse.ArgumentParser) -> None:
@@ -318,8 +336,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument(
         "--policies",
         default=None,
-        help="default fifo,drf,tiresias,gavel,mosaic (with --fill: random,bestfit,fgd,mosaic,"
-        "mosaic+defrag)",
+        help="default fifo,drf,tiresias,gavel,mosaic; also gavel-fifo, las, and NAME-np without "
+        "preemption (libs.sim.baselines) (with --fill: random,bestfit,fgd,mosaic,mosaic+defrag)",
     )
     add_fill_args(ap)
     ap.add_argument("--out", type=Path, default=None, help="folder for results.json and plots")
@@ -346,12 +364,21 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     ap.add_argument("--traces-dir", type=Path, default=None)
     ap.add_argument(
+        "--power-saving",
+        choices=POWER_MODES,
+        default="mosaic",
+        help="who may suspend idle nodes: mosaic only (default), all policies by the same "
+        "rule, or none",
+    )
+    ap.add_argument(
         "--tariff",
         type=float,
         default=M.DEFAULT_TARIFF_USD_PER_KWH,
         help="energy price, USD per kWh",
     )
     add_hot_args(ap)
+    add_profile_args(ap)
+    ap.add_argument("--policy-file", type=Path, default=None, help="policy.json (calibrate)")
     args = ap.parse_args(argv)
     from rich.console import Console
     from rich.progress import Progress
@@ -365,6 +392,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         return main_fill(args, console)
     runs: dict[str, SimResult] = {}
     try:
+        from libs.policy_io.policy_file import load_policy_file
+
+        base = load_policy_file(args.policy_file) if args.policy_file is not None else None
         with Progress(console=console, transient=True) as bar:
             tasks: dict[str, Any] = {}
 
@@ -390,6 +420,9 @@ def main(argv: Sequence[str] | None = None) -> int:
                 keep_runs=runs,
                 overrides=args.overrides,
                 hot=HotNodes.parse(args.hot_nodes, args.hot_share, args.hot_heat),
+                power_saving=args.power_saving,
+                policy_kwargs=profile_kwargs(args),
+                base_cfg=base,
             )
     except (ValueError, FileNotFoundError) as exc:
         console.print(f"[red]error:[/red] {exc}")

@@ -57,6 +57,8 @@ class SimJob:
     resume_delays_s: list[float] = field(default_factory=list)
     ckpt_start_s: float = -1.0  # a checkpoint under way since then (-1: none)
     ckpt_kind: str = ""  # that checkpoint's move kind (preempt | migrate)
+    ckpt_shrink_to: int = 0  # that checkpoint's shrink (elastic: GPUs it resumes on; 0: none)
+    shrinks: int = 0  # times it was shrunk (libs.policy.stages.shrink)
     attempt_full_s: float = 0.0  # the whole job's runtime on the current attempt's GPUs
 
     @property

@@ -274,7 +274,7 @@ class SimThermal:
         check = getattr(self._core, "check_move", None)
         if check is None:
             return False  # a scheduler without the move rule moves nothing
-        why = check(job.job_id, job.attempt, node, t)
+        why = check(job.job_id, job.attempt, node, t, kind="migrate")
         if why:  # counted by the rule that refused (its numbers left out)
             key = re.sub(r"\d+(\.\d+)?", "N", why)
             self.totals.migrations_refused[key] = self.totals.migrations_refused.get(key, 0) + 1
@@ -312,7 +312,7 @@ class SimThermal:
         lost = self.lost_s.pop(job.idx, 0.0)
         if lost and job.attempt_full_s > 0:
             job.progress -= lost / job.attempt_full_s  # the checkpoint adds the wall time run
-        mover.apply([(job, "migrate", action.reason)], t)
+        mover.apply([(job, "migrate", action.reason, 0)], t)
         return True
 
 

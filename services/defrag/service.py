@@ -38,6 +38,7 @@ from libs.policy.ledger_view import ledger_cluster
 from libs.policy.profiles import ProfileTable
 from libs.policy.stages import defrag, frag
 from libs.policy.stages import preempt as P
+from libs.policy_io.policy_file import live_policy
 from proto import subjects
 from proto.decisions import Decision
 from proto.events import LifecycleEvent
@@ -75,7 +76,7 @@ class Defragmenter:
     ) -> None:
         self.bus, self.clock, self.log = bus, clock, log
         self.settings = settings or DefragSettings()
-        self.policy = policy or PolicyConfig.default()
+        self.policy = policy or live_policy()  # MOSAIC_POLICY_FILE, else the defaults
         self.profiles = profiles or ProfileTable.default()
         self.waiting = WaitingJobs()
         self.mirror = ClusterMirror(bus)  # nodes and ledger, revalidated

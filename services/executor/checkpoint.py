@@ -93,7 +93,8 @@ def checkpoint_events(
         how += f"; the job exited with status {end.status}"
     return (
         Checkpointed(**same, reason=f"{ck.reason}: {how}", progress=progress),
-        Preempted(**same, reason=ck.reason, attempt=entry.attempt),  # the attempt: proto.events
+        # the attempt (proto.events), and the size it waits again at when it was shrunk
+        Preempted(**same, reason=ck.reason, attempt=entry.attempt, resize_gpus=ck.shrink_to),
     )
 
 
@@ -147,6 +148,7 @@ class Checkpoints:
             estimate=estimate_progress(entry, now),
             signal=spec.checkpoint_signal if spec is not None else "SIGUSR1",
             grace_until=time.time() + grace_s,
+            shrink_to=cmd.shrink_to,
         )
 
     def resume_checkpoint(self, entry: Entry) -> None:

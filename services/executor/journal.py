@@ -66,6 +66,7 @@ class Checkpoint(msgspec.Struct, frozen=True, kw_only=True):
     estimate: float  # the progress from elapsed time at the request (the fallback)
     signal: str = "SIGUSR1"  # local mode: what the job's processes get
     grace_until: float = 0.0  # local mode: wall unix seconds, when SIGTERM follows
+    shrink_to: int = 0  # an elastic shrink: named in the Preempted (``resize_gpus``)
 
 
 class Entry(msgspec.Struct, frozen=True, kw_only=True):

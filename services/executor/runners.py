@@ -22,6 +22,22 @@ from services.executor.journal import Entry, Launch
 from services.executor.progress import JobProgress
 
 OOM_AFTER_S = 30.0  # Mosaic seconds before a simulated out-of-memory failure shows up
+# simulated mode: a node labelled with this runs every job at this speed x the reference GPU
+# whatever the placer's profile says (issue 15: a cluster whose truth differs from the table,
+# which the profiler must learn). Without it a job runs the runtime its run command says.
+SIM_SPEED_LABEL = "mosaic/sim-speed"
+
+
+def sim_runtime_s(cmd: RunCommand, node: NodeSpec) -> float:
+    """The whole job's runtime on ``node`` in simulated mode (see ``SIM_SPEED_LABEL``)."""
+    spec = cmd.allocation.spec
+    try:
+        speed = float(node.labels.get(SIM_SPEED_LABEL, "nan"))
+    except ValueError:
+        speed = float("nan")
+    if spec is None or not (0.0 < speed < float("inf")):
+        return cmd.runtime_s
+    return spec.est_runtime_s / speed
 
 
 @dataclass(frozen=True)
@@ -102,7 +118,7 @@ class SimRunner:
         if entry.checkpoint is not None:
             return entry.checkpoint.done_at
         cmd = entry.cmd
-        remaining_s = max(0.0, cmd.runtime_s * (1.0 - cmd.progress))
+        remaining_s = max(0.0, sim_runtime_s(cmd, node) * (1.0 - cmd.progress))
         run_s = remaining_s if oom_reason(cmd, node) is None else min(OOM_AFTER_S, remaining_s)
         return entry.started_at + run_s
 

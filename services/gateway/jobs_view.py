@@ -27,6 +27,7 @@ from collections.abc import Callable, Iterable
 
 import msgspec
 
+from libs.policy.stages.shrink import fold_resize
 from proto.events import (
     Cancelled,
     Checkpointed,
@@ -317,6 +318,9 @@ def _fold(job: JobView, event: LifecycleEvent) -> None:
         job.state = "pending"
         job.node = None
         job.reason = event.reason or "Preempted"
+        if event.resize_gpus:  # an elastic shrink: it waits (and runs next) on fewer GPUs
+            now_spec = msgspec.structs.replace(job.spec, gpus=job.gpus)
+            job.gpus = fold_resize(now_spec, event.resize_gpus).gpus
     elif isinstance(event, Checkpointed):
         pass  # progress is saved; the job keeps its state and node
     elif type(event) in _TERMINAL_STATE:

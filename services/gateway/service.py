@@ -56,6 +56,7 @@ from services.gateway.jobs_view import (
 )
 from services.gateway.nodes_view import NodesModel
 from services.gateway.producers import Producers
+from services.gateway.profiles_api import ProfilesModel
 
 SERVICE = "gateway"
 DEFAULT_HTTP_PORT = 8080
@@ -112,6 +113,7 @@ class Gateway:
         self.auth = auth
         self.tenants_kv: Any = None
         self.cordons_kv: Any = None  # KV cordons, opened by start (services.gateway.cordon_api)
+        self.profiles = ProfilesModel(bus)  # the profiler's table (services.gateway.profiles_api)
         self.config = config or ReadModelConfig()
         self.jobs = JobsModel(
             keep_events=self.config.keep_events,
@@ -162,6 +164,7 @@ class Gateway:
         ledger_kv = await self.bus.kv(subjects.KV_LEDGER, Allocation)
         await ledger_kv.watch(self._on_allocation)
         self.cordons_kv = await cordon_api.follow(self.bus, self.nodes)  # KV cordons (issue 13)
+        self.profiles = await ProfilesModel(self.bus).follow()  # KV profiles (issue 15)
         await self.bus.subscribe(subjects.TELEMETRY_ALL, TelemetrySample, self._on_sample)
         await self.bus.subscribe(subjects.EXECUTOR_REPORTS_ALL, ExecutorReport, self._on_report)
         # tenants before serving: a token issued before a restart must work on the first request

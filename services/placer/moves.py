@@ -61,8 +61,8 @@ def intent_error(intent: Intent) -> str:
             return f"kind: {intent.kind!r} is not one of {', '.join(MOVE_KINDS)}"
         if intent.attempt < 1:
             return "attempt: must be >= 1"
-        if intent.shrink_to:
-            return "shrink_to: shrinking an elastic job is not supported yet (send 0)"
+        if isinstance(intent.shrink_to, bool) or intent.shrink_to < 0:
+            return "shrink_to: must be a GPU count >= 0"
     elif intent.on and not 0.0 < intent.ttl_s <= MAX_TTL_S:  # a release needs no TTL
         return f"ttl_s: must be in (0, {MAX_TTL_S:.0f}]"
     return ""
@@ -111,7 +111,14 @@ class MoveCommitter:
                 continue
             if not error:
                 assert isinstance(intent, MoveIntent)
-                error = sched.check_move(intent.job_id, intent.attempt, intent.node, now)
+                error = sched.check_move(
+                    intent.job_id,
+                    intent.attempt,
+                    intent.node,
+                    now,
+                    shrink_to=intent.shrink_to,
+                    kind=intent.kind,
+                )
             if error:
                 await self._refuse_intent(intent, error, now)
                 continue
@@ -125,6 +132,9 @@ class MoveCommitter:
                 for_job=intent.for_job,
                 intent=intent.id,
                 source=intent.source,
+                # a shrink resumes at once on the node it shrinks on (its room, held for it)
+                to_node=intent.node if intent.shrink_to else "",
+                shrink_to=intent.shrink_to,
             )
             await self._commit_move(sched.order_move(move, now), now)
             INTENTS.labels(intent.source, "committed").inc()
@@ -143,7 +153,10 @@ class MoveCommitter:
         attrs = {"job": job, "node": move.node, "kind": move.kind, "source": move.source}
         with self._job_span(f"placer.{move.kind}", job, attrs) as span:  # type: ignore[attr-defined]
             cmd = CheckpointCommand(
-                job_id=job, reason=f"{move.kind}: {move.reason}"[:500], attempt=move.attempt
+                job_id=job,
+                reason=f"{move.kind}: {move.reason}"[:500],
+                attempt=move.attempt,
+                shrink_to=move.shrink_to,
             )
             decision = Decision(
                 job_id=job,

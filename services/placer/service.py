@@ -23,6 +23,7 @@ from prometheus_client import Gauge, Histogram
 
 from libs.bus.connection import Bus, Consumer
 from libs.bus.lease import Lease, LeaseRecord
+from libs.bus.profile_watch import ProfileFollower
 from libs.bus.refusals import refused
 from libs.bus.replay import wait_caught_up
 from libs.bus.runtime import ServiceContext
@@ -31,6 +32,7 @@ from libs.obs.health import Heartbeat
 from libs.policy.config import PolicyConfig
 from libs.policy.profiles import ProfileTable
 from libs.policy.warmup import warm_up
+from libs.policy_io.policy_file import live_policy
 from proto import subjects
 from proto.events import LifecycleEvent, Preempted, Submitted, is_terminal
 from proto.intents import Intent
@@ -89,7 +91,7 @@ class Placer(Committer, MoveCommitter, Announcer, NodeWatch, Cancels):
         self.tracer = tracer
         self.settings = settings or PlacerSettings()
         self.holder = self.settings.holder_id()
-        self.policy = policy or PolicyConfig.default()
+        self.policy = policy or live_policy()  # MOSAIC_POLICY_FILE, else the defaults
         self.profiles = profiles or ProfileTable.default()
         self.tracker = JobTracker()
         self.snapshots = tracker_snapshots(bus, self.settings.snapshots)  # services.placer.snapshot
@@ -144,6 +146,7 @@ class Placer(Committer, MoveCommitter, Announcer, NodeWatch, Cancels):
         # one watch delivers the current nodes, then every change: no gap between a snapshot
         # and the updates in which a node could vanish unseen
         await nodes_kv.watch(self._on_node)
+        await ProfileFollower(self.bus, self.profiles, self._on_profiles).start()
         self.cordons = await Cordons(on_change=self._on_cordon).start(self.bus)
         await self.bus.subscribe(subjects.TELEMETRY_ALL, TelemetrySample, self._on_telemetry)
         await self.bus.subscribe(subjects.EXECUTOR_REPORTS_ALL, ExecutorReport, self._on_report)
@@ -164,6 +167,18 @@ class Placer(Committer, MoveCommitter, Announcer, NodeWatch, Cancels):
             self.nodes[key] = value
         self._nodes_changed = time.monotonic()
         self._pass_due = True  # a node joined, left or changed: what fits may have changed
+        self._kick.set()
+
+    async def _on_profiles(self, table: ProfileTable, version: int) -> None:
+        """The profiler's newest table (issue 15): the next cycle ranks, places and sends
+        runtimes with it; running jobs keep the ends estimated at their start."""
+        async with self._lock:
+            self.profiles = table
+            self.feed.profiles = table
+            if self.feed.sched is not None:
+                self.feed.sched.use_profiles(table)
+        self.log.info("profiles_updated", version=version)
+        self._pass_due = True
         self._kick.set()
 
     def _on_cordon(self) -> None:

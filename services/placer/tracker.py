@@ -40,6 +40,7 @@ import math
 import msgspec
 
 from libs.obs.jobspans import clean_traceparent
+from libs.policy.stages.shrink import fold_resize
 from proto.events import (
     Checkpointed,
     LifecycleEvent,
@@ -132,6 +133,8 @@ class JobTracker:
             if math.isfinite(ev.time):
                 self.moved_at[job] = ev.time
         elif isinstance(ev, Preempted):
+            if ev.resize_gpus and job in self.specs:  # an elastic shrink: it waits resized
+                self.specs[job] = fold_resize(self.specs[job], ev.resize_gpus)
             freed = ev.attempt or self.placed.get(job, 0)  # 0: an event that names no attempt
             self.freed_attempt[job] = max(freed, self.freed_attempt.get(job, 0))
         elif is_terminal(ev):

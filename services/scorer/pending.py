@@ -39,6 +39,7 @@ from collections.abc import Callable
 import msgspec
 
 from libs.obs.jobspans import clean_traceparent
+from libs.policy.stages.shrink import fold_resize
 from libs.policy.types import PendingJob
 from proto.events import (
     Checkpointed,
@@ -166,6 +167,7 @@ class PendingSet:
             if self._preempted_attempt.get(job, 0) >= attempt:
                 return False  # this attempt's preemption was counted already (a replay)
             self._preempted_attempt[job] = attempt
+            spec = self._specs[job] = fold_resize(spec, ev.resize_gpus)  # a shrink: resized
             self.pending[job] = PendingJob(
                 spec,
                 self._enqueued_at.get(job, ev.time),

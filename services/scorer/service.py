@@ -38,6 +38,7 @@ from prometheus_client import Gauge
 
 from libs.bus.connection import Bus
 from libs.bus.mirrors import ClusterMirror
+from libs.bus.profile_watch import ProfileFollower
 from libs.bus.replay import wait_caught_up
 from libs.bus.runtime import ServiceContext
 from libs.bus.snapshot import SnapshotFollower, SnapshotSettings
@@ -46,6 +47,7 @@ from libs.obs.health import Heartbeat
 from libs.obs.jobspans import job_span
 from libs.policy.config import REGIMES, PolicyConfig
 from libs.policy.profiles import ProfileTable
+from libs.policy_io.policy_file import live_policy
 from proto import subjects
 from proto.events import LifecycleEvent, Queued, Submitted
 from proto.validation import FieldError, describe
@@ -87,7 +89,7 @@ class Scorer:
         self.clock = clock
         self.log = log
         self.settings = settings or ScorerSettings()
-        self.policy = policy or PolicyConfig.default()
+        self.policy = policy or live_policy()  # MOSAIC_POLICY_FILE, else the defaults
         self.profiles = profiles or ProfileTable.default()
         self.pending = PendingSet(on_invalid=self._on_invalid)
         self.mirror = ClusterMirror(bus)
@@ -104,6 +106,7 @@ class Scorer:
         """Mirror nodes and ledger, restore the pending set from its snapshot, replay the
         lifecycle events after it, and wait until caught up."""
         await self.mirror.start()  # libs.bus.mirrors: one watch per bucket, revalidated
+        await ProfileFollower(self.bus, self.profiles, self._on_profiles).start()
         consumer = await self.snapshots.follow(
             f"{subjects.LIFECYCLE_PREFIX}.>",
             LifecycleEvent,
@@ -114,6 +117,11 @@ class Scorer:
         if not await wait_caught_up(self.bus, consumer, subjects.STREAM_LIFECYCLE):
             self.log.warning("replay_incomplete", hint="scoring with what was replayed so far")
         self.log.info("replayed", pending=len(self.pending), events=self.snapshots.handled)
+        self._dirty.set()
+
+    async def _on_profiles(self, table: ProfileTable, version: int) -> None:
+        """The profiler's newest table (issue 15): the next round scores with it."""
+        self.profiles = table
         self._dirty.set()
 
     def _on_invalid(self, ev: Submitted, errors: list[FieldError]) -> None:

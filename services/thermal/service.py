@@ -34,9 +34,10 @@ from libs.bus.runtime import ServiceContext
 from libs.clock import Clock
 from libs.obs.jobspans import traceparent_of
 from libs.obs.tracing import span_trace_id
-from libs.policy.config import PolicyConfig, ThermalConfig
+from libs.policy.config import ThermalConfig
 from libs.policy.profiles import ProfileTable
 from libs.policy.stages.thermal import Action, HoldAction, MigrateAction, NodeJob, ThermalGuard
+from libs.policy_io.policy_file import live_policy
 from proto import subjects
 from proto.ledger import Allocation
 from proto.nodes import NodeSpec, TelemetrySample
@@ -84,7 +85,7 @@ class ThermalService:
         self.clock = clock
         self.log = log
         self.guard = ThermalGuard(cfg or ThermalConfig())
-        self.policy = PolicyConfig.default()  # the placer's rule on moves (stages.preempt)
+        self.policy = live_policy()  # the placer's rule on moves (stages.preempt)
         self.profiles = ProfileTable.default()
         self.mirror = NodeIndexedMirror(bus, self.guard.forget)
 

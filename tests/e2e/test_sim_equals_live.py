@@ -109,7 +109,7 @@ class Recording(Mosaic):
 
     def move_step(self, now):  # type: ignore[override]
         out = super().move_step(now)
-        self.moved += [(now, job.spec.id, job.allocs[0].node) for job, _, _ in out]
+        self.moved += [(now, job.spec.id, job.allocs[0].node) for job, _, _, _ in out]
         return out
 
     def schedule(self, queue, view, running, now):  # type: ignore[override]

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import dataclasses
 
+import msgspec
 import numpy as np
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -88,19 +89,31 @@ def test_a_plan_never_stops_a_protected_job_and_keeps_its_promises(c, gpus, prio
         return
     jobs = {r.spec.id: r for r in running}
     victims = [jobs[v.job_id] for v in plan.victims]
-    for r in victims:
+    for v, r in zip(plan.victims, victims, strict=True):
         assert P.protection(r, facts[r.spec.id], NOW, CFG.preempt) == ""  # never protected
         assert r.spec.priority <= prio - CFG.preempt.priority_gap
         assert view.node_ids[r.node_index] == plan.node
-    # the job it is for fits on the node once the victims are gone
+        if v.shrink_to:  # only an elastic job shrinks, within its range
+            assert r.spec.elastic is not None
+            assert r.spec.elastic.min_gpus <= v.shrink_to < len(r.gpu_indices)
+    # the job it is for fits on the node once the victims are gone or shrunk
     i = view.index[plan.node]
-    assert P.fits_after_release(blocked[0].spec, view, i, victims)
-    # every victim has a room elsewhere, and the rooms together fit what is free now
+    released = [(r, v.shrink_to) for v, r in zip(plan.victims, victims, strict=True)]
+    assert P.fits_after_release(blocked[0].spec, view, i, released)
+    # ... and beside the shrunk ones resuming there, once their saves are done
+    free_after = view.gpu_free[i].sum() + sum(len(r.gpu_indices) for r in victims)
+    kept = sum(v.shrink_to for v in plan.victims)
+    assert free_after + 1e-9 >= blocked[0].spec.gpus + kept
+    # every stopped victim has a room elsewhere, and the rooms together fit what is free now;
+    # a shrunk one resumes on the node it shrank on
     rooms = dict(plan.rooms)
     assert set(rooms) == {r.spec.id for r in victims}
     taken = np.zeros(len(view.node_ids))
-    for r in victims:
+    for v, r in zip(plan.victims, victims, strict=True):
         n = view.index[rooms[r.spec.id]]
+        if v.shrink_to:
+            assert n == i
+            continue
         assert n != r.node_index and n != i
         taken[n] += whole_gpus(r.spec)
     assert np.all(taken <= view.whole_free + 1e-9)
@@ -120,6 +133,49 @@ def test_the_resume_room_read_off_a_running_set_is_its_definition(c, bound_s) ->
     want = P.whole_free_within(view, running, NOW, bound_s)
     got = soon_free(view, RunningSet(running), NOW, bound_s)
     assert np.array_equal(want, got)
+
+
+def test_an_elastic_victim_shrinks_instead_of_stopping() -> None:
+    """One 8-GPU node, an elastic 8-GPU job (min 2) on it: a 4-GPU urgent job gets its GPUs by
+    shrinking it to 4 (the largest size that frees enough), which resumes on the same node; an
+    elastic job whose minimum frees too few is stopped whole, and a plain checkpointable one
+    is stopped (its room is elsewhere)."""
+    from tests.policy.strategies import node_spec
+
+    ns = [node_spec("n0", gpus=8), node_spec("n1", gpus=8)]
+
+    def plan_for(victim: JobSpec, urgent_gpus: int) -> P.PriorityPlan | None:
+        view = ClusterView.build(ns)
+        alloc = Allocation(
+            job_id=victim.id, node="n0", gpu_indices=tuple(range(8)), gpu_share=1.0,
+            gpu_mem_gb=4.0, host_mem_gb=1.0, cpus=1.0, time=0.0, attempt=1, spec=victim,
+        )  # fmt: skip
+        view.allocate(alloc)
+        filler = JobSpec(id="f", gpus=8, gpu_mem_gb=4.0, host_mem_gb=1.0, cpus=1.0)
+        # n1 is full of a protected job: no room elsewhere
+        view.allocate(msgspec.structs.replace(alloc, job_id="f", node="n1", spec=filler))
+        running = [RunningJob.from_allocation(alloc, 0, NOW + 5000)]
+        by, m = _movers(running)
+        urgent = PendingJob(JobSpec(id="u", gpus=urgent_gpus, gpu_mem_gb=4.0, priority=9), 0.0)
+        soon = P.whole_free_within(view, running, NOW, -1.0)
+        facts = {victim.id: P.MoveFacts(0.0)}
+        return P.priority_plan([urgent], by, m[:, :2], soon, view, facts, NOW, CFG)
+
+    common = dict(gpus=8, gpu_mem_gb=4.0, host_mem_gb=1.0, cpus=1.0, priority=1)
+    elastic = JobSpec(id="e", elastic=Elastic(min_gpus=2, max_gpus=8), **common)
+    plan = plan_for(elastic, 4)
+    assert plan is not None
+    (v,) = plan.victims
+    assert v.shrink_to == 4 and dict(plan.rooms) == {"e": "n0"}
+    assert "shrunk to 4 GPUs" in plan.reason
+    six = plan_for(elastic, 6)
+    assert six is not None and six.victims[0].shrink_to == 2
+    # min 4 frees at most 4: a 6-GPU job needs it stopped, and a stopped job needs a room
+    # elsewhere (there is none here): no plan
+    narrow = JobSpec(id="e", elastic=Elastic(min_gpus=4, max_gpus=8), **common)
+    assert plan_for(narrow, 6) is None
+    plain = JobSpec(id="c", checkpointable=True, **common)
+    assert plan_for(plain, 4) is None  # stopped whole, and no room to resume in
 
 
 def test_the_rules_say_why_a_job_is_protected() -> None:

@@ -32,6 +32,7 @@ CONF = K8S / "nats-server.conf"
 USER_OF = {"gateway": "gateway", "scorer": "scorer", "placer": "placer"}
 USER_OF |= {"telemetry": "telemetry", "executor": "executor"}
 USER_OF |= {"thermal": "thermal", "defrag": "defrag"}  # issue 14
+USER_OF |= {"profiler": "profiler"}  # issue 15
 
 
 def _module(command: list[str]) -> str:

@@ -69,9 +69,10 @@ async def test_a_command_may_set_the_cost_and_name_the_attempt(sim) -> None:
     (started,) = await h.wait("c2", 1)
     await checkpoint(bus, "c2", "late", attempt=7)  # another attempt's: ignored
     await checkpoint(bus, "nobody-runs-this", "x")  # no such job here: ignored
-    await checkpoint(bus, "c2", "thermal", attempt=1, cost_s=100.0)
+    await checkpoint(bus, "c2", "thermal", attempt=1, cost_s=100.0, shrink_to=2)
     _, checkpointed, preempted = await h.wait("c2", 3, timeout_s=5)
     assert checkpointed.reason.startswith("thermal") and preempted.reason == "thermal"
+    assert preempted.resize_gpus == 2  # a shrink: the Preempted names the size it waits at
     assert checkpointed.time - started.time < COST_S  # its own cost, not the executor's
     await asyncio.sleep(0.3)
     assert len(h.of("c2")) == 3 and h.of("nobody-runs-this") == []
@@ -82,6 +83,7 @@ async def test_unsound_checkpoint_commands_and_signals_are_dead_lettered(sim) ->
     await run(bus, JobSpec(id="c3"), runtime_s=1_000)
     await h.wait("c3", 1)
     await checkpoint(bus, "c3", "x", cost_s=-5.0)
+    await checkpoint(bus, "c3", "x", shrink_to=-1)
     await checkpoint(bus, "c3", "x", attempt=0)
     _, completed = await h.wait("c3", 2, timeout_s=10)  # ran on, untouched
     assert type(completed).__name__ == "Completed"
@@ -93,7 +95,7 @@ async def test_unsound_checkpoint_commands_and_signals_are_dead_lettered(sim) ->
     msg = await bus.js.get_last_msg(subjects.STREAM_DLQ, "dlq.>")
     assert b"allocation.spec.checkpoint_signal: must be one of" in msg.data
     info = await bus.js.stream_info(subjects.STREAM_DLQ)
-    assert info.state.messages == 3
+    assert info.state.messages == 4
 
 
 @pytest.fixture

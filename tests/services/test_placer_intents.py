@@ -20,7 +20,7 @@ from proto import subjects
 from proto.commands import CheckpointCommand
 from proto.decisions import Decision
 from proto.intents import HoldIntent, MoveIntent
-from proto.jobs import JobSpec
+from proto.jobs import Elastic, JobSpec
 from proto.ledger import Allocation
 from services.placer.service import Placer, PlacerSettings
 from tests.services._placer_executor import FakeExecutor
@@ -72,14 +72,15 @@ def _move(iid: str, alloc: Allocation, **kw: object) -> MoveIntent:
 async def test_the_placer_commits_or_refuses_each_intent_with_a_reason(nats_url):  # type: ignore[no-untyped-def]
     bus = await connect(nats_url)
     await put_nodes(bus, small_cluster())
-    executor = FakeExecutor(bus, hold={"ck", "plain"})  # both run until stopped
+    executor = FakeExecutor(bus, hold={"ck", "plain", "el"})  # all run until stopped
     await executor.start()
     placer, task, stop, pbus = await _placer_now(nats_url)
     try:
         await submit(bus, JobSpec(id="ck", gpus=1, checkpointable=True))
         await submit(bus, JobSpec(id="plain", gpus=1))
+        await submit(bus, JobSpec(id="el", gpus=2, elastic=Elastic(min_gpus=1, max_gpus=2)))
         ledger = await poll(lambda: _both(bus), timeout_s=30)
-        ck, plain = ledger["ck"], ledger["plain"]
+        ck, plain, el = ledger["ck"], ledger["plain"], ledger["el"]
 
         await bus.publish(subjects.intents("defrag"), _move("i-plain", plain), msg_id="i-plain")
         refused = await poll(lambda: _answer(bus, "i-plain"), timeout_s=20)
@@ -107,6 +108,17 @@ async def test_the_placer_commits_or_refuses_each_intent_with_a_reason(nats_url)
         cmds = await poll(lambda: _checkpoints(bus), timeout_s=20)
         assert [(c.job_id, c.attempt) for c in cmds] == [("ck", ck.attempt)]
 
+        # an elastic job shrinks to a size it may take, and only to one
+        wide = _move("i-el-2", el, shrink_to=2)
+        await bus.publish(subjects.intents("defrag"), wide, msg_id="i-el-2")
+        refused = await poll(lambda: _answer(bus, "i-el-2"), timeout_s=20)
+        assert refused.action == "refuse" and "shrink_to: 2 is not in [1, 1]" in refused.reason
+        await bus.publish(subjects.intents("defrag"), _move("i-el", el, shrink_to=1), msg_id="i-el")
+        done = await poll(lambda: _answer(bus, "i-el"), timeout_s=20)
+        assert done.action == "preempt" and done.node == el.node
+        cmds = await poll(lambda: _two(bus), timeout_s=20)
+        assert [(c.job_id, c.shrink_to) for c in cmds] == [("ck", 0), ("el", 1)]
+
         other = V100 if plain.node != V100 else T4
         hold = HoldIntent(
             id="h-1",
@@ -131,7 +143,12 @@ async def test_the_placer_commits_or_refuses_each_intent_with_a_reason(nats_url)
 
 async def _both(bus):  # type: ignore[no-untyped-def]
     led = await _ledger(bus)
-    return led if {"ck", "plain"} <= led.keys() else None
+    return led if {"ck", "plain", "el"} <= led.keys() else None
+
+
+async def _two(bus):  # type: ignore[no-untyped-def]
+    cmds = await _checkpoints(bus)
+    return cmds if len(cmds) >= 2 else None
 
 
 async def _dlq(bus) -> bool:  # type: ignore[no-untyped-def]

@@ -167,3 +167,58 @@ def test_an_ended_job_keeps_only_its_end_and_is_forgotten_after_the_retention() 
     t.apply(_sub("x", 30.0))  # an id submitted anew after it was forgotten: a new job
     s.apply(_sub("x", 30.0))
     assert "x" in t.specs and "x" in s.pending
+
+
+def _shrink_history(twice: bool) -> list[LifecycleEvent]:
+    """An elastic 4-GPU job (min 1) shrunk to 2, placed again, then (``twice``) to 1."""
+    from proto.jobs import Elastic
+
+    spec = JobSpec(
+        id="e", gpus=4, est_runtime_s=1000.0, elastic=Elastic(min_gpus=1, max_gpus=4),
+        submit_time=1.0,
+    )  # fmt: skip
+    evs: list[LifecycleEvent] = [
+        Submitted(job_id="e", time=1.0, spec=spec),
+        Placed(job_id="e", time=2.0, node="n1", attempt=1),
+        Checkpointed(job_id="e", time=3.0, node="n1", progress=0.5),
+        Preempted(job_id="e", time=4.0, node="n1", attempt=1, resize_gpus=2),
+    ]
+    if twice:
+        evs += [
+            Placed(job_id="e", time=5.0, node="n1", attempt=2),
+            Preempted(job_id="e", time=6.0, node="n1", attempt=2, resize_gpus=1),
+        ]
+    return evs
+
+
+@pytest.mark.parametrize("twice", [False, True])
+def test_a_shrink_resizes_the_job_in_every_fold_once_even_when_replayed(twice: bool) -> None:
+    """``Preempted.resize_gpus``: the tracker, the pending set and the gateway's jobs model all
+    resize the job the same way (``stages.shrink.fold_resize``: runtime scaled by the GPU
+    ratio), and replaying the events (a restart from a snapshot) changes nothing."""
+    from services.gateway.jobs_view import JobsModel
+
+    evs = _shrink_history(twice)
+    want_gpus = 1.0 if twice else 2.0
+    t, p, g = JobTracker(), PendingSet(), JobsModel()
+    for ev in [*evs, *evs[1:]]:  # the whole history, then a replay of it
+        t.apply(ev)
+        p.apply(ev)
+        g.apply(ev)
+    assert t.specs["e"].gpus == want_gpus
+    assert t.specs["e"].est_runtime_s == pytest.approx(1000.0 * 4 / want_gpus)
+    assert p.pending["e"].spec == t.specs["e"] and p.pending["e"].progress == 0.5
+    view = g.get("e")
+    assert view is not None and view.gpus == want_gpus and view.state == "pending"
+
+
+def test_a_resize_the_job_may_not_take_is_ignored() -> None:
+    """Below its minimum, or a job that is not elastic: the fold keeps the size."""
+    from libs.policy.stages.shrink import fold_resize
+    from proto.jobs import Elastic
+
+    plain = JobSpec(id="p", gpus=4)
+    assert fold_resize(plain, 2) == plain
+    el = JobSpec(id="e", gpus=4, elastic=Elastic(min_gpus=2, max_gpus=4))
+    assert fold_resize(el, 1) == el and fold_resize(el, 4) == el and fold_resize(el, 0) == el
+    assert fold_resize(el, 3).gpus == 3.0

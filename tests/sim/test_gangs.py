@@ -50,5 +50,5 @@ def test_a_gang_waits_for_whole_nodes_and_is_not_starved_by_small_jobs():
 
 def test_runner_keeps_gangs_for_mosaic():
     jobs = [job("gang", 0.0, 10.0, gpus=16), job("too-wide", 0.0, 10.0, gpus=32)]
-    keep, why = _feasible(jobs, NODES, ["mosaic", "fifo"])
+    keep, why = _feasible(jobs, NODES)
     assert keep == [0] and sum(why.values()) == 1

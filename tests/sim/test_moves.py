@@ -80,3 +80,27 @@ def test_a_victim_with_nowhere_to_resume_is_not_preempted() -> None:
     low = [job(f"low{i}", 0.0, LONG_S, gpus=1, priority=1, checkpointable=True) for i in range(4)]
     _res, j = _run([*fixed, *low, job("urgent", 100.0, 3_600.0, gpus=4, priority=9)], _cfg())
     assert all(x.moves == 0 for x in j.values())
+
+
+def test_an_elastic_job_shrinks_for_an_urgent_one_and_finishes_later_on_fewer_gpus() -> None:
+    """Three 4-GPU nodes full of protected work but one, which holds an elastic 4-GPU job
+    (min 2): a 2-GPU urgent job gets half of it. The elastic job is shrunk to 2 GPUs (not
+    stopped: there is no room elsewhere), resumes at once on its own node, keeps its progress,
+    and its remaining work takes twice as long on half the GPUs."""
+    from proto.jobs import Elastic
+
+    fixed = [job(f"fix{i}", 0.0, LONG_S * 3, gpus=4, priority=1) for i in range(2)]
+    el = job("el", 0.0, LONG_S, gpus=4, priority=1, elastic=Elastic(min_gpus=2, max_gpus=4))
+    urgent = job("urgent", 100.0, 3_600.0, gpus=2, priority=9)
+    res, j = _run([*fixed, el, urgent], _cfg())
+    e, u = j["el"], j["urgent"]
+    assert e.shrinks == 1 and e.moves == 1 and e.spec.gpus == 2.0
+    assert e.state == "completed" and e.terminal_count == 1
+    assert 700.0 <= u.first_start_s <= 700.0 + COST_S + 30.0
+    assert e.resume_delays_s and e.resume_delays_s[0] <= 1.0  # its room: its own node
+    # the first attempt ran ~t0..t_ckpt at 4 GPUs; the rest, at 2 GPUs, takes twice as long
+    t_ckpt = u.first_start_s
+    done = t_ckpt - COST_S  # the save froze its progress at the checkpoint's start
+    expected_end = t_ckpt + (LONG_S - done) * 2.0
+    assert abs(e.end_s - expected_end) < 5.0, (e.end_s, expected_end)
+    assert res.preempted_non_checkpointable == 0

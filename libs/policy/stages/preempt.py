@@ -22,6 +22,11 @@ a share of the attempt's run, over the victims' GPUs) is at most ``lost_per_wait
 GPU-seconds the blocked job has already waited. That is the trade-off, printed in the reason.
 Slurm's ``PreemptType=preempt/qos`` with ``PreemptMode=REQUEUE`` is the model; the bound on
 lost work is Mosaic's own (Slurm preempts whenever the QOS allows).
+
+**Elastic jobs shrink instead of stopping** (``stages.shrink``): a victim that is elastic gives
+back only the GPUs the blocked job still needs, down to its ``min_gpus``, and resumes at once
+on the rest of the same node (its room is that node); it is stopped whole only when no size
+it may take frees enough.
 """
 
 from __future__ import annotations
@@ -38,6 +43,8 @@ from libs.policy.config import PolicyConfig, PreemptConfig
 from libs.policy.filters import static_mask
 from libs.policy.stages.filter import frac_slot_ok, is_fractional, whole_gpus
 from libs.policy.stages.gang import is_part
+from libs.policy.stages.heat import heat_averse
+from libs.policy.stages.shrink import shrink_floor
 from libs.policy.types import PendingJob, Placement, RunningJob
 from proto.jobs import JobSpec
 
@@ -60,6 +67,11 @@ class Victim:
     job_id: str
     node: str
     lost_gpu_s: float
+    shrink_to: int = 0  # elastic: resumes at once on this many GPUs of ``node`` (0: stopped)
+
+
+# A running job a plan releases, and how: (job, shrink_to), 0 = stopped whole (``Victim``).
+Release = tuple[RunningJob, int]
 
 
 @dataclass(frozen=True, slots=True)
@@ -114,22 +126,39 @@ def _static_ok(spec: JobSpec, view: ClusterView) -> np.ndarray:
 
 
 def fits_after_release(
-    spec: JobSpec, view: ClusterView, i: int, released: Sequence[RunningJob]
+    spec: JobSpec, view: ClusterView, i: int, released: Sequence[RunningJob | Release]
 ) -> bool:
-    """Would ``spec`` fit on node ``i`` once ``released`` (jobs on that node) stopped? Only the
-    node's free resources are considered (the static rules are the caller's)."""
+    """Would ``spec`` fit on node ``i`` once ``released`` (jobs on that node) stopped, or shrank
+    (a ``(job, shrink_to)`` pair: it keeps its first ``shrink_to`` GPUs, its host memory and
+    CPUs)? Only the node's free resources are considered (the static rules are the caller's)."""
     g = int(view.gpu_total[i])
     free = view.gpu_free[i, :g].tolist()
     mem = view.gpu_mem_free_gb[i, :g].tolist()
     host = float(view.host_mem_free_gb[i])
     cpus = float(view.cpus_free[i])
-    for r in released:
-        for j in r.gpu_indices:
+    for item in released:
+        r, keep = item if isinstance(item, tuple) else (item, 0)
+        for j in r.gpu_indices[keep:]:
             free[j] += r.gpu_share
             mem[j] += r.spec.gpu_mem_gb
-        host += r.spec.host_mem_gb
-        cpus += r.spec.cpus
+        if not keep:
+            host += r.spec.host_mem_gb
+            cpus += r.spec.cpus
     return fits_slots(spec, free, mem, host, cpus)
+
+
+def shrink_to_fit(
+    spec: JobSpec, view: ClusterView, i: int, chosen: Sequence[Release], victim: RunningJob
+) -> int:
+    """The largest size ``victim`` (elastic, on node ``i``) may shrink to after which ``spec``
+    fits there beside ``chosen``; 0 when no size it may take is enough (stop it whole)."""
+    floor = shrink_floor(victim.spec)
+    if floor is None or victim.gpu_share < 1.0 - EPS:
+        return 0
+    for keep in range(len(victim.gpu_indices) - 1, floor - 1, -1):
+        if fits_after_release(spec, view, i, [*chosen, (victim, keep)]):
+            return keep
+    return 0
 
 
 def whole_free_within(
@@ -156,10 +185,12 @@ def resume_rooms(
     cfg: PolicyConfig,
     *,
     exclude: int | None = None,
+    avoid: np.ndarray | None = None,
 ) -> dict[str, int] | None:
     """Where each of ``victims`` starts again (job id -> node index), so that all of them can
     resume within the bound if moved now; None when one cannot. Never the node a victim leaves
-    nor ``exclude`` (the node being cleared). Each victim, widest first, takes its room from
+    nor ``exclude`` (the node being cleared), nor the nodes ``avoid`` marks (bool[N]). Each
+    victim, widest first, takes its room from
     ``soon_free`` (``whole_free_within``), best fit, so two victims never count the same GPUs;
     a fractional one needs a GPU slot with its share free now, or a whole GPU. The scheduler
     holds these rooms for the victims while they save (``core.Scheduler``'s room holds)."""
@@ -167,6 +198,8 @@ def resume_rooms(
     avail = ~view.cordoned & ~(view.temp_c >= cfg.thermal_max_c)
     if exclude is not None:
         avail[exclude] = False
+    if avoid is not None:
+        avail &= ~avoid
     rooms: dict[str, int] = {}
     for v in sorted(victims, key=lambda r: (-gpus_held(r), r.spec.id)):
         spec = v.spec
@@ -183,6 +216,9 @@ def resume_rooms(
         hit = np.flatnonzero(ok & (soon >= need - EPS))
         if not len(hit):
             return None
+        if view.heat_risky[hit].any() and heat_averse(spec, cfg):  # stages.heat: cool first
+            cool = hit[~view.heat_risky[hit]]
+            hit = cool if len(cool) else hit
         i = int(hit[np.argmin(soon[hit])])  # best fit: keep big holes for big jobs
         soon[i] -= need
         rooms[spec.id] = i
@@ -231,12 +267,12 @@ def _node_victims(
     candidates: list[tuple[float, float, RunningJob]],
     view: ClusterView,
     most: int,
-) -> list[RunningJob] | None:
+) -> list[Release] | None:
     """The fewest cheapest victims (at most ``most``) on node ``i`` after which ``blocked``
-    fits, or None."""
-    chosen: list[RunningJob] = []
+    fits, each shrunk when it is elastic and a size it may take is enough, or None."""
+    chosen: list[Release] = []
     for _, _, r in candidates[:most]:
-        chosen.append(r)
+        chosen.append((r, shrink_to_fit(blocked.spec, view, i, chosen, r)))
         if fits_after_release(blocked.spec, view, i, chosen):
             return chosen
     return None
@@ -286,7 +322,7 @@ def priority_plan(
         ok = _static_ok(spec, view) & ~view.cordoned & ~(view.temp_c >= cfg.thermal_max_c)
         ok &= free_gpus + movable_gpus[: top + 1].sum(axis=0) >= need - EPS
         budget = pc.lost_per_wait * waited_s * max(spec.gpus, 0.01)
-        options: list[tuple[float, int, list[RunningJob]]] = []
+        options: list[tuple[float, int, list[Release]]] = []
         for i in candidate_nodes(np.flatnonzero(ok), free_gpus, pc.candidate_nodes):
             cands = [
                 (r.spec.priority, lost_gpu_s(r, facts.get(r.spec.id), now, pc), r)
@@ -303,11 +339,13 @@ def priority_plan(
         options.sort(key=lambda o: (o[0], o[1]))
         room_total = float(soon_free.sum())
         for cost, i, victims in options:
-            held = sum(gpus_held(r) for r in victims)
+            stopped = [r for r, keep in victims if not keep]  # a shrunk one resumes on node i
+            held = sum(gpus_held(r) for r in stopped)
             if room_total - soon_free[i] < held - EPS:  # no room for them all, whatever the fit
                 continue
-            rooms = resume_rooms(victims, view, soon_free, cfg, exclude=i)
+            rooms = resume_rooms(stopped, view, soon_free, cfg, exclude=i)
             if rooms is not None:
+                rooms.update({r.spec.id: i for r, keep in victims if keep})
                 plan = _plan(pj, view.node_ids[i], victims, cost, budget, waited_s, facts, now, pc)
                 to = tuple((j, view.node_ids[n]) for j, n in sorted(rooms.items()))
                 return dataclasses.replace(plan, rooms=to)
@@ -317,7 +355,7 @@ def priority_plan(
 def _plan(
     pj: PendingJob,
     node: str,
-    victims: list[RunningJob],
+    victims: list[Release],
     cost: float,
     budget: float,
     waited_s: float,
@@ -326,14 +364,20 @@ def _plan(
     pc: PreemptConfig,
 ) -> PriorityPlan:
     spec = pj.spec
-    names = ", ".join(f"{r.spec.id} (priority {r.spec.priority})" for r in victims)
+
+    def what(r: RunningJob, keep: int) -> str:
+        how = f", shrunk to {keep} GPUs" if keep else ""
+        return f"{r.spec.id} (priority {r.spec.priority}{how})"
+
+    names = ", ".join(what(r, keep) for r, keep in victims)
     reason = (
         f"{PRIORITY_RULE}: {spec.id} (priority {spec.priority}, waited {waited_s:.0f} s) "
         f"needs {spec.gpus:g} GPUs on {node}; stopping {names} loses {cost:.0f} GPU-s "
         f"<= {pc.lost_per_wait:g} x its wait ({budget:.0f} GPU-s)"
     )
     out = tuple(
-        Victim(r.spec.id, node, lost_gpu_s(r, facts.get(r.spec.id), now, pc)) for r in victims
+        Victim(r.spec.id, node, lost_gpu_s(r, facts.get(r.spec.id), now, pc), keep)
+        for r, keep in victims
     )
     return PriorityPlan(for_job=spec.id, node=node, victims=out, reason=reason)
 

@@ -91,3 +91,17 @@ def first_fit_scan(
         for a in allocs:
             cluster.release(a, notify=False)
     return out
+
+
+def movable(job: SimJob) -> bool:
+    """Whether a job may be preempted: the engine's own rule (``libs.sim.moves``), the same
+    for every policy. A baseline never orders a move the engine would refuse."""
+    return bool(job.spec.checkpointable or job.spec.elastic is not None)
+
+
+def checkpointing(job: SimJob) -> bool:
+    """A move of this job is under way (it holds its GPUs until the checkpoint is saved)."""
+    return job.ckpt_start_s >= 0
+
+
+NO_PREEMPTION_SUFFIX = "-np"  # ``tiresias-np``: the same policy with preemption switched off

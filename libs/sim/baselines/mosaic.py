@@ -8,6 +8,11 @@ is ``start_job`` (a gang's per-node allocations joined into its one record,
 ``node_resumed``; the pass is
 ``schedule_pass`` and the power step ``power_step``, called by the engine in the order the live
 placer's ``tick`` calls them. The engine does the energy accounting.
+
+Profiles (issue 15): the scheduler may be given a table wrong by up to ±``profile_error``
+(``libs.sim.profile_error``; the engine keeps running the truth) and, with
+``profile_learning``, learns from each completed attempt by the live profiler's rule
+(``libs.policy.profile_learning``, ``libs.sim.profile_feed``).
 """
 
 from __future__ import annotations
@@ -20,6 +25,8 @@ from libs.policy.types import PendingJob
 from libs.policy.warmup import warm_up
 from libs.sim.baselines.base import BasePolicy
 from libs.sim.cluster import SimCluster
+from libs.sim.moves import SimMove
+from libs.sim.profile_feed import ProfileFeed
 from libs.sim.state import Assignment, SimContext, SimJob
 from proto.ledger import join_parts, node_allocations
 
@@ -27,8 +34,16 @@ from proto.ledger import join_parts, node_allocations
 class Mosaic(BasePolicy):
     name = "mosaic"
 
-    def __init__(self, cfg: PolicyConfig | None = None):
+    def __init__(
+        self,
+        cfg: PolicyConfig | None = None,
+        *,
+        profile_error: float = 0.0,
+        profile_learning: bool = False,
+        profile_seed: int = 0,
+    ):
         self.cfg = cfg or PolicyConfig.default()
+        self.feed = ProfileFeed(profile_error, profile_learning, profile_seed)
         if not self.cfg.preempt.enabled:  # the rule off: the engine asks nothing per instant
             self.move_step = None  # type: ignore[assignment]
             self.next_move_s = None  # type: ignore[assignment]
@@ -38,7 +53,8 @@ class Mosaic(BasePolicy):
         # the pass's compiled loops are loaded now, not inside the replay's first passes
         warm_up(self.cfg, ctx.profiles)
         cluster: SimCluster = ctx.cluster  # type: ignore[assignment]
-        self.core = Scheduler(cluster.nodes, cfg=self.cfg, profiles=ctx.profiles)
+        table = self.feed.attach(ctx.profiles, cluster.nodes, cluster.models)
+        self.core = Scheduler(cluster.nodes, cfg=self.cfg, profiles=table)
         self.view = self.core.view
         cluster.policy_view = self.view
         self.resume_s = self.cfg.resume_s
@@ -59,9 +75,16 @@ class Mosaic(BasePolicy):
     def started(self, job: SimJob, now: float) -> None:
         # one node, or a gang's parts (the engine holds one allocation per node)
         self.core.start_job(job.spec.id, join_parts(job.allocs), job.spec, now)
+        self.feed.started(job)
 
     def ended(self, job: SimJob, now: float) -> None:
         self.core.end_job(job.spec.id, now)
+        if (table := self.feed.ended(job, now)) is not None:
+            self.core.use_profiles(table)
+
+    def profile_report(self) -> dict | None:
+        """What the profile experiment did (None: the exact table, no learning)."""
+        return self.feed.report(self.core.profiles)
 
     def schedule(
         self, queue: Collection[SimJob], view: SimCluster, running: Collection[SimJob], now: float
@@ -71,10 +94,13 @@ class Mosaic(BasePolicy):
             for p in self.core.schedule_pass(now)
         ]
 
-    def move_step(self, now: float) -> list[tuple[SimJob, str, str]]:
+    def move_step(self, now: float) -> list[SimMove]:
         """The moves the scheduler decides now (``core.Scheduler.preempt_step``), as the
         engine applies them (``libs.sim.moves``)."""
-        return [(self.by_id[m.job_id], m.kind, m.reason) for m in self.core.preempt_step(now)]
+        return [
+            (self.by_id[m.job_id], m.kind, m.reason, m.shrink_to)
+            for m in self.core.preempt_step(now)
+        ]
 
     def next_move_s(self, now: float) -> float | None:
         return self.core.next_move_s(now)

@@ -19,6 +19,7 @@ NAMES = (
     "openb[:variant]",
     "helios",
     "gavel:FILE",
+    "gavel:rate=R[,jobs=N][,seed=S][,multi=0|1]",
     "synthetic[:N]",
 )
 
@@ -74,8 +75,17 @@ def load_trace(
         from libs.sim.loaders.gavel import load_gavel
 
         if not arg:
-            raise ValueError("gavel needs a trace file: gavel:FILE (e.g. gavel:small_test)")
-        trace = load_gavel(arg, traces_dir=traces_dir, seed=seed, throughputs=throughputs)
+            raise ValueError(
+                "gavel needs a trace file or a recipe: gavel:FILE (e.g. gavel:small_test) or "
+                "gavel:rate=6,jobs=1000,seed=1"
+            )
+        if "=" in arg and not Path(arg).exists():  # a recipe (libs.sim.loaders.gavel_recipe)
+            from libs.sim.loaders.gavel_recipe import load_gavel_recipe
+
+            base = Path(traces_dir) if traces_dir is not None else DEFAULT_TRACES_DIR
+            trace = load_gavel_recipe(arg, traces_dir=base, seed=seed, throughputs=throughputs)
+        else:
+            trace = load_gavel(arg, traces_dir=traces_dir, seed=seed, throughputs=throughputs)
     else:
         raise ValueError(f"unknown trace {name!r}; known: {', '.join(NAMES)}")
     if max_jobs is not None:

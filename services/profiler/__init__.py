@@ -1,0 +1,1 @@
+"""The profiler: learns speed and power per (GPU model, workload class, framework)."""
