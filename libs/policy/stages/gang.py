@@ -259,3 +259,45 @@ def reservation(
         return []
     start = best[0][0]
     return [Reservation(spec.id, n, view.node_ids[n], start) for n in best[1]]
+
+
+def power_needs(
+    specs: Sequence[JobSpec], view: ClusterView, suspended: np.ndarray, resuming: np.ndarray
+) -> tuple[list[int], np.ndarray]:
+    """The power rule for blocked gangs (``libs.policy.power.plan`` asks it): (suspended nodes
+    to wake, bool[N] awake nodes to keep awake). Why: the power plan wakes one node per blocked
+    job that one node could hold, so a gang, which no node holds, woke nothing and the nodes it
+    waited for could be put to sleep one by one as they emptied. For each blocked gang (rank
+    order): the model whose nodes could hold it once empty with the fewest nodes to wake; its
+    awake and booting nodes stay awake, and enough of its suspended nodes (most GPUs first)
+    are woken; a later gang counts the nodes an earlier one took."""
+    wake: list[int] = []
+    keep = np.zeros(len(view.node_ids), dtype=bool)
+    taken = np.zeros(len(view.node_ids), dtype=bool)
+    every = np.ones(len(view.node_ids), dtype=bool)
+    for spec in specs:
+        k = whole_gpus(spec)
+        cap = np.where(taken, 0, offers(spec, view, every, empty=True))
+        best: tuple[tuple[int, int], list[int], np.ndarray] | None = None
+        for m in range(len(view.models)):
+            of_m = (view.model_idx == m) & (cap > 0)
+            up = of_m & ~suspended
+            got = int(cap[up].sum())
+            asleep = sorted(np.flatnonzero(of_m & suspended).tolist(), key=lambda n: -int(cap[n]))
+            more: list[int] = []
+            for n in asleep:
+                if got >= k:
+                    break
+                more.append(n)
+                got += int(cap[n])
+            if got >= k and (best is None or (len(more), m) < best[0]):
+                best = ((len(more), m), more, up)
+        if best is None:
+            continue
+        _, more, up = best
+        wake += more
+        keep |= up
+        taken |= up
+        taken[more] = True
+    del resuming  # booting nodes count as awake (``~suspended``): they will be
+    return wake, keep
