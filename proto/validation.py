@@ -315,6 +315,14 @@ def revalidate_command(cmd: RunCommand) -> list[FieldError]:
         errs.append(FieldError("allocation.gpu_indices", "must be distinct and >= 0"))
     if a.attempt < 1:
         errs.append(FieldError("allocation.attempt", f"must be >= 1, got {a.attempt}"))
+    if cmd.gang and (
+        len(cmd.gang) > MAX_GPUS_PER_JOB
+        or not all(sound_id(n) for n in cmd.gang)
+        or len(set(cmd.gang)) != len(cmd.gang)
+        or a.node not in cmd.gang
+    ):
+        errs.append(FieldError("gang", "distinct sound node ids, this part's node among them"))
+    _number(errs, "gang_start_timeout_s", cmd.gang_start_timeout_s, 0.0, 86400.0)
     return errs
 
 

@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from libs.policy.memo import ShapeMemo, ViewMemo
-from proto.ledger import Allocation
+from proto.ledger import Allocation, node_allocations
 from proto.nodes import NodeSpec
 
 EPS = 1e-9
@@ -151,20 +151,36 @@ class ClusterView:
         return i
 
     def allocate(self, alloc: Allocation) -> None:
-        """Take ``alloc``'s resources. Raises ValueError if a GPU share would go above 1."""
+        """Take ``alloc``'s resources (a gang's on each of its nodes, all or none). Raises
+        ValueError if a GPU share would go above 1."""
+        if alloc.parts:
+            parts = node_allocations(alloc)
+            for p in parts:  # check every part before taking any: all or nothing
+                self._check_free(self._row(p), p)
+            for p in parts:
+                self.allocate(p)
+            return
         i = self._row(alloc)
-        idx = list(alloc.gpu_indices)
+        self._check_free(i, alloc)
+        self._apply(i, list(alloc.gpu_indices), -alloc.gpu_share, -alloc.gpu_mem_gb,
+                    -alloc.host_mem_gb, -alloc.cpus)  # fmt: skip
+
+    def _check_free(self, i: int, alloc: Allocation) -> None:
+        idx = alloc.gpu_indices
         row = self.gpu_free[i]
         need = alloc.gpu_share - EPS
         if any(row[j] < need for j in idx):  # a few slots: plain Python beats a numpy call
             raise ValueError(
-                f"allocation {alloc.job_id}: GPUs {idx} on {alloc.node} do not have "
+                f"allocation {alloc.job_id}: GPUs {list(idx)} on {alloc.node} do not have "
                 f"{alloc.gpu_share:g} free (double booking)"
             )
-        self._apply(i, idx, -alloc.gpu_share, -alloc.gpu_mem_gb, -alloc.host_mem_gb, -alloc.cpus)
 
     def release(self, alloc: Allocation) -> None:
         """Give back what ``allocate(alloc)`` took (the exact inverse, up to float rounding)."""
+        if alloc.parts:
+            for p in node_allocations(alloc):
+                self.release(p)
+            return
         i = self._row(alloc)
         a = alloc
         self._apply(i, list(a.gpu_indices), a.gpu_share, a.gpu_mem_gb, a.host_mem_gb, a.cpus)

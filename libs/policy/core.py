@@ -34,13 +34,13 @@ from libs.policy import backfill as B
 from libs.policy import filters as F
 from libs.policy import scheduler
 from libs.policy.cadence import BackfillCadence
-from libs.policy.cluster import EPS, ClusterView
+from libs.policy.cluster import EPS, RESOURCES, ClusterView
 from libs.policy.config import PolicyConfig
 from libs.policy.core_moves import MovesMixin
 from libs.policy.daynight import DayNight
 from libs.policy.decisions import Decisions, MoveOrder, Place
+from libs.policy.gang_pass import allocation_of, part_id, part_jobs
 from libs.policy.moves import MoveBook
-from libs.policy.placement import to_allocation
 from libs.policy.power_state import PowerState, PowerStep
 from libs.policy.priority import regime
 from libs.policy.profiles import ProfileTable
@@ -54,7 +54,7 @@ from libs.policy.wakeups import Wakeups
 from proto.decisions import WaitNumbers
 from proto.intents import HOLD_HOT
 from proto.jobs import JobSpec
-from proto.ledger import Allocation
+from proto.ledger import Allocation, node_allocations
 from proto.nodes import NodeSpec
 
 POWER_HOLD = "power"  # the cordon hold of a suspended or booting node
@@ -66,6 +66,8 @@ def usage_of(alloc: Allocation) -> np.ndarray:
     holds on each (a half-GPU job asking 20 GB holds 0.5 GPUs and 20 GB). One definition for
     the scheduler and the scorer's admission score (the drivers used to count fractions
     differently)."""
+    if alloc.parts:  # a gang: what it holds on all its nodes
+        return sum((usage_of(a) for a in node_allocations(alloc)), np.zeros(len(RESOURCES)))
     n = len(alloc.gpu_indices)
     return np.array(
         [n * alloc.gpu_share, n * alloc.gpu_mem_gb, alloc.host_mem_gb, alloc.cpus], dtype=float
@@ -138,7 +140,8 @@ class Scheduler(MovesMixin):
 
     # ----- events: jobs --------------------------------------------------------------------
     def can_ever_place(self, spec: JobSpec) -> bool:
-        """Whether some node of the cluster could hold ``spec`` even empty (per shape)."""
+        """Whether some node of the cluster (or, for a gang, some nodes of one model together)
+        could hold ``spec`` even empty (per shape)."""
         return self._never(spec) is None
 
     def queue_job(self, job: PendingJob) -> None:
@@ -167,7 +170,8 @@ class Scheduler(MovesMixin):
         if self._applied.pop(key, None) is not None:
             return
         self.view.allocate(alloc)
-        self.power.node_taken(self.view.index[alloc.node])
+        for a in node_allocations(alloc):
+            self.power.node_taken(self.view.index[a.node])
         self._book_start(job_id, alloc, spec)
 
     def _book_start(self, job_id: str, alloc: Allocation, spec: JobSpec) -> None:
@@ -186,6 +190,10 @@ class Scheduler(MovesMixin):
         self.usage[spec.tenant] = vec.copy() if cur is None else cur + vec
         model = self.view.nodes[i].gpu_model
         est_end = alloc.time + self.profiles.runtime_s(spec, model)
+        if alloc.parts:  # a gang: one entry per node; never moved (stages.preempt), not booked
+            for rj in part_jobs(alloc, spec, self.view, est_end):
+                self.running.add(rj)
+            return
         rj = RunningJob(spec, i, alloc.gpu_indices, alloc.gpu_share, est_end)
         self.running.add(rj)
         self.moves.started(rj, alloc.attempt, alloc.node, alloc.time)
@@ -196,12 +204,13 @@ class Scheduler(MovesMixin):
         alloc, vec, tenant = self._held.pop(job_id)
         self._applied.pop((alloc.job_id, alloc.node, alloc.gpu_indices), None)
         self.view.release(alloc)
-        i = self.view.index[alloc.node]
-        if self.view.whole_free[i] >= self.view.gpu_total[i]:
-            self.power.node_emptied(i, now)
+        for a in node_allocations(alloc):
+            i = self.view.index[a.node]
+            if self.view.whole_free[i] >= self.view.gpu_total[i]:
+                self.power.node_emptied(i, now)
+            self.running.remove(part_id(job_id, a.node) if alloc.parts else job_id)
         self.usage[tenant] = np.maximum(self.usage[tenant] - vec, 0.0)
-        self.running.remove(job_id)
-        return self.moves.ended(job_id, i)
+        return self.moves.ended(job_id, self.view.index[alloc.node])
 
     def _dequeue(self, job_id: str) -> None:
         spec = self.queue.remove(job_id).spec
@@ -316,7 +325,7 @@ class Scheduler(MovesMixin):
         out: list[Place] = []
         rooms = self._fill_rooms(res, now)
         for pj, placement in [*res.assignments, *rooms]:
-            alloc = to_allocation(pj.spec, placement, now, pj.attempt)
+            alloc, _ = allocation_of(pj.spec, placement, now, pj.attempt)  # a gang: one record
             self._applied[(alloc.job_id, alloc.node, alloc.gpu_indices)] = pj
             self._book_start(pj.spec.id, alloc, pj.spec)  # started now (module docstring)
             out.append(Place(pj, placement, alloc))

@@ -34,6 +34,7 @@ from libs.policy import fast as K
 from libs.policy import filters as F
 from libs.policy.cluster import EPS, ClusterView
 from libs.policy.config import PolicyConfig
+from libs.policy.stages import gang
 from proto.jobs import JobSpec
 
 
@@ -164,6 +165,13 @@ def plan(
         EPS,
     )
     resume = woken.tolist()
+    gangs = [spec for spec, _ in blocked.groups if gang.is_gang(spec, view)]
+    if gangs:  # blocked gangs wake and keep whole nodes of one model (stages.gang)
+        asleep = suspended.copy()
+        asleep[woken] = False  # woken for other jobs: counted as up
+        wake, keep = gang.power_needs(gangs, view, asleep, resuming)
+        resume += [n for n in wake if n not in resume]
+        needed = needed | keep
     # --- suspend: idle awake nodes beyond the warm reserve ----------------------------------
     cand &= ~needed
     if not cand.any():

@@ -5,10 +5,11 @@
 output folder, writes that file and the PNG plots.
 
 Every policy sees the same jobs: a job that no node can ever hold, or that one of the known
-policies could never place (Mosaic places a gang on one node; the baselines may span nodes), is
-dropped for all of them, and the count and reasons are reported (``dropped_jobs``). The rule
-reads the trace and the cluster only, never which policies run, so a policy's figures are the
-same whether it runs alone or beside others; so is the energy window (``metrics.rewindow``).
+policies could never place (every policy spans nodes with a job wider than any node: Mosaic's
+gangs, issue 15), is dropped for all of them, and the count and reasons are reported
+(``dropped_jobs``). The rule reads the trace and the cluster only, never which policies run, so
+a policy's figures are the same whether it runs alone or beside others; so is the energy window
+(``metrics.rewindow``).
 """
 
 from __future__ import annotations

@@ -42,6 +42,7 @@ from libs.policy.cluster import EPS, ClusterView
 from libs.policy.config import PolicyConfig, PreemptConfig
 from libs.policy.filters import static_mask
 from libs.policy.stages.filter import frac_slot_ok, is_fractional, whole_gpus
+from libs.policy.stages.gang import is_part
 from libs.policy.stages.heat import heat_averse
 from libs.policy.stages.shrink import shrink_floor
 from libs.policy.types import PendingJob, Placement, RunningJob
@@ -92,6 +93,8 @@ def protection(job: RunningJob, facts: MoveFacts | None, now: float, pc: Preempt
     """Why ``job`` may not be moved now ("" when it may). Resume feasibility is separate
     (``resume_feasible``): it needs the cluster."""
     spec = job.spec
+    if is_part(spec.id):  # one node's part of a gang (stages.gang)
+        return "gang part (a job over several nodes is never preempted)"
     if spec.kind == "inference":
         return "inference job (a service is never preempted)"
     if not (spec.checkpointable or spec.elastic is not None):
