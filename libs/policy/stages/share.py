@@ -1,0 +1,105 @@
+"""Sharing a GPU (issue 16), the definitions: a fractional job joins a GPU that others already
+share only where the interference model (``libs.policy.interference``) says every job there
+stays within its bound.
+
+The rule (``joins_ok``): job J may join the fractional residents R of one GPU slot when
+
+* J's slowdown beside all of R is at most J's bound, and
+* every resident's slowdown beside the others and J is at most that resident's bound.
+
+A job's bound (``max_slowdown``, a factor on its runtime alone): ``share_max_slowdown``; for a
+job with a latency target (``JobSpec.latency_p99_ms``) also its target / its solo p99
+(``solo_latency_p99_ms``), or ``share_latency_unknown_max_slowdown`` when its solo latency is
+unknown (a conservative guess, said in ``PolicyConfig``). The latency model: a replica's p99
+grows by the same factor as its runtime. That is optimistic for the tail (contention hurts the
+tail more than the mean) and is why the unknown-solo bound is tight.
+
+An empty GPU, or one whose residents are whole-GPU jobs, is no question of sharing: a whole
+GPU job holds the entire GPU, so no fraction can go there. A resident whose spec the ledger
+did not carry is taken as class "other" with the general bound (estimated, never refused).
+
+``slot_ok`` is the readable definition over all slots; placement masks the compiled kernel's
+input with ``blocked_free`` (the same rule, asked only of the slots the job fits by share and
+memory), checked against ``slot_ok`` in ``tests/policy/test_share.py``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+
+from libs.policy.cluster import EPS, ClusterView
+from libs.policy.config import PolicyConfig
+from libs.policy.interference import InterferenceModel
+from proto.jobs import JobSpec
+
+INTERFERENCE = "Interference"  # the wait reason: it fits only beside jobs it would slow too much
+UNKNOWN_CLASS = "other"
+
+
+def max_slowdown(spec: JobSpec | None, cfg: PolicyConfig) -> float:
+    """The largest factor sharing may slow ``spec`` by (module docstring)."""
+    bound = cfg.share_max_slowdown
+    if spec is None or spec.latency_p99_ms is None:
+        return bound
+    solo = spec.solo_latency_p99_ms
+    headroom = spec.latency_p99_ms / solo if solo else cfg.share_latency_unknown_max_slowdown
+    return min(bound, headroom)
+
+
+def class_of(spec: JobSpec | None) -> str:
+    return UNKNOWN_CLASS if spec is None else spec.workload_class
+
+
+def joins_ok(
+    spec: JobSpec,
+    residents: Sequence[JobSpec | None],
+    model: InterferenceModel,
+    cfg: PolicyConfig,
+) -> bool:
+    """May ``spec`` join a GPU where ``residents`` (fractional jobs) run? Every side within
+    its bound (module docstring)."""
+    if not residents:
+        return True
+    mine = spec.workload_class
+    classes = [class_of(r) for r in residents]
+    if model.slowdown_among(mine, classes) > max_slowdown(spec, cfg) + EPS:
+        return False
+    for k, r in enumerate(residents):
+        others = [*classes[:k], *classes[k + 1 :], mine]
+        if model.slowdown_among(classes[k], others) > max_slowdown(r, cfg) + EPS:
+            return False
+    return True
+
+
+def slot_ok(
+    spec: JobSpec, view: ClusterView, model: InterferenceModel, cfg: PolicyConfig
+) -> np.ndarray:
+    """bool[N, Gmax]: the GPU slots ``spec`` may share with their residents (the definition;
+    slots without fractional residents are True)."""
+    out = np.ones(view.gpu_free.shape, dtype=bool)
+    for (i, j), here in view.residents.items():
+        out[i, j] = joins_ok(spec, list(here.values()), model, cfg)
+    return out
+
+
+def blocked_free(
+    spec: JobSpec, view: ClusterView, model: InterferenceModel, cfg: PolicyConfig
+) -> np.ndarray | None:
+    """``view.gpu_free`` with the slots ``spec`` fits (share and GPU memory) but may not share
+    set to 0 (they look full to the compiled filter and score), or None when no such slot
+    exists. ``slot_ok`` asked only where it can change the answer."""
+    if not view.residents:
+        return None
+    need, mem = spec.gpus - EPS, spec.gpu_mem_gb - EPS
+    free, mem_free = view.gpu_free, view.gpu_mem_free_gb
+    out = None
+    for (i, j), here in view.residents.items():
+        if free[i, j] < need or mem_free[i, j] < mem:
+            continue
+        if not joins_ok(spec, list(here.values()), model, cfg):
+            if out is None:
+                out = free.copy()
+            out[i, j] = 0.0
+    return out
