@@ -39,6 +39,7 @@ from libs.sim.power_saving import MODES as POWER_MODES
 from libs.sim.power_saving import RULES as POWER_RULES
 from libs.sim.power_saving import apply_mode, check_mode
 from libs.sim.profile_error import add_profile_args, profile_kwargs
+from libs.sim.sharing import SimSharing, fractional_report
 from libs.sim.state import SimResult
 from libs.sim.thermal import HotNodes, guard_report, sim_thermal_for, summary_line, without_guard
 from proto.nodes import NodeSpec
@@ -142,6 +143,7 @@ def run_simulation(
     power_saving: str = "mosaic",
     base_cfg: Any = None,
     window_s: tuple[float | None, float | None] | None = None,
+    interference: bool = True,
 ) -> dict:
     """Replay ``trace`` on ``cluster`` under each policy; the ``results.json`` dict.
 
@@ -252,6 +254,7 @@ def run_simulation(
         policy = built[name]
         cb = (lambda f, _n=name: progress(_n, f)) if progress is not None else None
         thermal = sim_thermal_for(policy, nodes, hot)
+        sharing = SimSharing() if interference else None  # shared GPUs run slower (issue 16)
         engine = Engine(
             jobs,
             nodes,
@@ -262,6 +265,7 @@ def run_simulation(
             progress=cb,
             thermal=thermal,
             checkpoint_cost_s=cfg.preempt.checkpoint_cost_s,  # one cost for every policy
+            sharing=sharing,
         )
         if not bounds_done:
             results["bounds"] = B.compute(engine.jobs, models, capacity, idle_w, profiles)
@@ -276,6 +280,7 @@ def run_simulation(
             m["profiles"] = report  # --profile-error / --profile-learning (issue 15)
         if thermal is not None:
             m["thermal"] = thermal.totals.as_dict()
+        m["fractional"] = fractional_report(run.jobs, sharing)
         results["policies"][name] = m
         off = without_guard(policy) if hot is not None and thermal is not None else None
         if off is not None:  # the same run without the guard: what the guard avoided
@@ -289,6 +294,7 @@ def run_simulation(
                 runtimes=rt,
                 thermal=off_thermal,
                 checkpoint_cost_s=cfg.preempt.checkpoint_cost_s,
+                sharing=SimSharing() if interference else None,
             ).run()
             results["thermal"] = guard_report(hot, nodes, thermal, off_thermal)
         if runs is not None:
@@ -378,6 +384,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     add_hot_args(ap)
     add_profile_args(ap)
     ap.add_argument("--policy-file", type=Path, default=None, help="policy.json (calibrate)")
+    ap.add_argument(
+        "--no-interference",
+        action="store_true",
+        help="co-located fractions run at full speed (libs.sim.sharing off); the policy's own "
+        "rule is --set share_interference=false",
+    )
     args = ap.parse_args(argv)
     from rich.console import Console
     from rich.progress import Progress
@@ -422,6 +434,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 power_saving=args.power_saving,
                 policy_kwargs=profile_kwargs(args),
                 base_cfg=base,
+                interference=not args.no_interference,
             )
     except (ValueError, FileNotFoundError) as exc:
         console.print(f"[red]error:[/red] {exc}")
