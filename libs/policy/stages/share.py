@@ -103,3 +103,14 @@ def blocked_free(
                 out = free.copy()
             out[i, j] = 0.0
     return out
+
+
+def free_for(
+    spec: JobSpec, view: ClusterView, cfg: PolicyConfig, model: InterferenceModel | None = None
+) -> np.ndarray:
+    """The free GPU shares ``spec`` may use: ``blocked_free`` when the rule is on and blocks a
+    slot, else ``view.gpu_free`` (read-only use)."""
+    if not cfg.share_interference or spec.gpus >= 1.0 - EPS:
+        return view.gpu_free
+    masked = blocked_free(spec, view, model or InterferenceModel.default(), cfg)
+    return view.gpu_free if masked is None else masked
