@@ -12,11 +12,12 @@ docs/runtime-contract.md ("Sharing a GPU"); in short:
 * ``MOSAIC_GPU_SHARE`` and ``MOSAIC_GPU_MEMORY_LIMIT_GB`` (every job) and
   ``MOSAIC_GPU_MEMORY_FRACTION`` (memory cap / the GPU's memory): for the job to apply itself,
   e.g. ``torch.cuda.set_per_process_memory_fraction``; nothing enforces them;
-* ``PYTORCH_CUDA_ALLOC_CONF`` (fractional jobs, unless the operator set one): a hint to
-  PyTorch's caching allocator to hand cached blocks back before it reaches the job's memory
-  fraction (``garbage_collection_threshold``, which acts only under a per-process fraction)
-  and to grow segments instead of reserving large fixed ones (``expandable_segments``), so a
-  job inside a cap wastes less of it. A hint; PyTorch has no hard cap in this variable.
+* ``PYTORCH_CUDA_ALLOC_CONF`` (fractional jobs, unless the runner's extra variables set one):
+  a hint to PyTorch's caching allocator to hand cached blocks back before it reaches the
+  job's memory fraction (``garbage_collection_threshold``, which acts only under a
+  per-process fraction) and to grow segments instead of reserving large fixed ones
+  (``expandable_segments``), so a job inside a cap wastes less of it. A hint; PyTorch has
+  no hard cap in this variable.
 """
 
 from __future__ import annotations
@@ -39,8 +40,8 @@ def mps_thread_percentage(share: float) -> int:
 def share_env(
     alloc: Allocation, node: NodeSpec, operator_env: Mapping[str, str] | None = None
 ) -> dict[str, str]:
-    """The share variables for ``alloc`` on ``node`` (module docstring). ``operator_env``:
-    what the operator already sets for every job (``--job-env``); its allocator config wins."""
+    """The share variables for ``alloc`` on ``node`` (module docstring). ``operator_env``: the
+    variables the runner already sets for every job (``extra_env``); its allocator config wins."""
     share = float(alloc.gpu_share)
     mem_gb = float(alloc.gpu_mem_gb)
     env = {
