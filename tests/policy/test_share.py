@@ -6,7 +6,9 @@ with a job that would break its target."""
 from __future__ import annotations
 
 import dataclasses
+import math
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -20,6 +22,7 @@ from libs.policy.stages import share as SH
 from libs.policy.types import PendingJob, Placement, Refusal
 from proto.jobs import WORKLOAD_CLASSES, JobSpec
 from proto.ledger import Allocation
+from proto.validation import revalidate_spec
 from tests.policy.strategies import node_spec
 
 P = ProfileTable.default()
@@ -165,3 +168,21 @@ def test_without_solo_latency_the_conservative_bound_applies() -> None:
     assert SH.max_slowdown(known, cfg) == cfg.share_max_slowdown  # 2x headroom: the bound rules
     assert SH.max_slowdown(plain, cfg) == cfg.share_max_slowdown
     assert SH.max_slowdown(None, cfg) == cfg.share_max_slowdown  # a resident without its spec
+
+
+@pytest.mark.parametrize(
+    ("target", "solo", "bad"),
+    [
+        (100.0, 90.0, set()),
+        (100.0, None, set()),
+        (None, None, set()),
+        (0.0, None, {"latency_p99_ms"}),
+        (math.nan, None, {"latency_p99_ms"}),
+        (100.0, -1.0, {"solo_latency_p99_ms"}),
+        (100.0, 150.0, {"solo_latency_p99_ms"}),  # slower alone than its target
+        (math.inf, None, {"latency_p99_ms"}),
+    ],
+)
+def test_latency_fields_are_validated(target: float | None, solo: float | None, bad: set) -> None:
+    spec = JobSpec(id="j", gpus=0.5, latency_p99_ms=target, solo_latency_p99_ms=solo)
+    assert {e.field for e in revalidate_spec(spec)} == bad
