@@ -89,16 +89,26 @@ def blocked_free(
 ) -> np.ndarray | None:
     """``view.gpu_free`` with the slots ``spec`` fits (share and GPU memory) but may not share
     set to 0 (they look full to the compiled filter and score), or None when no such slot
-    exists. ``slot_ok`` asked only where it can change the answer."""
+    exists. ``slot_ok`` asked only where it can change the answer: partly taken slots that
+    fit (a partly taken slot holds fractions only: a whole-GPU job takes all of it), once per
+    distinct set of residents (``joins_ok`` reads a resident's class and bound alone)."""
     if not view.residents:
         return None
-    need, mem = spec.gpus - EPS, spec.gpu_mem_gb - EPS
-    free, mem_free = view.gpu_free, view.gpu_mem_free_gb
+    free = view.gpu_free
+    fits = (free >= spec.gpus - EPS) & (free < 1.0 - EPS)
+    fits &= view.gpu_mem_free_gb >= spec.gpu_mem_gb - EPS
     out = None
-    for (i, j), here in view.residents.items():
-        if free[i, j] < need or mem_free[i, j] < mem:
+    seen: dict[tuple, bool] = {}
+    for i, j in zip(*np.nonzero(fits), strict=True):
+        here = view.residents.get((int(i), int(j)))
+        if not here:
             continue
-        if not joins_ok(spec, list(here.values()), model, cfg):
+        specs = list(here.values())
+        key = tuple(sorted((class_of(r), max_slowdown(r, cfg)) for r in specs))
+        ok = seen.get(key)
+        if ok is None:
+            ok = seen[key] = joins_ok(spec, specs, model, cfg)
+        if not ok:
             if out is None:
                 out = free.copy()
             out[i, j] = 0.0
