@@ -104,10 +104,13 @@ def place(
             ok = (masked[nodes] >= spec.gpus - EPS) & (
                 view.gpu_mem_free_gb[nodes] >= spec.gpu_mem_gb - EPS
             )
-            nodes = nodes[ok.any(axis=1)]
-            if len(nodes) == 0:
-                per_node = F.explain_nodes(spec, view, cfg) if explain else {}
+            if not ok.any():
+                per_node = {}
+                if explain:
+                    per_node = F.explain_nodes(spec, view, cfg)
+                    per_node |= SH.explain_nodes(spec, view, nodes, ctx.interference, cfg)
                 return Refusal(SH.INTERFERENCE, per_node, False)
+            nodes = nodes[ok.any(axis=1)]
     cls_i = CLASS_INDEX.get(spec.workload_class, CLASS_INDEX["other"])
     weights = term_weights(spec, green_tolerance(spec), cfg)
     wsum = sum(weights) or 1.0

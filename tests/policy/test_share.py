@@ -8,6 +8,7 @@ from __future__ import annotations
 import dataclasses
 import math
 
+import msgspec
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -186,3 +187,25 @@ def test_without_solo_latency_the_conservative_bound_applies() -> None:
 def test_latency_fields_are_validated(target: float | None, solo: float | None, bad: set) -> None:
     spec = JobSpec(id="j", gpus=0.5, latency_p99_ms=target, solo_latency_p99_ms=solo)
     assert {e.field for e in revalidate_spec(spec)} == bad
+
+
+def test_an_interference_refusal_explains_itself_per_node() -> None:
+    view = _view([1])
+    trainer = JobSpec(id="train", gpus=0.5, gpu_mem_gb=2.0, workload_class="rnn")
+    view.allocate(to_allocation(trainer, place(trainer, view, P, CFG), 0.0))  # type: ignore[arg-type]
+    replica = JobSpec(
+        id="serve", gpus=0.5, gpu_mem_gb=2.0, workload_class="rnn",
+        latency_p99_ms=100.0, solo_latency_p99_ms=90.0,
+    )  # fmt: skip
+    res = place(replica, view, P, CFG, explain=True)
+    assert isinstance(res, Refusal) and res.reason == SH.INTERFERENCE and not res.never_fits
+    assert res.per_node == {"n0": "GPU 0: Interference: beside rnn it would run 1.277x > 1.111x"}
+    # the other side: a CNN trainer (itself fine at 1.14x) may not join a replica it would
+    # push past its target (95 ms alone, 100 ms target: 1.053x; rnn beside cnn: 1.054x)
+    tight = msgspec.structs.replace(replica, solo_latency_p99_ms=95.0)
+    cnn = msgspec.structs.replace(trainer, workload_class="cnn")
+    view = _view([1])
+    view.allocate(to_allocation(tight, place(tight, view, P, CFG), 0.0))  # type: ignore[arg-type]
+    res = place(cnn, view, P, CFG, explain=True)
+    assert isinstance(res, Refusal)
+    assert res.per_node == {"n0": "GPU 0: Interference: serve (rnn) would run 1.054x > 1.053x"}

@@ -124,3 +124,43 @@ def free_for(
         return view.gpu_free
     masked = blocked_free(spec, view, model or InterferenceModel.default(), cfg)
     return view.gpu_free if masked is None else masked
+
+
+def why_not(
+    spec: JobSpec,
+    residents: Sequence[JobSpec | None],
+    model: InterferenceModel,
+    cfg: PolicyConfig,
+) -> str:
+    """Why ``joins_ok`` refuses (for "why is my job pending"): the first side past its bound,
+    with its modelled slowdown and the bound."""
+    mine = spec.workload_class
+    classes = [class_of(r) for r in residents]
+    got, bound = model.slowdown_among(mine, classes), max_slowdown(spec, cfg)
+    if got > bound + EPS:
+        return f"Interference: beside {'+'.join(classes)} it would run {got:.3f}x > {bound:.3f}x"
+    for k, r in enumerate(residents):
+        others = [*classes[:k], *classes[k + 1 :], mine]
+        got, bound = model.slowdown_among(classes[k], others), max_slowdown(r, cfg)
+        if got > bound + EPS:
+            who = "a resident" if r is None else r.id
+            return f"Interference: {who} ({classes[k]}) would run {got:.3f}x > {bound:.3f}x"
+    return ""
+
+
+def explain_nodes(
+    spec: JobSpec, view: ClusterView, nodes: np.ndarray, model: InterferenceModel, cfg: PolicyConfig
+) -> dict[str, str]:
+    """node id -> why ``spec`` may share none of the GPUs of ``nodes`` that fit it (nodes
+    where the rule blocks every fitting slot; the first blocked slot's reason)."""
+    out: dict[str, str] = {}
+    for n in nodes.tolist():
+        for j in range(int(view.gpu_total[n])):
+            here = view.residents.get((n, j))
+            fits = view.gpu_free[n, j] >= spec.gpus - EPS
+            if here and fits and view.gpu_mem_free_gb[n, j] >= spec.gpu_mem_gb - EPS:
+                why = why_not(spec, list(here.values()), model, cfg)
+                if why:
+                    out[view.node_ids[n]] = f"GPU {j}: {why}"
+                    break
+    return out
