@@ -49,8 +49,10 @@ class SimSharing:
     model: InterferenceModel = field(default_factory=InterferenceModel.default)
     _runs: dict[int, _Run] = field(default_factory=dict)
     _slots: dict[tuple[str, int], set[int]] = field(default_factory=dict)
-    # per job (idx): total wall seconds lost to sharing over all attempts (for the report)
+    # per job (idx): total wall seconds lost to sharing over all attempts, and the largest
+    # factor it ran at (for the report: a latency target broken while it shared)
     lost_by_job: dict[int, float] = field(default_factory=dict)
+    worst_by_job: dict[int, float] = field(default_factory=dict)
 
     def started(self, job: SimJob, now: float) -> None:
         """An attempt started: a fractional one joins its GPU slot's sharers."""
@@ -107,17 +109,30 @@ class SimSharing:
             run.since_s = max(run.since_s, now)
 
     def _refactor(self, here: set[int]) -> None:
-        runs = [self._runs[i] for i in sorted(here)]
+        runs_idx = sorted(here)
+        runs = [self._runs[i] for i in runs_idx]
         for k, run in enumerate(runs):
             others = [r.cls for j, r in enumerate(runs) if j != k]
-            run.factor = self.model.slowdown_among(run.cls, others)
+            run.factor = f = self.model.slowdown_among(run.cls, others)
+            i = runs_idx[k]
+            if f > self.worst_by_job.get(i, 1.0):
+                self.worst_by_job[i] = f
 
 
 def fractional_report(jobs: Iterable[SimJob], sharing: SimSharing | None) -> dict:
     """Throughput and completion time of the fractional jobs of one run, and what sharing
     cost them (the issue's comparison): completed count, mean and p95 JCT in s, the mean
-    wall seconds each lost to neighbours, the share of them that ever lost any."""
+    wall seconds each lost to neighbours, the share of them that ever lost any; and of the
+    jobs with a latency target and a solo latency, how many shared at a factor that put
+    their p99 (solo x factor) past the target."""
     frac = [j for j in jobs if j.spec.gpus < 1.0 - EPS]
+    worst = sharing.worst_by_job if sharing else {}
+    timed = [j for j in frac if j.spec.latency_p99_ms and j.spec.solo_latency_p99_ms]
+    broken = sum(
+        1
+        for j in timed
+        if j.spec.solo_latency_p99_ms * worst.get(j.idx, 1.0) > j.spec.latency_p99_ms + EPS
+    )
     done = [j for j in frac if j.state == COMPLETED]
     jct = sorted(j.end_s - j.submit_s for j in done)
     lost = [(sharing.lost_by_job.get(j.idx, 0.0) if sharing else 0.0) for j in done]
@@ -128,5 +143,7 @@ def fractional_report(jobs: Iterable[SimJob], sharing: SimSharing | None) -> dic
         "p95_jct_s": jct[min(len(jct) - 1, int(0.95 * len(jct)))] if jct else None,
         "mean_lost_to_sharing_s": sum(lost) / len(lost) if lost else None,
         "slowed_share": sum(1 for x in lost if x > 0) / len(lost) if lost else None,
+        "latency_jobs": len(timed),
+        "latency_targets_broken": broken,
         "model": None if sharing is None else "libs.sim.sharing (interference.json)",
     }

@@ -76,3 +76,28 @@ def test_mosaic_keeps_apart_what_the_model_refuses_blind_sharing_packs_it() -> N
         ends[on] = sorted(j.end_s for j in res.jobs)
     assert ends[True] == pytest.approx([1000.0, 1000.0])
     assert ends[False] == pytest.approx([1000.0 * M.slowdown("rnn", "rnn")] * 2)
+
+
+def test_a_latency_target_broken_while_sharing_is_counted_and_the_rule_prevents_it() -> None:
+    """An RNN replica (90 ms alone, 100 ms target) and an RNN trainer on one GPU: blind, they
+    share and the replica's modelled p99 (90 x 1.28) breaks its target; with the rule the
+    replica waits for the GPU instead."""
+    rt = {"v100-32gb": 1000.0}
+    spec_kw = {"gpus": 0.5, "workload_class": "rnn", "runtime_by_model": rt}
+    jobs = [
+        job("train", 0.0, 1000.0, **spec_kw),
+        job("serve", 1.0, 1000.0, kind="inference", latency_p99_ms=100.0,
+            solo_latency_p99_ms=90.0, **spec_kw),
+    ]  # fmt: skip
+    broken = {}
+    for on in (True, False):
+        cfg = dataclasses.replace(PolicyConfig.default(), share_interference=on)
+        sharing = SimSharing()
+        res = simulate(
+            jobs, [node("n0", gpus=1)], make_policy("mosaic", cfg=cfg), ProfileTable.default(),
+            sharing=sharing,
+        )  # fmt: skip
+        rep = fractional_report(res.jobs, sharing)
+        assert rep["latency_jobs"] == 1
+        broken[on] = rep["latency_targets_broken"]
+    assert broken == {True: 0, False: 1}
