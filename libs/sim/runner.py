@@ -144,6 +144,7 @@ def run_simulation(
     base_cfg: Any = None,
     window_s: tuple[float | None, float | None] | None = None,
     interference: bool = True,
+    trace_transform: Callable[[Any], Any] | None = None,
 ) -> dict:
     """Replay ``trace`` on ``cluster`` under each policy; the ``results.json`` dict.
 
@@ -182,6 +183,8 @@ def run_simulation(
     )
     if window_s is not None:
         tr = tr.slice(start_s=window_s[0], end_s=window_s[1])
+    if trace_transform is not None:  # an experiment's change to the jobs (libs.sim.bench_share)
+        tr = trace_transform(tr)
     if not tr.jobs:
         raise ValueError(f"trace {trace!r} has no jobs")
     nodes = resolve_cluster(cluster, gpus, tr)

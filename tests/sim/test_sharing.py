@@ -12,8 +12,10 @@ from libs.policy.config import PolicyConfig
 from libs.policy.interference import InterferenceModel
 from libs.policy.profiles import ProfileTable
 from libs.sim.baselines import make_policy
+from libs.sim.bench_share import with_latency
 from libs.sim.engine import simulate
 from libs.sim.sharing import SimSharing, fractional_report
+from libs.sim.trace import Trace, TraceJob
 from tests.sim.helpers import FlatProfiles, job, node
 
 M = InterferenceModel.default()
@@ -101,3 +103,15 @@ def test_a_latency_target_broken_while_sharing_is_counted_and_the_rule_prevents_
         assert rep["latency_jobs"] == 1
         broken[on] = rep["latency_targets_broken"]
     assert broken == {True: 0, False: 1}
+
+
+def test_the_bench_stamps_latency_targets_on_fractional_inference_only() -> None:
+    jobs = (
+        job("inf", 0.0, 10.0, gpus=0.5, kind="inference"),
+        job("train", 1.0, 10.0, gpus=0.5),
+        job("big", 2.0, 10.0, gpus=1, kind="inference"),
+    )
+    tr = Trace(name="t", jobs=tuple(TraceJob(spec=j.spec, submit_s=j.submit_s) for j in jobs))
+    out = {j.spec.id: j.spec for j in with_latency(90.0, 100.0)(tr).jobs}
+    assert (out["inf"].solo_latency_p99_ms, out["inf"].latency_p99_ms) == (90.0, 100.0)
+    assert out["train"].latency_p99_ms is None and out["big"].latency_p99_ms is None
