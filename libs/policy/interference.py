@@ -25,9 +25,12 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
+from types import MappingProxyType
+
+from proto.jobs import WORKLOAD_CLASSES
 
 DATA_FILE = Path(__file__).with_name("data") / "interference.json"
 MEASURED, ROW, COLUMN, ALL = "measured", "row", "column", "all"
@@ -35,19 +38,24 @@ MEASURED, ROW, COLUMN, ALL = "measured", "row", "column", "all"
 
 @dataclass(frozen=True, slots=True)
 class InterferenceModel:
-    """Slowdown per ordered (class of the job, class of its neighbour); see the module."""
+    """Slowdown per ordered (class of the job, class of its neighbour); see the module.
+
+    Immutable: every pair of known classes is answered once when the model is built
+    (``table``); a class outside ``proto.jobs.WORKLOAD_CLASSES`` and the data is estimated
+    on each ask (rare: the class is validated at the edges)."""
 
     measured: Mapping[tuple[str, str], float]
-    _memo: dict[tuple[str, str], tuple[float, str]] = field(
-        default_factory=dict, repr=False, compare=False
-    )
+    table: Mapping[tuple[str, str], tuple[float, str]]
 
     @classmethod
     def from_pairs(cls, pairs: Mapping[tuple[str, str], float]) -> InterferenceModel:
         bad = {k: v for k, v in pairs.items() if not v >= 1.0}
         if bad:
             raise ValueError(f"interference: slowdowns must be >= 1, got {bad}")
-        return cls(dict(pairs))
+        measured = MappingProxyType(dict(pairs))
+        classes = sorted({*WORKLOAD_CLASSES, *(c for pair in pairs for c in pair)})
+        table = {(a, b): _estimate(measured, a, b) for a in classes for b in classes}
+        return cls(measured, MappingProxyType(table))
 
     @classmethod
     def load(cls, path: Path = DATA_FILE) -> InterferenceModel:
@@ -65,22 +73,8 @@ class InterferenceModel:
 
     def estimate(self, a: str, b: str) -> tuple[float, str]:
         """(slowdown of ``a`` beside ``b``, which rule gave it: measured | row | column | all)."""
-        hit = self._memo.get((a, b))
-        if hit is None:
-            hit = self._memo[(a, b)] = self._estimate(a, b)
-        return hit
-
-    def _estimate(self, a: str, b: str) -> tuple[float, str]:
-        if (a, b) in self.measured:
-            return self.measured[(a, b)], MEASURED
-        row = [v for (x, _), v in self.measured.items() if x == a]
-        if row:
-            return sum(row) / len(row), ROW
-        col = [v for (_, y), v in self.measured.items() if y == b]
-        if col:
-            return sum(col) / len(col), COLUMN
-        every = list(self.measured.values())
-        return (sum(every) / len(every) if every else 1.0), ALL
+        hit = self.table.get((a, b))
+        return hit if hit is not None else _estimate(self.measured, a, b)
 
     def slowdown(self, a: str, b: str) -> float:
         return self.estimate(a, b)[0]
@@ -90,6 +84,21 @@ class InterferenceModel:
         return 1.0 + sum(self.slowdown(a, b) - 1.0 for b in neighbours)
 
 
+def _estimate(measured: Mapping[tuple[str, str], float], a: str, b: str) -> tuple[float, str]:
+    """The rule of the module docstring, first match."""
+    if (a, b) in measured:
+        return measured[(a, b)], MEASURED
+    row = [v for (x, _), v in measured.items() if x == a]
+    if row:
+        return sum(row) / len(row), ROW
+    col = [v for (_, y), v in measured.items() if y == b]
+    if col:
+        return sum(col) / len(col), COLUMN
+    every = list(measured.values())
+    return (sum(every) / len(every) if every else 1.0), ALL
+
+
 @cache
 def _default() -> InterferenceModel:
+    """Read once: the model is immutable, so sharing it keeps no mutable module state."""
     return InterferenceModel.load()
