@@ -6,7 +6,9 @@ like a FIFO / Kubernetes-default scheduler that ignores GPU memory). Neither cha
 the caller commits with ``view.allocate(to_allocation(...))``.
 
 GPU slots inside the chosen node: a gang takes the lowest-numbered fully free GPUs; a fractional
-job takes the best-fit GPU (the one with the least free share that still fits), so halves pack.
+job takes the best-fit GPU (the one with the least free share that still fits), so halves pack,
+among the GPUs the interference model lets it share (``stages.share``: the others look full to
+the compiled loops; none left: it waits, reason ``Interference``).
 
 The nodes a request fits now come from ``filters.fit_now`` (one compiled pass over the nodes,
 memoised per request shape until the view changes); the score terms of ``libs.policy.scores``
