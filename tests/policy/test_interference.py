@@ -52,3 +52,9 @@ def test_every_known_class_pair_is_answered_and_neighbours_add() -> None:
     two = M.slowdown_among("cnn", ["cnn", "rnn"])
     assert abs(two - (1 + (M.slowdown("cnn", "cnn") - 1) + (M.slowdown("cnn", "rnn") - 1))) < 1e-12
     assert M.slowdown_among("cnn", []) == 1.0
+
+
+def test_derive_script_reproduces_the_shipped_table(traces_dir) -> None:  # type: ignore[no-untyped-def]
+    from libs.policy_io.derive_interference import derive
+
+    assert derive(traces_dir) == json.loads(DATA_FILE.read_text())
