@@ -209,3 +209,24 @@ def test_an_interference_refusal_explains_itself_per_node() -> None:
     res = place(cnn, view, P, CFG, explain=True)
     assert isinstance(res, Refusal)
     assert res.per_node == {"n0": "GPU 0: Interference: serve (rnn) would run 1.054x > 1.053x"}
+
+
+@settings(max_examples=25, deadline=None)
+@given(
+    st.lists(st.sampled_from([1, 2]), min_size=1, max_size=2),
+    fractions(max_jobs=12),
+    st.lists(st.integers(0, 11), max_size=8),
+)
+def test_through_the_scheduler_no_gpu_ever_holds_a_pair_past_its_bound(
+    gpus: list[int], specs: list[JobSpec], ends: list[int]
+) -> None:
+    """Arrivals, passes and ends through the one scheduler both drivers feed: after every
+    pass, every shared GPU satisfies every resident's bound and latency target."""
+    s = Scheduler([node_spec(f"n{i}", g) for i, g in enumerate(gpus)], cfg=CFG, profiles=P)
+    running: list[str] = []
+    for t, spec in enumerate(specs):
+        s.queue_job(PendingJob(spec, float(t)))
+        running += [p.allocation.job_id for p in s.schedule_pass(float(t))]
+        _bound_holds_everywhere(s.view, CFG)
+        if t < len(ends) and running:
+            s.end_job(running.pop(ends[t] % len(running)), float(t) + 0.5)
