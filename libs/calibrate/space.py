@@ -153,6 +153,9 @@ EXCLUDED: dict[str, str] = {
         for period in ("day", "night")
         for name in ("inference_boost", "training_boost", "headroom_share", "speed_weight_factor")
     },
+    "share_interference": _SWITCH,
+    "share_max_slowdown": _PROMISE + " (how much slower a shared job may run)",
+    "share_latency_unknown_max_slowdown": _PROMISE + " (a latency target's assumed headroom)",
 }
 
 

@@ -190,6 +190,12 @@ def submit(
     job_id: Annotated[str | None, typer.Option("--id", help="job id (default: assigned)")] = None,
     kind: Annotated[str, typer.Option("--kind", help="training or inference")] = "training",
     command: Annotated[str | None, typer.Option("--command")] = None,
+    latency_p99_ms: Annotated[
+        float | None, typer.Option("--latency-p99-ms", help="p99 target (shares only within it)")
+    ] = None,
+    solo_latency_p99_ms: Annotated[
+        float | None, typer.Option("--solo-latency-p99-ms", help="p99 alone on a GPU")
+    ] = None,
     gateway: GatewayOpt = DEFAULT_GATEWAY,
 ) -> None:
     """Submit a job (like sbatch); prints its id."""
@@ -211,6 +217,8 @@ def submit(
             job_id=job_id,
             kind=kind,
             command=command,
+            latency_p99_ms=latency_p99_ms,
+            solo_latency_p99_ms=solo_latency_p99_ms,
             now=lambda: server_now(gateway),
         )
     except FlagError as exc:

@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from libs.policy.memo import ShapeMemo, ViewMemo
+from proto.jobs import JobSpec
 from proto.ledger import Allocation, node_allocations
 from proto.nodes import NodeSpec
 
@@ -69,6 +70,9 @@ class ClusterView:
     # ``set_temp``): the nodes' availability (``filters.available``) reads only that
     state_gen: int = 0
     memo: ViewMemo = field(default_factory=ViewMemo, repr=False, compare=False)
+    # (row, GPU slot) -> {job id: spec (None: the ledger did not carry it)} of the fractional
+    # jobs on that GPU: who a new fraction would share with (``stages.share``, issue 16)
+    residents: dict[tuple[int, int], dict[str, JobSpec | None]] = field(default_factory=dict)
 
     @classmethod
     def build(
@@ -164,6 +168,9 @@ class ClusterView:
         self._check_free(i, alloc)
         self._apply(i, list(alloc.gpu_indices), -alloc.gpu_share, -alloc.gpu_mem_gb,
                     -alloc.host_mem_gb, -alloc.cpus)  # fmt: skip
+        if alloc.gpu_share < 1.0 - EPS:  # who shares each GPU (stages.share)
+            for j in alloc.gpu_indices:
+                self.residents.setdefault((i, j), {})[alloc.job_id] = alloc.spec
 
     def _check_free(self, i: int, alloc: Allocation) -> None:
         idx = alloc.gpu_indices
@@ -184,6 +191,13 @@ class ClusterView:
         i = self._row(alloc)
         a = alloc
         self._apply(i, list(a.gpu_indices), a.gpu_share, a.gpu_mem_gb, a.host_mem_gb, a.cpus)
+        if a.gpu_share < 1.0 - EPS:
+            for j in a.gpu_indices:
+                here = self.residents.get((i, j))
+                if here is not None:
+                    here.pop(a.job_id, None)
+                    if not here:
+                        del self.residents[(i, j)]
 
     def _apply(self, i: int, idx: list[int], share: float, mem: float, host: float, cpu: float):
         self.gen += 1
@@ -293,4 +307,5 @@ class ClusterView:
             "node_gen",
         ):
             setattr(c, f, getattr(self, f).copy())
+        c.residents = {k: dict(v) for k, v in self.residents.items()}
         return c

@@ -72,7 +72,7 @@ class MovesMixin:
                 continue
             if pj is None or job_id in placed:
                 continue
-            placement = P.room_placement(pj.spec, self.view, i)
+            placement = P.room_placement(pj.spec, self.view, i, self.cfg)
             if placement is not None:  # applied at once, as the pass applies its own
                 self.view.allocate(to_allocation(pj.spec, placement, now, pj.attempt))
                 self.power.node_taken(i)

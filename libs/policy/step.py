@@ -33,6 +33,7 @@ from libs.policy.profiles import ProfileTable
 from libs.policy.queue import PendingQueue, QueueArrays
 from libs.policy.scores import SizeMix, default_mix
 from libs.policy.stages import heat as H
+from libs.policy.stages.share import INTERFERENCE
 from libs.policy.types import PendingJob, Placement, Refusal, Reservation, RunningJob
 
 
@@ -438,6 +439,8 @@ class Pass:
 
     def _refused(self, i: int, job: PendingJob, key: tuple, res: Refusal, held: bool) -> None:
         self.waiting[job.spec.id] = res.reason
+        if res.reason == INTERFERENCE:  # the class decides, not the shape: never memoised
+            return
         if res.reason != "Reserved":
             self.failed[key] = res.reason
             if self.dead is not None:
