@@ -77,9 +77,11 @@ class Side:
 @given(st.lists(op, max_size=40))
 def test_lazy_change_tracking_hands_out_what_tracking_from_the_start_does(ops):
     lazy, eager = Side(False), Side(True)
+    boot_since_pass = False  # NodeWaking is looked at again by the next pass (as ever)
     for o in ops:
+        boot_since_pass = (o[0] == "boot" or boot_since_pass) and o[0] != "pass"
         a, b = lazy.apply(o), eager.apply(o)
         assert a == b
-        if o[0] == "ask":  # and both hold what a full recomputation says
+        if o[0] == "ask" and not boot_since_pass:  # both hold what a recomputation says
             assert lazy.handed == {j.spec.id: lazy.why.of(j.spec.id) for j in lazy.queue}
     assert lazy.why.all() == eager.why.all()
