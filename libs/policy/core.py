@@ -285,7 +285,7 @@ class Scheduler(MovesMixin):
         waiting = len(self.queue) > len(res.assignments)
         self._tick_at = self._cadence.next_s if waiting and not full else None
         if self.cfg.power_saving and full:
-            self.power.note_blocked(res, self.queue, self._green_col()[:, 0])
+            self.power.note_blocked(res, self.queue, lambda: self._green_col()[:, 0])
         self.why.note(res, full)
         out: list[Place] = []
         rooms = self._fill_rooms(res, now)
