@@ -39,6 +39,7 @@ from libs.policy.config import PolicyConfig
 from libs.policy.core_moves import MovesMixin
 from libs.policy.daynight import DayNight
 from libs.policy.decisions import Decisions, MoveOrder, Place
+from libs.policy.fast.protected import ProtectedWaits
 from libs.policy.gang_pass import allocation_of, part_id, part_jobs
 from libs.policy.moves import MoveBook
 from libs.policy.power_state import PowerState, PowerStep
@@ -118,6 +119,8 @@ class Scheduler(MovesMixin):
         self.wakeups = Wakeups()  # the instants a driver owes the scheduler (see tick)
         self.last: CycleResult | None = None
         self._preempt_due_s = now  # the priority-protection rule looks again from then
+        # queued jobs the priority-protection rule protects, by wait (its per-instant questions)
+        self.protected = ProtectedWaits(cfg.preempt.protect_priority)
         self.regime = regime(0.0, cfg)
         self.moves = MoveBook(
             len(self.view.node_ids)
@@ -147,6 +150,7 @@ class Scheduler(MovesMixin):
     def queue_job(self, job: PendingJob) -> None:
         """A job waits to start (a submission, a retry, a preempted job back in line)."""
         self.queue.add(job)
+        self.protected.add(job)
         key = (job.spec.gpus, job.spec.gpu_mem_gb)
         self._asks[key] = self._asks.get(key, 0) + 1
         self.why.queued(job.spec.id)
@@ -156,7 +160,6 @@ class Scheduler(MovesMixin):
     def cancel_job(self, job_id: str, now: float) -> None:
         """The job left: cancelled or failed while pending, or ended while running."""
         if job_id in self.queue:
-            self.power.left_queue(self.queue.seq()[self.queue.position(job_id)])
             self._dequeue(job_id)
         elif job_id in self._held:
             self.end_job(job_id, now)
@@ -179,9 +182,7 @@ class Scheduler(MovesMixin):
         allocation's time plus the profile's runtime on that GPU model (what a live placer
         can know, not the simulator's truth)."""
         if job_id in self.queue:
-            self.power.left_queue(self.queue.seq()[self.queue.position(job_id)])
             self._dequeue(job_id)
-        self.why.forget(job_id)  # (again, if dequeued: a dict pop)
         self._release_room(job_id)
         i = self.view.index[alloc.node]
         vec = usage_of(alloc)
@@ -213,6 +214,9 @@ class Scheduler(MovesMixin):
         return self.moves.ended(job_id, self.view.index[alloc.node])
 
     def _dequeue(self, job_id: str) -> None:
+        """The job leaves the queue (started or cancelled): out of every record of the queue."""
+        self.power.left_queue(self.queue.seq()[self.queue.position(job_id)])
+        self.protected.remove(job_id)
         spec = self.queue.remove(job_id).spec
         key = (spec.gpus, spec.gpu_mem_gb)
         n = self._asks[key] - 1
@@ -320,7 +324,7 @@ class Scheduler(MovesMixin):
             switch = self.daynight.next_switch_s(now)
             self._tick_at = switch if self._tick_at is None else min(self._tick_at, switch)
         if self.cfg.power_saving and full:
-            self.power.note_blocked(res, self.queue, self._green_col()[:, 0])
+            self.power.note_blocked(res, self.queue, lambda: self._green_col()[:, 0])
         self.why.note(res, full)
         out: list[Place] = []
         rooms = self._fill_rooms(res, now)

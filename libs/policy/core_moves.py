@@ -101,14 +101,11 @@ class MovesMixin:
         pc = self.cfg.preempt
         if not pc.enabled or not self.moves.movers or now < self._preempt_due_s:
             return []
-        rows = self._protected_rows()
-        if not len(rows):
+        waited = self.protected.waited_since(now - pc.min_wait_s)  # = self._waited_rows(now)
+        if not waited:  # most instants: no protected job has waited long enough
             return []
-        t = self.queue.table()
-        enq = t[:, COL_ENQ]
-        rows = rows[enq[rows] <= now - pc.min_wait_s]
         skip = {m.for_job for m in self.moves.moving.values()}
-        blocked = [self.queue[r] for r in rows.tolist() if self.queue[r].spec.id not in skip]
+        blocked = [self.queue.get(j) for j in waited if j not in skip]
         if not blocked:
             return []
         self._preempt_due_s = now + max(pc.interval_s, 1.0)
@@ -127,16 +124,29 @@ class MovesMixin:
         prio = self.queue.table()[:, COL_PRIO]
         return np.flatnonzero(prio >= self.cfg.preempt.protect_priority)
 
+    def _waited_rows(self: Scheduler, now: float) -> np.ndarray:
+        """The definition of the jobs the rule looks at now: queue rows of protected priority
+        that have waited ``min_wait_s`` (``self.protected.waited_since`` answers the same
+        without the scan: ``tests/policy/test_protected.py``)."""
+        rows = self._protected_rows()
+        enq = self.queue.table()[:, COL_ENQ]
+        return rows[enq[rows] <= now - self.cfg.preempt.min_wait_s]
+
     def next_move_s(self: Scheduler, now: float) -> float | None:
         """When a waiting job of protected priority reaches ``min_wait_s`` after ``now`` (the
         earliest), so a full cluster, where no event may come for hours, still looks then."""
         pc = self.cfg.preempt
         if not pc.enabled or not self.moves.movers:
             return None
+        return self.protected.next_ready_s(now, pc.min_wait_s)  # = self._next_ready_s(now)
+
+    def _next_ready_s(self: Scheduler, now: float) -> float | None:
+        """The definition of ``next_move_s``'s answer, by a scan of the queue (tested equal
+        to ``self.protected.next_ready_s``)."""
         rows = self._protected_rows()
         if not len(rows):
             return None
-        at = self.queue.table()[rows, COL_ENQ] + pc.min_wait_s
+        at = self.queue.table()[rows, COL_ENQ] + self.cfg.preempt.min_wait_s
         later = at[at > now]
         return float(later.min()) if len(later) else None
 
