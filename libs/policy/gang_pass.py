@@ -27,6 +27,7 @@ from libs.policy.filters import available
 from libs.policy.placement import PlaceContext, place, to_allocation
 from libs.policy.profiles import ProfileTable
 from libs.policy.stages import gang as G
+from libs.policy.stages import heat as H
 from libs.policy.stages.filter import whole_gpus
 from libs.policy.types import PendingJob, Placement, Refusal, Reservation, RunningJob
 from proto.jobs import JobSpec
@@ -161,7 +162,19 @@ def try_gang(p, i: int, job: PendingJob, key: tuple) -> None:
     reservation holds, or record why it waits."""
     view, spec = p.view, job.spec
     mask = p.unreserved()
-    res = gang_place(spec, view, p.profiles, p.cfg, mask)
+    res = None
+    if p.cool is not None and H.heat_averse(spec, p.cfg):  # stages.heat: never moved, so
+        cool = p.cool if mask is None else mask & p.cool  # nodes that did not run hot first
+        res = gang_place(spec, view, p.profiles, p.cfg, cool)
+        if (
+            res is None
+            and H.holds_off_risky(job, p.now, p.cfg)
+            and gang_place(spec, view, p.profiles, p.cfg, mask) is not None
+        ):
+            p.waiting[spec.id] = H.HOT_NODE  # it waits a while for nodes that did not run hot
+            return
+    if res is None:
+        res = gang_place(spec, view, p.profiles, p.cfg, mask)
     if res is not None:
         p._start(job, res)
         return
