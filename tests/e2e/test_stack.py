@@ -211,7 +211,8 @@ def test_cli_against_the_real_stack(
     assert client.job("cli-1").state == "cancelled"
     assert main(["cancel", "cli-1"]) == 1  # already terminal: the gateway's 409, one line
     assert len(capsys.readouterr().err.strip().splitlines()) == 1
-    assert main(["submit", "--gpus", "16"]) == 2  # no node has 16 GPUs: refused
+    # no set of nodes of one model has 1,000 GPUs (a gang may span nodes): refused
+    assert main(["submit", "--gpus", "1000"]) == 2
     assert "gpus" in capsys.readouterr().err
 
 
