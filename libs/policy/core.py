@@ -52,7 +52,7 @@ from libs.policy.wait_info import explain_wait
 from libs.policy.wakeups import Wakeups
 from proto.decisions import WaitNumbers
 from proto.intents import HOLD_HOT
-from proto.jobs import JobSpec
+from proto.jobs import HIGH_PRIORITY, JobSpec
 from proto.ledger import Allocation
 from proto.nodes import NodeSpec
 
@@ -175,6 +175,9 @@ class Scheduler(MovesMixin):
         self.why.forget(job_id)  # (again, if dequeued: a dict pop)
         self._release_room(job_id)
         i = self.view.index[alloc.node]
+        # the warm reserve's demand (libs.policy.warm): every start, whoever placed it
+        gpus = len(alloc.gpu_indices) * alloc.gpu_share
+        self.power.started(i, gpus, spec.priority >= HIGH_PRIORITY, alloc.time)
         vec = usage_of(alloc)
         self._held[job_id] = (alloc, vec, spec.tenant)
         cur = self.usage.get(spec.tenant)

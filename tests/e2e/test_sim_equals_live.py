@@ -299,11 +299,12 @@ def test_the_scheduler_decides_the_same_whether_starts_come_before_or_after_the_
     assert late.moves == sim.moves
 
 
-# seed 21: the rule moves three jobs; seed 1: a pass places blocked jobs between two backfill
-# passes, just before a power step (a woken node's first pass), and nodes still sleep. Seed 1
-# live is in `make test-all` (each live run is 20-40 s on 2 cores); the in-process check above
-# covers its ordering in `make test`
-@pytest.mark.parametrize("seed", [21, pytest.param(1, marks=pytest.mark.slow)])
+# seed 5: the rule moves a job (seed 21 moved three before the warm reserve kept the nodes
+# its high-priority jobs waited for awake, libs.policy.warm); seed 1: a pass places blocked
+# jobs between two backfill passes, just before a power step (a woken node's first pass),
+# and nodes still sleep. Seed 1 live is in `make test-all` (each live run is 20-40 s on 2
+# cores); the in-process check above covers its ordering in `make test`
+@pytest.mark.parametrize("seed", [5, pytest.param(1, marks=pytest.mark.slow)])
 async def test_the_live_services_place_and_power_exactly_as_the_simulator(
     live: Live, seed: int
 ) -> None:
