@@ -276,6 +276,16 @@ class Scheduler(MovesMixin):
             return "waking"
         return "asleep" if self.power.suspended[i] else "awake"
 
+    def power_reason(self, node_id: str, now: float) -> str:
+        """Why a node is in its power state, in words (``mosaic nodes``, the power commands'
+        audit): "asleep", "waking", or "awake" with the warm reserve's rule when that is what
+        keeps an idle node up (``power_state.PowerState.kept_by_reserve``)."""
+        state = self.power_state(node_id)
+        if state != "awake":
+            return state
+        kept = self.power.kept_by_reserve(self.view.index[node_id], now)
+        return "awake" if kept is None else f"awake: {kept}"
+
     # ----- decisions -----------------------------------------------------------------------
     def schedule_pass(self, now: float) -> list[Place]:
         """One pass: what starts now. Backfill below a blocked head on the cadence
