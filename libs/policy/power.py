@@ -37,6 +37,7 @@ from libs.policy import fast as K
 from libs.policy import filters as F
 from libs.policy.cluster import EPS, ClusterView
 from libs.policy.config import PolicyConfig
+from libs.policy.stages.power import DUE_EPS_S
 from proto.jobs import JobSpec
 
 
@@ -148,7 +149,8 @@ def plan(
         return PowerPlan((), ())
     awake = ~suspended & ~resuming
     idle = np.asarray(idle_s, dtype=float)
-    cand = awake & (idle >= cfg.suspend_after_s) & empty_nodes(view)  # NaN (busy) is never >=
+    due = idle >= cfg.suspend_after_s - DUE_EPS_S  # (stages.power.power_due's test)
+    cand = awake & due & empty_nodes(view)  # NaN (busy) is never >=
     if reserved:
         cand[list(reserved)] = False
     if not suspended.any() and not cand.any():
