@@ -399,6 +399,7 @@ class Scheduler(MovesMixin):
             moves=tuple(moves),
             suspend=tuple(ids[i] for i in step.suspend),
             wake=tuple(ids[i] for i in step.resume),
+            warm=tuple(ids[i] for i in step.warm),
             next_tick_s=self.wakeups.next_s(),
             passed=passed,
             regime=self.regime,

@@ -170,4 +170,6 @@ def test_a_high_priority_job_on_an_idle_cluster_starts_without_a_boot():
         d = s.tick(now)
         assert bool(d.places) == starts
         if not starts:  # it waits for the node woken for it
-            assert d.wake and s.reason_of("hi") == "NodeWaking"
+            assert d.wake and s.reason_of("hi") == "NodeWaking" and not d.warm
+        else:  # it took a kept node: the same tick wakes a sleeper to refill the reserve
+            assert d.warm and set(d.warm) <= set(d.wake)
