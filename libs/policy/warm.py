@@ -62,8 +62,12 @@ def reserve_nodes(
     if len(times_s) == 0 or not cfg.warm_reserve:
         return 0, 0.0, 0.0
     b = bursts(times_s, gpus, cfg.resume_s)
-    # inverted_cdf: a burst that happened, never an interpolation between two
-    burst = float(np.quantile(b, cfg.warm_quantile, method="inverted_cdf"))
+    # the inverted-CDF quantile (numpy's method="inverted_cdf"): the smallest burst that at
+    # least that share of the starts did not exceed, a burst that happened, never an
+    # interpolation between two (a partition: np.quantile's overhead was most of a replay's
+    # power step)
+    k = max(0, math.ceil(cfg.warm_quantile * len(b) - EPS) - 1)
+    burst = float(np.partition(b, k)[k])
     head = float(np.max(gpus[high])) if cfg.warm_high_headroom and high.any() else 0.0
     nodes = math.ceil((burst + head) / max(node_gpus, 1.0) - EPS)
     return max(cfg.warm_min_nodes, nodes), burst, head
@@ -83,9 +87,12 @@ class WarmHistory:
         self._g: list[list[float]] = [[] for _ in range(n_models)]
         self._hi: list[list[bool]] = [[] for _ in range(n_models)]
         self._head = [0] * n_models  # entries before this have aged out
-        self._version = 0  # bumped by each start
-        self._memo: tuple[int, float, np.ndarray, float] | None = None  # (version, valid to)
+        self._version = [0] * n_models  # bumped by each start on the model
+        # per model: (version, valid from, valid until) of its ``_detail``
+        self._valid: list[tuple[int, float, float] | None] = [None] * n_models
         self._detail: list[tuple[int, float, float]] = [(0, 0.0, 0.0)] * n_models
+        self._keep = np.zeros(n_models, dtype=np.int64)
+        self._keep.setflags(write=False)
 
     def started(self, model: int, gpus: float, high: bool, now: float) -> None:
         """A job started on a node of GPU model ``model`` (view index) at ``now``."""
@@ -94,41 +101,49 @@ class WarmHistory:
         self._t[model].append(float(now))
         self._g[model].append(float(gpus))
         self._hi[model].append(bool(high))
-        self._version += 1
+        self._version[model] += 1
 
     def keep(self, now: float) -> tuple[np.ndarray, float]:
-        """(int[model]: empty nodes to keep awake, when that may next change by ageing alone:
-        inf if never)."""
-        memo = self._memo
-        if memo is not None and memo[0] == self._version and memo[1] <= now < memo[3]:
-            return memo[2], memo[3]
-        horizon = now - self.cfg.warm_history_s
-        keep = np.zeros(len(self.models), dtype=np.int64)
+        """(int[model]: empty nodes to keep awake (read-only), when that may next change by
+        ageing alone: inf if never). A model's figure is recomputed only when a start was
+        added to it or its oldest start aged out."""
         nxt = math.inf
+        changed = False
         for m in range(len(self.models)):
-            t = self._t[m]
-            h = self._head[m]
-            while h < len(t) and t[h] <= horizon:
-                h += 1
-            if h > 1024 and h * 2 > len(t):  # compact: the aged-out part is most of the list
-                del t[:h], self._g[m][:h], self._hi[m][:h]
-                h = 0
-            self._head[m] = h
-            if h == len(t):
-                self._detail[m] = (0, 0.0, 0.0)
-                continue
-            det = reserve_nodes(
-                np.asarray(t[h:]),
-                np.asarray(self._g[m][h:]),
-                np.asarray(self._hi[m][h:], dtype=bool),
-                node_gpus=float(self.node_gpus[m]),
-                cfg=self.cfg,
-            )
-            self._detail[m] = det
-            keep[m] = det[0]
-            nxt = min(nxt, t[h] + self.cfg.warm_history_s)
-        self._memo = (self._version, now, keep, nxt)
-        return keep, nxt
+            valid = self._valid[m]
+            if valid is None or valid[0] != self._version[m] or not valid[1] <= now < valid[2]:
+                self._recompute(m, now)
+                changed = True
+            nxt = min(nxt, self._valid[m][2])  # type: ignore[index]
+        if changed:
+            keep = np.array([d[0] for d in self._detail], dtype=np.int64)
+            keep.setflags(write=False)
+            self._keep = keep
+        return self._keep, nxt
+
+    def _recompute(self, m: int, now: float) -> None:
+        """Model ``m``'s reserve from its starts within the history as of ``now``."""
+        horizon = now - self.cfg.warm_history_s
+        t = self._t[m]
+        h = self._head[m]
+        while h < len(t) and t[h] <= horizon:
+            h += 1
+        if h > 1024 and h * 2 > len(t):  # compact: the aged-out part is most of the list
+            del t[:h], self._g[m][:h], self._hi[m][:h]
+            h = 0
+        self._head[m] = h
+        if h == len(t):
+            self._detail[m] = (0, 0.0, 0.0)
+            self._valid[m] = (self._version[m], now, math.inf)
+            return
+        self._detail[m] = reserve_nodes(
+            np.asarray(t[h:]),
+            np.asarray(self._g[m][h:]),
+            np.asarray(self._hi[m][h:], dtype=bool),
+            node_gpus=float(self.node_gpus[m]),
+            cfg=self.cfg,
+        )
+        self._valid[m] = (self._version[m], now, t[h] + self.cfg.warm_history_s)
 
     def describe(self, model: int, now: float) -> str:
         """Why model ``model`` keeps what it keeps awake, in words (for reasons and explain)."""

@@ -173,3 +173,19 @@ def test_a_high_priority_job_on_an_idle_cluster_starts_without_a_boot():
             assert d.wake and s.reason_of("hi") == "NodeWaking" and not d.warm
         else:  # it took a kept node: the same tick wakes a sleeper to refill the reserve
             assert d.warm and set(d.warm) <= set(d.wake)
+
+
+@settings(max_examples=80, deadline=None)
+@given(
+    st.lists(st.sampled_from([0.25, 0.5, 1.0, 2.0, 4.0, 8.0]), min_size=1, max_size=40),
+    st.floats(0.0, 1.0),
+)
+def test_reserve_quantile_is_numpys_inverted_cdf(bursts_gpus, q):
+    """``reserve_nodes`` takes the burst quantile by a partition; it is numpy's inverted-CDF
+    quantile of the same bursts (starts 1 s apart, a 0.5 s window: each burst is its own
+    request)."""
+    cfg = dataclasses.replace(CFG, warm_quantile=q, warm_high_headroom=False, resume_s=0.5)
+    g = np.array(bursts_gpus)
+    t = np.arange(len(g), dtype=float)
+    _, burst, _ = reserve_nodes(t, g, np.zeros(len(g), dtype=bool), node_gpus=8.0, cfg=cfg)
+    assert burst == float(np.quantile(g, q, method="inverted_cdf"))
