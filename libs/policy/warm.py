@@ -53,15 +53,20 @@ def reserve_nodes(
     gpus: np.ndarray,
     high: np.ndarray,
     *,
+    now: float,
     node_gpus: float,
     cfg: PolicyConfig,
 ) -> tuple[int, float, float]:
     """(empty nodes to keep awake, burst GPUs, high-priority head-room GPUs) for one GPU model
-    from its starts within the history (``times_s`` ascending; ``high``: high-priority
-    starts). See the module docstring for the rule."""
-    if len(times_s) == 0 or not cfg.warm_reserve:
+    at ``now`` from its starts (``times_s`` ascending, none after ``now``; ``high``:
+    high-priority starts). A start's burst counts every start before it, also one older than
+    the history; the quantile and the head-room read the starts within the history. See the
+    module docstring for the rule."""
+    recent = np.asarray(times_s) > now - cfg.warm_history_s
+    if not recent.any() or not cfg.warm_reserve:
         return 0, 0.0, 0.0
-    b = bursts(times_s, gpus, cfg.resume_s)
+    b = bursts(times_s, gpus, cfg.resume_s)[recent]
+    gpus, high = np.asarray(gpus)[recent], np.asarray(high, dtype=bool)[recent]
     # the inverted-CDF quantile (numpy's method="inverted_cdf"): the smallest burst that at
     # least that share of the starts did not exceed, a burst that happened, never an
     # interpolation between two (a partition: np.quantile's overhead was most of a replay's
@@ -86,6 +91,11 @@ class WarmHistory:
         self._t: list[list[float]] = [[] for _ in range(n_models)]
         self._g: list[list[float]] = [[] for _ in range(n_models)]
         self._hi: list[list[bool]] = [[] for _ in range(n_models)]
+        # each start's burst, kept as it is appended (a burst reads only earlier starts): a
+        # running sum over the starts of the last boot time, from ``_win`` on
+        self._burst: list[list[float]] = [[] for _ in range(n_models)]
+        self._win = [0] * n_models
+        self._win_gpus = [0.0] * n_models
         self._head = [0] * n_models  # entries before this have aged out
         self._version = [0] * n_models  # bumped by each start on the model
         # per model: (version, valid from, valid until) of its ``_detail``
@@ -98,9 +108,19 @@ class WarmHistory:
         """A job started on a node of GPU model ``model`` (view index) at ``now``."""
         if not self.cfg.warm_reserve:
             return
-        self._t[model].append(float(now))
-        self._g[model].append(float(gpus))
+        t, g = self._t[model], self._g[model]
+        lo, win = self._win[model], self._win_gpus[model]
+        while lo < len(t) and t[lo] <= now - self.cfg.resume_s:  # ``bursts``' window
+            win -= g[lo]
+            lo += 1
+        if lo == len(t):
+            win = 0.0  # an empty window: no rounding left over from the sums
+        win += float(gpus)
+        self._win[model], self._win_gpus[model] = lo, win
+        t.append(float(now))
+        g.append(float(gpus))
         self._hi[model].append(bool(high))
+        self._burst[model].append(win)
         self._version[model] += 1
 
     def keep(self, now: float) -> tuple[np.ndarray, float]:
@@ -128,22 +148,34 @@ class WarmHistory:
         h = self._head[m]
         while h < len(t) and t[h] <= horizon:
             h += 1
-        if h > 1024 and h * 2 > len(t):  # compact: the aged-out part is most of the list
-            del t[:h], self._g[m][:h], self._hi[m][:h]
-            h = 0
+        cut = min(h, self._win[m])  # the burst window may still need aged-out starts
+        if cut > 1024 and cut * 2 > len(t):  # compact: the aged-out part is most of the list
+            del t[:cut], self._g[m][:cut], self._hi[m][:cut], self._burst[m][:cut]
+            h -= cut
+            self._win[m] -= cut
         self._head[m] = h
         if h == len(t):
             self._detail[m] = (0, 0.0, 0.0)
             self._valid[m] = (self._version[m], now, math.inf)
             return
-        self._detail[m] = reserve_nodes(
-            np.asarray(t[h:]),
-            np.asarray(self._g[m][h:]),
-            np.asarray(self._hi[m][h:], dtype=bool),
-            node_gpus=float(self.node_gpus[m]),
-            cfg=self.cfg,
-        )
+        self._detail[m] = self._reserve(m, h)
         self._valid[m] = (self._version[m], now, t[h] + self.cfg.warm_history_s)
+
+    def _reserve(self, m: int, h: int) -> tuple[int, float, float]:
+        """``reserve_nodes`` of model ``m``'s starts from ``h`` on, from the bursts kept as
+        they were appended (tested equal: ``tests/policy/test_warm.py``)."""
+        cfg = self.cfg
+        if not cfg.warm_reserve:
+            return 0, 0.0, 0.0
+        b = self._burst[m][h:]
+        k = max(0, math.ceil(cfg.warm_quantile * len(b) - EPS) - 1)
+        burst = float(np.partition(np.asarray(b), k)[k])
+        head = 0.0
+        if cfg.warm_high_headroom:
+            g = self._g[m]
+            head = max((g[j] for j, hi in enumerate(self._hi[m][h:], h) if hi), default=0.0)
+        nodes = math.ceil((burst + head) / max(float(self.node_gpus[m]), 1.0) - EPS)
+        return max(cfg.warm_min_nodes, nodes), burst, head
 
     def describe(self, model: int, now: float) -> str:
         """Why model ``model`` keeps what it keeps awake, in words (for reasons and explain)."""

@@ -22,6 +22,7 @@ from proto.jobs import JobSpec
 from tests.policy.strategies import node_spec
 
 CFG = PolicyConfig.default()
+NOW = 41_000.0  # after every start below
 
 
 def _cluster(n_a100: int = 4, n_t4: int = 0) -> list:
@@ -48,22 +49,25 @@ def test_reserve_covers_the_quantile_burst_and_the_high_priority_headroom():
     t = np.array([3600.0 * i for i in range(10)] + [40_000.0 + 10 * i for i in range(12)])
     g = np.ones(len(t))
     high = np.zeros(len(t), dtype=bool)
-    cfg = dataclasses.replace(CFG, warm_quantile=0.5, warm_high_headroom=False)
-    n, burst, head = reserve_nodes(t, g, high, node_gpus=8.0, cfg=cfg)
+    cfg = dataclasses.replace(
+        CFG, warm_quantile=0.5, warm_high_headroom=False, warm_history_s=86_400.0
+    )
+    n, burst, head = reserve_nodes(t, g, high, now=NOW, node_gpus=8.0, cfg=cfg)
     assert (n, head) == (1, 0.0) and burst == 1.0  # the median start came alone
     cfg = dataclasses.replace(cfg, warm_quantile=1.0)
-    assert reserve_nodes(t, g, high, node_gpus=8.0, cfg=cfg)[:2] == (2, 12.0)  # 12 GPUs: 2 nodes
+    got = reserve_nodes(t, g, high, now=NOW, node_gpus=8.0, cfg=cfg)
+    assert got[:2] == (2, 12.0)  # 12 GPUs: 2 nodes
     high[3] = True
     g[3] = 8.0  # a high-priority whole-node job: one more node of head-room
     cfg = dataclasses.replace(cfg, warm_quantile=0.5, warm_high_headroom=True)
     # bursts now: nine lone 1s, the lone 8, then 1..12: the median (11th of 22) is 2 GPUs;
     # 2 + 8 GPUs of head-room -> 2 nodes
-    assert reserve_nodes(t, g, high, node_gpus=8.0, cfg=cfg) == (2, 2.0, 8.0)
+    assert reserve_nodes(t, g, high, now=NOW, node_gpus=8.0, cfg=cfg) == (2, 2.0, 8.0)
     # no start in the history: nothing kept; the switch off: nothing kept
     empty = np.zeros(0)
-    assert reserve_nodes(empty, empty, empty.astype(bool), node_gpus=8.0, cfg=CFG)[0] == 0
+    assert reserve_nodes(empty, empty, empty.astype(bool), now=NOW, node_gpus=8.0, cfg=CFG)[0] == 0
     off = dataclasses.replace(CFG, warm_reserve=False)
-    assert reserve_nodes(t, g, high, node_gpus=8.0, cfg=off)[0] == 0
+    assert reserve_nodes(t, g, high, now=NOW, node_gpus=8.0, cfg=off)[0] == 0
 
 
 def test_history_forgets_starts_older_than_its_window():
@@ -187,5 +191,43 @@ def test_reserve_quantile_is_numpys_inverted_cdf(bursts_gpus, q):
     cfg = dataclasses.replace(CFG, warm_quantile=q, warm_high_headroom=False, resume_s=0.5)
     g = np.array(bursts_gpus)
     t = np.arange(len(g), dtype=float)
-    _, burst, _ = reserve_nodes(t, g, np.zeros(len(g), dtype=bool), node_gpus=8.0, cfg=cfg)
+    lone = np.zeros(len(g), dtype=bool)
+    _, burst, _ = reserve_nodes(t, g, lone, now=t[-1], node_gpus=8.0, cfg=cfg)
     assert burst == float(np.quantile(g, q, method="inverted_cdf"))
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    st.lists(
+        st.tuples(
+            st.floats(0.0, 2000.0), st.sampled_from([0.5, 1.0, 2.0, 4.0, 8.0]), st.booleans()
+        ),
+        max_size=40,
+    ),
+    st.floats(0.0, 1.0),
+    st.floats(100.0, 3000.0),
+)
+def test_history_keeps_the_reserve_of_the_definition(starts, q, history_s):
+    """``WarmHistory`` (bursts kept as starts are appended, recomputed per model only when it
+    changed) gives at every instant what ``reserve_nodes`` gives for the starts then within
+    the history."""
+    cfg = dataclasses.replace(CFG, warm_quantile=q, warm_history_s=history_s, resume_s=300.0)
+    view = ClusterView.build(_cluster(2, 2))
+    h = WarmHistory(view, cfg)
+    a100 = view.models.index("a100-80gb")
+    t = g = hi = np.zeros(0)
+    clock = 0.0
+
+    def check(now: float) -> None:
+        inside = t > now - history_s
+        want = reserve_nodes(t, g, hi, now=now, node_gpus=8.0, cfg=cfg)
+        h.keep(now)
+        assert h._detail[a100] == (want if inside.any() else (0, 0.0, 0.0))
+
+    for dt, gpus, high in starts:
+        clock += dt  # starts come in time order, the instants asked too
+        h.started(a100, gpus, high, clock)
+        t, g, hi = np.append(t, clock), np.append(g, gpus), np.append(hi, high).astype(bool)
+        check(clock)
+    for later in (history_s / 3, history_s / 2, history_s, 2 * history_s):
+        check(clock + later)
