@@ -14,6 +14,12 @@ class RunCommand(msgspec.Struct, frozen=True, kw_only=True):
     # traceparent of the placement that sent it (else the job's): the executor's spans of this
     # attempt (start, run, complete) hang under it, across executor restarts (it is journaled)
     trace: str = ""
+    # a gang (a job over several nodes, ``proto.ledger.Part``): every part's node, the leader
+    # (who reports the job's lifecycle) first; each gets its own part as ``allocation``. The
+    # parts start together or, after ``gang_start_timeout_s`` wall seconds, not at all
+    # (``services.executor.gang``). Empty: a job on one node.
+    gang: tuple[str, ...] = ()
+    gang_start_timeout_s: float = 60.0
 
 
 class KillCommand(msgspec.Struct, frozen=True, kw_only=True):

@@ -53,6 +53,11 @@ class JobSpec(msgspec.Struct, frozen=True, kw_only=True):
     # the ML framework ("pytorch", "tensorflow", "jax"...; "" = not said): the profiler learns
     # speed and power per (GPU model, workload class, framework), issue 15
     framework: str = ""
+    # a latency-class job (an inference replica) says its p99 target and, when measured, its
+    # p99 alone: fractional placement never shares its GPU with work that would push it past
+    # the target (libs.policy.stages.share; issue 16). Milliseconds; None = no target / unknown.
+    latency_p99_ms: float | None = None
+    solo_latency_p99_ms: float | None = None
     command: str | None = None
     # local mode, checkpoint-preemption (docs/runtime-contract.md "Job side"): the signal the
     # job's processes get to save and exit, and the wall seconds they have before SIGTERM

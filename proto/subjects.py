@@ -136,6 +136,13 @@ def executor_report(node: str) -> str:
     return f"{EXECUTOR_REPORT_PREFIX}.{node}"
 
 
+GANG_PREFIX = "gang"  # gang.<job>.<attempt>: proto.gangs.GangSignal between a gang's executors
+
+
+def gang(job_id: str, attempt: int) -> str:
+    return f"{GANG_PREFIX}.{job_id}.{attempt}"
+
+
 def clock_ack(participant: str) -> str:
     return f"{CLOCK_ACK_PREFIX}.{participant}"
 

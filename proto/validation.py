@@ -183,6 +183,23 @@ def _checkpoint(spec: JobSpec, errs: list[FieldError]) -> None:
     _positive(errs, "checkpoint_grace_s", spec.checkpoint_grace_s, MAX_CHECKPOINT_GRACE_S)
 
 
+MAX_LATENCY_MS = 3_600_000.0  # an hour: beyond that it is not a latency target
+
+
+def _latency(spec: JobSpec, errs: list[FieldError]) -> None:
+    """A latency target and a solo latency are finite positive milliseconds, the solo figure
+    at most the target (a job slower than its target alone cannot meet it beside anyone)."""
+    target, solo = spec.latency_p99_ms, spec.solo_latency_p99_ms
+    before = len(errs)
+    for name, value in (("latency_p99_ms", target), ("solo_latency_p99_ms", solo)):
+        if value is not None:
+            _positive(errs, name, value, MAX_LATENCY_MS)
+    if len(errs) == before and target is not None and solo is not None and solo > target:
+        errs.append(
+            FieldError("solo_latency_p99_ms", f"{solo:g} ms alone is above the target {target:g}")
+        )
+
+
 def revalidate_spec(spec: JobSpec) -> list[FieldError]:
     """Every reason ``spec`` is unsound whatever the cluster and the clock. Empty means sound.
 
@@ -205,6 +222,7 @@ def revalidate_spec(spec: JobSpec) -> list[FieldError]:
     _positive(errs, "est_runtime_s", spec.est_runtime_s, HORIZON_S)
     _deadline(spec, errs)
     _checkpoint(spec, errs)
+    _latency(spec, errs)
     if spec.elastic is not None:
         e = spec.elastic
         if not 1 <= e.min_gpus <= e.max_gpus <= MAX_GPUS_PER_JOB:
@@ -315,6 +333,14 @@ def revalidate_command(cmd: RunCommand) -> list[FieldError]:
         errs.append(FieldError("allocation.gpu_indices", "must be distinct and >= 0"))
     if a.attempt < 1:
         errs.append(FieldError("allocation.attempt", f"must be >= 1, got {a.attempt}"))
+    if cmd.gang and (
+        len(cmd.gang) > MAX_GPUS_PER_JOB
+        or not all(sound_id(n) for n in cmd.gang)
+        or len(set(cmd.gang)) != len(cmd.gang)
+        or a.node not in cmd.gang
+    ):
+        errs.append(FieldError("gang", "distinct sound node ids, this part's node among them"))
+    _number(errs, "gang_start_timeout_s", cmd.gang_start_timeout_s, 0.0, 86400.0)
     return errs
 
 

@@ -101,6 +101,32 @@ def revalidate_allocation(
         errs.append(FieldError(f"{p}gpu_indices", f"must be distinct, 0-{top - 1}"))
     if not sound_attempt(alloc.attempt):
         errs.append(FieldError(f"{p}attempt", f"must be 1-{MAX_ATTEMPT}, got {alloc.attempt}"))
+    if alloc.parts:
+        errs += _parts_errors(alloc, p)
+    return errs
+
+
+def _parts_errors(alloc: Allocation, p: str) -> list[FieldError]:
+    """A gang's parts (``proto.ledger.Part``): distinct sound nodes, the first this record's
+    own, whole GPUs on each (their indices checked against the node where it is known)."""
+    parts = alloc.parts
+    first = parts[0]
+    if (
+        len(parts) > MAX_GPUS_PER_JOB
+        or len({q.node for q in parts}) != len(parts)
+        or (first.node, first.gpu_indices) != (alloc.node, alloc.gpu_indices)
+        or alloc.gpu_share != 1.0
+    ):
+        return [FieldError(f"{p}parts", "distinct nodes of whole GPUs, the first this record's")]
+    errs: list[FieldError] = []
+    for k, q in enumerate(parts):
+        if not sound_id(q.node):
+            errs.append(FieldError(f"{p}parts[{k}].node", "must be a sound node id"))
+        idx = q.gpu_indices
+        if not idx or len(idx) > MAX_GPUS_PER_NODE or min(idx) < 0 or len(set(idx)) != len(idx):
+            errs.append(FieldError(f"{p}parts[{k}].gpu_indices", "must be distinct, >= 0"))
+        _number(errs, f"{p}parts[{k}].host_mem_gb", q.host_mem_gb, 0.0, MAX_HOST_MEM_GB)
+        _number(errs, f"{p}parts[{k}].cpus", q.cpus, 0.0, MAX_CPUS)
     return errs
 
 

@@ -222,6 +222,8 @@ def permissions(user: str, *, nodes: Sequence[str] = ()) -> Permissions:
             pub += _consume(subjects.STREAM_NODECMD, durable, f"{subjects.NODE_PREFIX}.{n}.*")
             pub += [subjects.executor_report(n)]
         pub += [f"{JS}.STREAM.INFO.{subjects.STREAM_NODECMD}"]
+        pub += [f"{subjects.GANG_PREFIX}.>"]  # a gang's parts start and end together
+        sub += [f"{subjects.GANG_PREFIX}.>"]  # (proto.gangs)
     elif user == "telemetry":
         for n in nodes:
             pub += [subjects.telemetry(n), f"$KV.{subjects.KV_NODES}.{n}"]

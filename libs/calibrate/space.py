@@ -147,6 +147,20 @@ EXCLUDED: dict[str, str] = {
     "defrag.max_moves": _OFF + " (defrag.enabled)",
     "w_frag": _OFF + " (a frag_workload; empty by default)",
     "explain_top_k": _OUTPUT,
+    # day/night (issue 16): off by default, and the calibration traces carry no inference jobs
+    "calendar.enabled": _SWITCH,
+    "calendar.timezone": "where the cluster is, not a coefficient",
+    "calendar.day.hours": "the operator's working hours, not a coefficient",
+    "calendar.night.hours": "the operator's working hours, not a coefficient",
+    "calendar.active": _OUTPUT,
+    **{
+        f"calendar.{period}.{name}": _OFF + " (calendar.enabled)"
+        for period in ("day", "night")
+        for name in ("inference_boost", "training_boost", "headroom_share", "speed_weight_factor")
+    },
+    "share_interference": _SWITCH,
+    "share_max_slowdown": _PROMISE + " (how much slower a shared job may run)",
+    "share_latency_unknown_max_slowdown": _PROMISE + " (a latency target's assumed headroom)",
 }
 
 

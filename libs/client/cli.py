@@ -22,6 +22,7 @@ from libs.client.api import DEFAULT_GATEWAY, ClientError, GatewayUnreachable
 from libs.client.cli_bench import register as register_bench
 from libs.client.cli_cordon import register as register_cordon
 from libs.client.cli_explain import explain
+from libs.client.cli_policy import register as register_policy
 from libs.client.cli_profiles import register as register_profiles
 from libs.client.cli_tenants import client_for, register
 from libs.client.specs import FlagError, build_spec, server_now
@@ -43,6 +44,7 @@ register_bench(app)  # `mosaic bench placer`
 register_profiles(app)  # `mosaic profiles` (issue 15)
 app.command()(explain)  # `mosaic explain JOB`
 register_calibrate(app)  # `mosaic calibrate` (issue 15)
+register_policy(app)  # `mosaic policy [--at HH:MM]` (issue 16)
 GatewayOpt = Annotated[str, typer.Option("--gateway", envvar="MOSAIC_GATEWAY", help="gateway URL")]
 
 
@@ -188,6 +190,12 @@ def submit(
     job_id: Annotated[str | None, typer.Option("--id", help="job id (default: assigned)")] = None,
     kind: Annotated[str, typer.Option("--kind", help="training or inference")] = "training",
     command: Annotated[str | None, typer.Option("--command")] = None,
+    latency_p99_ms: Annotated[
+        float | None, typer.Option("--latency-p99-ms", help="p99 target (shares only within it)")
+    ] = None,
+    solo_latency_p99_ms: Annotated[
+        float | None, typer.Option("--solo-latency-p99-ms", help="p99 alone on a GPU")
+    ] = None,
     gateway: GatewayOpt = DEFAULT_GATEWAY,
 ) -> None:
     """Submit a job (like sbatch); prints its id."""
@@ -209,6 +217,8 @@ def submit(
             job_id=job_id,
             kind=kind,
             command=command,
+            latency_p99_ms=latency_p99_ms,
+            solo_latency_p99_ms=solo_latency_p99_ms,
             now=lambda: server_now(gateway),
         )
     except FlagError as exc:

@@ -50,6 +50,8 @@ def build_spec(*, now, **f) -> JobSpec:  # type: ignore[no-untyped-def]
         est_runtime_s=runtime_s,
         kind=f["kind"],
         command=f["command"],
+        latency_p99_ms=f.get("latency_p99_ms"),
+        solo_latency_p99_ms=f.get("solo_latency_p99_ms"),
     )
 
 

@@ -21,7 +21,8 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from libs.policy.memo import ShapeMemo, ViewMemo
-from proto.ledger import Allocation
+from proto.jobs import JobSpec
+from proto.ledger import Allocation, node_allocations
 from proto.nodes import NodeSpec
 
 EPS = 1e-9
@@ -69,6 +70,9 @@ class ClusterView:
     # ``set_temp``): the nodes' availability (``filters.available``) reads only that
     state_gen: int = 0
     memo: ViewMemo = field(default_factory=ViewMemo, repr=False, compare=False)
+    # (row, GPU slot) -> {job id: spec (None: the ledger did not carry it)} of the fractional
+    # jobs on that GPU: who a new fraction would share with (``stages.share``, issue 16)
+    residents: dict[tuple[int, int], dict[str, JobSpec | None]] = field(default_factory=dict)
 
     @classmethod
     def build(
@@ -151,23 +155,49 @@ class ClusterView:
         return i
 
     def allocate(self, alloc: Allocation) -> None:
-        """Take ``alloc``'s resources. Raises ValueError if a GPU share would go above 1."""
+        """Take ``alloc``'s resources (a gang's on each of its nodes, all or none). Raises
+        ValueError if a GPU share would go above 1."""
+        if alloc.parts:
+            parts = node_allocations(alloc)
+            for p in parts:  # check every part before taking any: all or nothing
+                self._check_free(self._row(p), p)
+            for p in parts:
+                self.allocate(p)
+            return
         i = self._row(alloc)
-        idx = list(alloc.gpu_indices)
+        self._check_free(i, alloc)
+        self._apply(i, list(alloc.gpu_indices), -alloc.gpu_share, -alloc.gpu_mem_gb,
+                    -alloc.host_mem_gb, -alloc.cpus)  # fmt: skip
+        if alloc.gpu_share < 1.0 - EPS:  # who shares each GPU (stages.share)
+            for j in alloc.gpu_indices:
+                self.residents.setdefault((i, j), {})[alloc.job_id] = alloc.spec
+
+    def _check_free(self, i: int, alloc: Allocation) -> None:
+        idx = alloc.gpu_indices
         row = self.gpu_free[i]
         need = alloc.gpu_share - EPS
         if any(row[j] < need for j in idx):  # a few slots: plain Python beats a numpy call
             raise ValueError(
-                f"allocation {alloc.job_id}: GPUs {idx} on {alloc.node} do not have "
+                f"allocation {alloc.job_id}: GPUs {list(idx)} on {alloc.node} do not have "
                 f"{alloc.gpu_share:g} free (double booking)"
             )
-        self._apply(i, idx, -alloc.gpu_share, -alloc.gpu_mem_gb, -alloc.host_mem_gb, -alloc.cpus)
 
     def release(self, alloc: Allocation) -> None:
         """Give back what ``allocate(alloc)`` took (the exact inverse, up to float rounding)."""
+        if alloc.parts:
+            for p in node_allocations(alloc):
+                self.release(p)
+            return
         i = self._row(alloc)
         a = alloc
         self._apply(i, list(a.gpu_indices), a.gpu_share, a.gpu_mem_gb, a.host_mem_gb, a.cpus)
+        if a.gpu_share < 1.0 - EPS:
+            for j in a.gpu_indices:
+                here = self.residents.get((i, j))
+                if here is not None:
+                    here.pop(a.job_id, None)
+                    if not here:
+                        del self.residents[(i, j)]
 
     def _apply(self, i: int, idx: list[int], share: float, mem: float, host: float, cpu: float):
         self.gen += 1
@@ -277,4 +307,5 @@ class ClusterView:
             "node_gen",
         ):
             setattr(c, f, getattr(self, f).copy())
+        c.residents = {k: dict(v) for k, v in self.residents.items()}
         return c

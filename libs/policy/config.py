@@ -11,6 +11,8 @@ import dataclasses
 from dataclasses import dataclass, field
 from typing import Any
 
+from libs.policy.calendar import CalendarConfig
+
 REGIMES: tuple[str, ...] = ("low", "balanced", "high")
 
 
@@ -340,6 +342,18 @@ class PolicyConfig:
     w_frag: float = 4.0
     frag_workload: tuple[tuple[float, tuple[str, ...], float, float, float], ...] = ()
     defrag: DefragConfig = field(default_factory=DefragConfig)
+    # --- day/night (libs.policy.calendar, libs.policy.daynight; issue 16) ---
+    calendar: CalendarConfig = field(default_factory=CalendarConfig)
+    # --- sharing a GPU (libs.policy.stages.share, libs.policy.interference; issue 16) ---
+    # a fractional job joins a GPU others already share only if every job there (it and each
+    # resident) would run at most share_max_slowdown x its runtime alone (a factor, unitless);
+    # a job with a latency target at most its target / its solo latency, or, solo latency
+    # unknown, share_latency_unknown_max_slowdown (a conservative guess: a target set 10%
+    # above what the replica does alone). share_interference=false shares blind (the
+    # simulator still slows co-located jobs by the model: the comparison of the issue).
+    share_interference: bool = True
+    share_max_slowdown: float = 1.25
+    share_latency_unknown_max_slowdown: float = 1.1
 
     @classmethod
     def default(cls) -> PolicyConfig:
@@ -401,5 +415,7 @@ class PolicyConfig:
             raise ValueError("backfill_interval_s must be >= 0")
         if self.w_frag < 0:
             raise ValueError("w_frag must be >= 0")
+        if not (self.share_max_slowdown >= 1 and self.share_latency_unknown_max_slowdown >= 1):
+            raise ValueError("share_max_slowdown and share_latency_unknown_max_slowdown: >= 1")
         if self.backfill_depth < 0:
             raise ValueError("backfill_depth must be >= 0")

@@ -34,12 +34,14 @@ from libs.policy import backfill as B
 from libs.policy import filters as F
 from libs.policy import scheduler
 from libs.policy.cadence import BackfillCadence
-from libs.policy.cluster import EPS, ClusterView
+from libs.policy.cluster import EPS, RESOURCES, ClusterView
 from libs.policy.config import PolicyConfig
 from libs.policy.core_moves import MovesMixin
+from libs.policy.daynight import DayNight
 from libs.policy.decisions import Decisions, MoveOrder, Place
+from libs.policy.fast.protected import ProtectedWaits
+from libs.policy.gang_pass import allocation_of, part_id, part_jobs
 from libs.policy.moves import MoveBook
-from libs.policy.placement import to_allocation
 from libs.policy.power_state import PowerState, PowerStep
 from libs.policy.priority import regime
 from libs.policy.profiles import ProfileTable
@@ -53,7 +55,7 @@ from libs.policy.wakeups import Wakeups
 from proto.decisions import WaitNumbers
 from proto.intents import HOLD_HOT
 from proto.jobs import HIGH_PRIORITY, JobSpec
-from proto.ledger import Allocation
+from proto.ledger import Allocation, node_allocations
 from proto.nodes import NodeSpec
 
 POWER_HOLD = "power"  # the cordon hold of a suspended or booting node
@@ -65,6 +67,8 @@ def usage_of(alloc: Allocation) -> np.ndarray:
     holds on each (a half-GPU job asking 20 GB holds 0.5 GPUs and 20 GB). One definition for
     the scheduler and the scorer's admission score (the drivers used to count fractions
     differently)."""
+    if alloc.parts:  # a gang: what it holds on all its nodes
+        return sum((usage_of(a) for a in node_allocations(alloc)), np.zeros(len(RESOURCES)))
     n = len(alloc.gpu_indices)
     return np.array(
         [n * alloc.gpu_share, n * alloc.gpu_mem_gb, alloc.host_mem_gb, alloc.cpus], dtype=float
@@ -115,6 +119,8 @@ class Scheduler(MovesMixin):
         self.wakeups = Wakeups()  # the instants a driver owes the scheduler (see tick)
         self.last: CycleResult | None = None
         self._preempt_due_s = now  # the priority-protection rule looks again from then
+        # queued jobs the priority-protection rule protects, by wait (its per-instant questions)
+        self.protected = ProtectedWaits(cfg.preempt.protect_priority)
         self.regime = regime(0.0, cfg)
         self.moves = MoveBook(
             len(self.view.node_ids)
@@ -123,6 +129,10 @@ class Scheduler(MovesMixin):
         self._hot: set[int] = set()  # nodes the thermal guard holds now
         self.view.heat_risky = self.heat.labelled.copy()
         self._heat_watch = False  # some node ran hot: note the heat every pass
+        # day/night (libs.policy.daynight): the pass and the power stage use the config in
+        # force at their ``now``; self.cfg stays the configured one (moves, green, heat)
+        self.daynight = DayNight(cfg)
+        self.period = ""  # the period of the last pass ("" with the calendar off)
 
     def use_profiles(self, profiles: ProfileTable) -> None:
         """The newest profile table (the profiler's learning): later passes rank, place and
@@ -133,12 +143,14 @@ class Scheduler(MovesMixin):
 
     # ----- events: jobs --------------------------------------------------------------------
     def can_ever_place(self, spec: JobSpec) -> bool:
-        """Whether some node of the cluster could hold ``spec`` even empty (per shape)."""
+        """Whether some node of the cluster (or, for a gang, some nodes of one model together)
+        could hold ``spec`` even empty (per shape)."""
         return self._never(spec) is None
 
     def queue_job(self, job: PendingJob) -> None:
         """A job waits to start (a submission, a retry, a preempted job back in line)."""
         self.queue.add(job)
+        self.protected.add(job)
         key = (job.spec.gpus, job.spec.gpu_mem_gb)
         self._asks[key] = self._asks.get(key, 0) + 1
         self.why.queued(job.spec.id)
@@ -148,7 +160,6 @@ class Scheduler(MovesMixin):
     def cancel_job(self, job_id: str, now: float) -> None:
         """The job left: cancelled or failed while pending, or ended while running."""
         if job_id in self.queue:
-            self.power.left_queue(self.queue.seq()[self.queue.position(job_id)])
             self._dequeue(job_id)
         elif job_id in self._held:
             self.end_job(job_id, now)
@@ -162,7 +173,8 @@ class Scheduler(MovesMixin):
         if self._applied.pop(key, None) is not None:
             return
         self.view.allocate(alloc)
-        self.power.node_taken(self.view.index[alloc.node])
+        for a in node_allocations(alloc):
+            self.power.node_taken(self.view.index[a.node])
         self._book_start(job_id, alloc, spec)
 
     def _book_start(self, job_id: str, alloc: Allocation, spec: JobSpec) -> None:
@@ -170,20 +182,26 @@ class Scheduler(MovesMixin):
         allocation's time plus the profile's runtime on that GPU model (what a live placer
         can know, not the simulator's truth)."""
         if job_id in self.queue:
-            self.power.left_queue(self.queue.seq()[self.queue.position(job_id)])
             self._dequeue(job_id)
-        self.why.forget(job_id)  # (again, if dequeued: a dict pop)
         self._release_room(job_id)
         i = self.view.index[alloc.node]
-        # the warm reserve's demand (libs.policy.warm): every start, whoever placed it
-        gpus = len(alloc.gpu_indices) * alloc.gpu_share
-        self.power.started(i, gpus, spec.priority >= HIGH_PRIORITY, alloc.time)
+        # the warm reserve's demand (libs.policy.warm): every start, whoever placed it, on
+        # each node it holds (a gang's parts too)
+        for a in node_allocations(alloc):
+            gpus = len(a.gpu_indices) * a.gpu_share
+            self.power.started(
+                self.view.index[a.node], gpus, spec.priority >= HIGH_PRIORITY, a.time
+            )
         vec = usage_of(alloc)
         self._held[job_id] = (alloc, vec, spec.tenant)
         cur = self.usage.get(spec.tenant)
         self.usage[spec.tenant] = vec.copy() if cur is None else cur + vec
         model = self.view.nodes[i].gpu_model
         est_end = alloc.time + self.profiles.runtime_s(spec, model)
+        if alloc.parts:  # a gang: one entry per node; never moved (stages.preempt), not booked
+            for rj in part_jobs(alloc, spec, self.view, est_end):
+                self.running.add(rj)
+            return
         rj = RunningJob(spec, i, alloc.gpu_indices, alloc.gpu_share, est_end)
         self.running.add(rj)
         self.moves.started(rj, alloc.attempt, alloc.node, alloc.time)
@@ -194,14 +212,18 @@ class Scheduler(MovesMixin):
         alloc, vec, tenant = self._held.pop(job_id)
         self._applied.pop((alloc.job_id, alloc.node, alloc.gpu_indices), None)
         self.view.release(alloc)
-        i = self.view.index[alloc.node]
-        if self.view.whole_free[i] >= self.view.gpu_total[i]:
-            self.power.node_emptied(i, now)
+        for a in node_allocations(alloc):
+            i = self.view.index[a.node]
+            if self.view.whole_free[i] >= self.view.gpu_total[i]:
+                self.power.node_emptied(i, now)
+            self.running.remove(part_id(job_id, a.node) if alloc.parts else job_id)
         self.usage[tenant] = np.maximum(self.usage[tenant] - vec, 0.0)
-        self.running.remove(job_id)
-        return self.moves.ended(job_id, i)
+        return self.moves.ended(job_id, self.view.index[alloc.node])
 
     def _dequeue(self, job_id: str) -> None:
+        """The job leaves the queue (started or cancelled): out of every record of the queue."""
+        self.power.left_queue(self.queue.seq()[self.queue.position(job_id)])
+        self.protected.remove(job_id)
         spec = self.queue.remove(job_id).spec
         key = (spec.gpus, spec.gpu_mem_gb)
         n = self._asks[key] - 1
@@ -292,6 +314,7 @@ class Scheduler(MovesMixin):
         (``PolicyConfig.backfill_interval_s``); the blocked jobs of a backfill pass become the
         power stage's demand."""
         full = self._cadence.take(now)
+        cfg = self._policy_at(now)
         if self._hot or self._heat_watch:  # some node runs or ran hot: stages.heat
             hot = np.fromiter(self._hot, dtype=np.int64, count=len(self._hot))
             busy = self.view.whole_free < self.view.gpu_total  # (a fraction: not whole)
@@ -304,7 +327,7 @@ class Scheduler(MovesMixin):
             now=now,
             tenant_usage=self.usage,
             profiles=self.profiles,
-            cfg=self.cfg,
+            cfg=cfg,
             reasons=False,
             backfill=full,
             walked_limit=self.cfg.power_demand_cap,  # all the resume decision reads
@@ -314,17 +337,28 @@ class Scheduler(MovesMixin):
         # a pass that did not backfill and left jobs waiting: pass again when backfill is due
         waiting = len(self.queue) > len(res.assignments)
         self._tick_at = self._cadence.next_s if waiting and not full else None
+        if waiting and self.period:  # a pass at the next day/night switch, events or not
+            switch = self.daynight.next_switch_s(now)
+            self._tick_at = switch if self._tick_at is None else min(self._tick_at, switch)
         if self.cfg.power_saving and full:
-            self.power.note_blocked(res, self.queue, self._green_col()[:, 0])
+            self.power.note_blocked(res, self.queue, lambda: self._green_col()[:, 0])
         self.why.note(res, full)
         out: list[Place] = []
         rooms = self._fill_rooms(res, now)
         for pj, placement in [*res.assignments, *rooms]:
-            alloc = to_allocation(pj.spec, placement, now, pj.attempt)
+            alloc, _ = allocation_of(pj.spec, placement, now, pj.attempt)  # a gang: one record
             self._applied[(alloc.job_id, alloc.node, alloc.gpu_indices)] = pj
             self._book_start(pj.spec.id, alloc, pj.spec)  # started now (module docstring)
             out.append(Place(pj, placement, alloc))
         return out
+
+    def _policy_at(self, now: float) -> PolicyConfig:
+        """The config in force at ``now`` (``daynight.effective_policy``); a new period is
+        handed to the power stage (its warm reserve keeps the inference headroom awake)."""
+        cfg, self.period = self.daynight.at(now)
+        if cfg is not self.power.cfg:
+            self.power.use_policy(cfg)
+        return cfg
 
     def next_pass_s(self) -> float | None:
         """When a pass is due without an event (the next backfill), or None."""
@@ -335,6 +369,7 @@ class Scheduler(MovesMixin):
         (cordoned) in the view until ``node_resumed``."""
         if not self.cfg.power_saving:
             return PowerStep((), (), None)
+        self._policy_at(now)
         step = self.power.step(now, self.queue)
         if step.suspend or step.resume:  # most steps decide nothing
             ids = self.view.node_ids

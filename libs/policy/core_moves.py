@@ -17,7 +17,6 @@ keeps the rest. What lives here:
 
 from __future__ import annotations
 
-import dataclasses
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -73,7 +72,7 @@ class MovesMixin:
                 continue
             if pj is None or job_id in placed:
                 continue
-            placement = P.room_placement(pj.spec, self.view, i)
+            placement = P.room_placement(pj.spec, self.view, i, self.cfg)
             if placement is not None:  # applied at once, as the pass applies its own
                 self.view.allocate(to_allocation(pj.spec, placement, now, pj.attempt))
                 self.power.node_taken(i)
@@ -102,14 +101,11 @@ class MovesMixin:
         pc = self.cfg.preempt
         if not pc.enabled or not self.moves.movers or now < self._preempt_due_s:
             return []
-        rows = self._protected_rows()
-        if not len(rows):
+        waited = self.protected.waited_since(now - pc.min_wait_s)  # = self._waited_rows(now)
+        if not waited:  # most instants: no protected job has waited long enough
             return []
-        t = self.queue.table()
-        enq = t[:, COL_ENQ]
-        rows = rows[enq[rows] <= now - pc.min_wait_s]
         skip = {m.for_job for m in self.moves.moving.values()}
-        blocked = [self.queue[r] for r in rows.tolist() if self.queue[r].spec.id not in skip]
+        blocked = [self.queue.get(j) for j in waited if j not in skip]
         if not blocked:
             return []
         self._preempt_due_s = now + max(pc.interval_s, 1.0)
@@ -128,16 +124,29 @@ class MovesMixin:
         prio = self.queue.table()[:, COL_PRIO]
         return np.flatnonzero(prio >= self.cfg.preempt.protect_priority)
 
+    def _waited_rows(self: Scheduler, now: float) -> np.ndarray:
+        """The definition of the jobs the rule looks at now: queue rows of protected priority
+        that have waited ``min_wait_s`` (``self.protected.waited_since`` answers the same
+        without the scan: ``tests/policy/test_protected.py``)."""
+        rows = self._protected_rows()
+        enq = self.queue.table()[:, COL_ENQ]
+        return rows[enq[rows] <= now - self.cfg.preempt.min_wait_s]
+
     def next_move_s(self: Scheduler, now: float) -> float | None:
         """When a waiting job of protected priority reaches ``min_wait_s`` after ``now`` (the
         earliest), so a full cluster, where no event may come for hours, still looks then."""
         pc = self.cfg.preempt
         if not pc.enabled or not self.moves.movers:
             return None
+        return self.protected.next_ready_s(now, pc.min_wait_s)  # = self._next_ready_s(now)
+
+    def _next_ready_s(self: Scheduler, now: float) -> float | None:
+        """The definition of ``next_move_s``'s answer, by a scan of the queue (tested equal
+        to ``self.protected.next_ready_s``)."""
         rows = self._protected_rows()
         if not len(rows):
             return None
-        at = self.queue.table()[rows, COL_ENQ] + pc.min_wait_s
+        at = self.queue.table()[rows, COL_ENQ] + self.cfg.preempt.min_wait_s
         later = at[at > now]
         return float(later.min()) if len(later) else None
 
@@ -170,14 +179,10 @@ class MovesMixin:
     def order_move(self: Scheduler, move: MoveOrder, now: float) -> MoveOrder:
         """Record an accepted move (``check_move`` said yes): the job is being moved now; a
         move for another job holds the node it clears for that job (``_fill_rooms``). A
-        migration (it leaves a hot node) gets a room of its own elsewhere, on a node that did
-        not run hot (``MoveBook.room_for``; ``check_move`` made sure one exists): without one
-        it resumed wherever the pass put it, often back on the node the guard had released."""
-        if move.kind == "migrate" and not move.to_node and not move.shrink_to:
-            cfg = self.cfg
-            to = self.moves.room_for(move.job_id, self.view, self.running, now, cfg, cool_only=True)
-            if to:
-                move = dataclasses.replace(move, to_node=to)
+        migration holds no room: a room is a hold on a whole node, so the guard's second
+        migration from a node found the first one's room cordoned and was refused (e2e
+        ``test_thermal``); it resumes where the pass puts it, first in line, a node that did
+        not run hot first when it is heat-averse (``stages.heat``)."""
         out = self.moves.order(move, now, self.cfg.preempt.resume_bound_s)
         self._hold_rooms()
         return out

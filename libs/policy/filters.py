@@ -258,9 +258,11 @@ class NeverFits:
     distinct node shapes only, once per request shape (``NodeSpec`` is frozen, so the list's
     answers never change). The caller owns it for as long as the list stands."""
 
-    __slots__ = ("_answers", "_shapes")
+    __slots__ = ("_answers", "_nodes", "_shapes", "_view")
 
     def __init__(self, nodes: Sequence[NodeSpec]) -> None:
+        self._nodes = list(nodes)
+        self._view: ClusterView | None = None  # built when a gang is first asked about
         shapes: dict[tuple, NodeSpec] = {}
         for n in nodes:
             shapes.setdefault((n.gpu_model, n.gpu_count, n.gpu_mem_gb, n.host_mem_gb, n.cpus), n)
@@ -270,8 +272,19 @@ class NeverFits:
     def __call__(self, spec: JobSpec) -> str | None:
         key = shape_key(spec)
         if key not in self._answers:
-            self._answers[key] = _never_fits(spec, self._shapes)
+            why = _never_fits(spec, self._shapes)
+            if why is not None and why.startswith("GpuCount") and self._gang_fits(spec):
+                why = None  # wider than any node, but it fits as a gang over several
+            self._answers[key] = why
         return self._answers[key]
+
+    def _gang_fits(self, spec: JobSpec) -> bool:
+        """``spec`` is a gang that some model's nodes could hold together (``stages.gang``)."""
+        from libs.policy.stages import gang  # the definition imports the filter stage
+
+        if self._view is None:
+            self._view = ClusterView.build(self._nodes)
+        return gang.is_gang(spec, self._view) and gang.ever_fits(spec, self._view)
 
 
 def _never_fits(spec: JobSpec, nodes: Sequence[NodeSpec]) -> str | None:

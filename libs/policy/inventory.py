@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from libs.policy.stages.gang import NODES_PER_SWITCH, SWITCH_LABEL
 from proto.gpus import CATALOG, canonical_model
 from proto.nodes import NodeSpec
 
@@ -39,7 +40,11 @@ SEED_MIX: tuple[tuple[float, str, int, float, int], ...] = (
 
 
 def expand(groups: tuple[NodeGroup, ...] | list[NodeGroup]) -> list[NodeSpec]:
-    """Turn groups into nodes named ``<prefix>-<i>`` (prefix defaults to the GPU family)."""
+    """Turn groups into nodes named ``<prefix>-<i>`` (prefix defaults to the GPU family).
+
+    Every node gets a ``switch`` label (``stages.gang.SWITCH_LABEL``) unless its group gives
+    one: ``<prefix>-sw<i // NODES_PER_SWITCH>``, so consecutive nodes of a prefix share a leaf
+    switch, as racks are cabled; gangs prefer nodes of one switch."""
     nodes: list[NodeSpec] = []
     used: dict[str, int] = {}
     for g in groups:
@@ -66,7 +71,7 @@ def expand(groups: tuple[NodeGroup, ...] | list[NodeGroup]) -> list[NodeSpec]:
                     cpus=g.cpus if g.cpus is not None else 8 * g.gpu_count,
                     idle_power_w=float(idle),
                     max_power_w=float(tdp),
-                    labels=dict(g.labels),
+                    labels={SWITCH_LABEL: f"{prefix}-sw{i // NODES_PER_SWITCH}", **g.labels},
                 )
             )
     return nodes

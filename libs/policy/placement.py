@@ -6,7 +6,9 @@ like a FIFO / Kubernetes-default scheduler that ignores GPU memory). Neither cha
 the caller commits with ``view.allocate(to_allocation(...))``.
 
 GPU slots inside the chosen node: a gang takes the lowest-numbered fully free GPUs; a fractional
-job takes the best-fit GPU (the one with the least free share that still fits), so halves pack.
+job takes the best-fit GPU (the one with the least free share that still fits), so halves pack,
+among the GPUs the interference model lets it share (``stages.share``: the others look full to
+the compiled loops; none left: it waits, reason ``Interference``).
 
 The nodes a request fits now come from ``filters.fit_now`` (one compiled pass over the nodes,
 memoised per request shape until the view changes); the score terms of ``libs.policy.scores``
@@ -16,7 +18,7 @@ within ``SCORE_TIE`` of the best go to the first node.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -25,6 +27,7 @@ from libs.policy import filters as F
 from libs.policy.cluster import EPS, ClusterView
 from libs.policy.config import PolicyConfig
 from libs.policy.filters import never_fits  # re-exported: part of this module's API
+from libs.policy.interference import InterferenceModel
 from libs.policy.profiles import ProfileTable
 from libs.policy.scores import (
     CLASS_INDEX,
@@ -36,6 +39,7 @@ from libs.policy.scores import (
 )
 from libs.policy.stages import heat as H
 from libs.policy.stages import score as S
+from libs.policy.stages import share as SH
 from libs.policy.stages.frag import Workload
 from libs.policy.stages.pick import SCORE_TIE, TERMS, pick, term_weights
 from libs.policy.types import Candidate, Placement, Refusal
@@ -58,6 +62,7 @@ class PlaceContext:
 
     tables: ModelTables
     mix: SizeMix
+    interference: InterferenceModel = field(default_factory=InterferenceModel.default)
 
     @classmethod
     def build(
@@ -92,16 +97,31 @@ def place(
             return Refusal("Reserved", per_node, False)
         reason, never = F.refusal_reason(spec, view, cfg)
         return Refusal(reason, per_node, never)
+    frac = F.is_fractional(spec)
+    gpu_free = view.gpu_free
+    if frac and cfg.share_interference:  # stages.share: slots it may not share look full
+        masked = SH.blocked_free(spec, view, ctx.interference, cfg)
+        if masked is not None:
+            gpu_free = masked
+            ok = (masked[nodes] >= spec.gpus - EPS) & (
+                view.gpu_mem_free_gb[nodes] >= spec.gpu_mem_gb - EPS
+            )
+            if not ok.any():
+                per_node = {}
+                if explain:
+                    per_node = F.explain_nodes(spec, view, cfg)
+                    per_node |= SH.explain_nodes(spec, view, nodes, ctx.interference, cfg)
+                return Refusal(SH.INTERFERENCE, per_node, False)
+            nodes = nodes[ok.any(axis=1)]
     cls_i = CLASS_INDEX.get(spec.workload_class, CLASS_INDEX["other"])
     weights = term_weights(spec, green_tolerance(spec), cfg)
     wsum = sum(weights) or 1.0
-    frac = F.is_fractional(spec)
     k = F.whole_gpus(spec)
     # the score terms of libs.policy.stages.score for every feasible node and the pick of
     # stages.pick, in one compiled loop
     total, term_rows, slot, best = K.score_nodes(
         nodes,
-        view.gpu_free,
+        gpu_free,
         view.gpu_mem_free_gb,
         view.gpu_mem_gb,
         view.model_idx,
@@ -132,7 +152,7 @@ def place(
         total = H.avoid_risky(total, view.heat_risky[nodes])
         best = pick(total)
     n = int(nodes[best])
-    if frag_slots is not None and frac:
+    if frag_slots is not None and frac and gpu_free[n, frag_slots[best][0]] > 0:
         gpu_idx: tuple[int, ...] = frag_slots[best]
         share = float(spec.gpus)
     elif frac:

@@ -37,6 +37,7 @@ from libs.policy import fast as K
 from libs.policy import filters as F
 from libs.policy.cluster import EPS, ClusterView
 from libs.policy.config import PolicyConfig
+from libs.policy.stages import gang
 from libs.policy.stages.power import DUE_EPS_S
 from proto.jobs import JobSpec
 
@@ -174,6 +175,14 @@ def plan(
         EPS,
     )
     resume = woken.tolist()
+    gangs = [spec for spec, _ in blocked.groups if gang.is_gang(spec, view)]
+    if gangs:  # blocked gangs wake and keep whole nodes of one model (stages.gang)
+        asleep = suspended.copy()
+        asleep[woken] = False  # woken for other jobs: counted as up
+        wake, keep = gang.power_needs(gangs, view, asleep, resuming)
+        resume += [n for n in wake if n not in resume]
+        needed = needed | keep
+        down[list(wake)] = False  # (not spare: the gang's, not the warm reserve's)
     warm: list[int] = []
     spare = None
     if keep_nodes is not None and np.any(keep_nodes > 0):

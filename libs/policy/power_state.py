@@ -11,6 +11,7 @@ Node indices are the view's.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
@@ -113,12 +114,15 @@ class PowerState:
         self.idle_since[i] = now
         self._last_step = None  # its power state and idle time changed: decide afresh
 
-    def note_blocked(self, res: CycleResult, queue: PendingQueue, green: np.ndarray) -> None:
+    def note_blocked(
+        self, res: CycleResult, queue: PendingQueue, green: Callable[[], np.ndarray]
+    ) -> None:
         """After a backfill pass: the walked jobs that did not start are the demand.
 
         Every walked job that did not start waits for capacity, for a reserved node or for a
         fast GPU (SlowGPU: fast nodes wake first). The same blocked jobs as last time (by
-        their queue entries' insertion numbers) rebuild nothing: most passes end so."""
+        their queue entries' insertion numbers) rebuild nothing: most passes end so, which is
+        why ``green`` (1.0 per queue row for a green job) is asked only for new ones."""
         cap = self.cfg.power_demand_cap
         n_placed = len(res.assignments)
         rows = res.rank.order[: cap + n_placed] if res.rank is not None else np.zeros(0, int)
@@ -135,9 +139,15 @@ class PowerState:
             self._blocked_at = {q: k for k, q in enumerate(seqs.tolist())}
             self._blocked_gone = np.zeros(len(rows), dtype=bool)
             self._blocked_shape = queue.shapes()[0][rows]
-            self._blocked_green = green[rows] == 1.0
+            self._blocked_green = green()[rows] == 1.0
         resv = [res.reservation, *res.extra_reservations]
         self.reserved = tuple(r.node_index for r in resv if r is not None)
+
+    def use_policy(self, cfg: PolicyConfig) -> None:
+        """The config in force from now (a day/night switch, ``libs.policy.daynight``): its
+        warm reserve may differ, so no memoised step or plan of the old one is reused."""
+        self.cfg = cfg
+        self._last_step = self._plan_key = None
 
     # ----- the decision --------------------------------------------------------------------
     def step(self, now: float, queue: PendingQueue) -> PowerStep:

@@ -13,6 +13,7 @@ import numpy as np
 from libs.policy import fast as K
 from libs.policy.cluster import RESOURCES
 from libs.policy.config import PolicyConfig
+from libs.policy.daynight import kind_boost
 from libs.policy.profiles import ProfileTable
 from libs.policy.queue import COLUMNS, PendingQueue, QueueArrays
 from libs.policy.stages.rank import TERMS, order_of, regime, regime_weights, score_settings
@@ -20,6 +21,7 @@ from libs.policy.types import PendingJob, RankResult
 from proto.jobs import WORKLOAD_CLASSES
 
 _TENANT_COLUMN = COLUMNS.index("tenant")
+_INFERENCE_COLUMN = COLUMNS.index("inference")
 
 
 def usage_vector(usage: np.ndarray | float) -> np.ndarray:
@@ -233,7 +235,9 @@ def score_arrays(
         best_speed_per_class(profiles, mods),
         score_settings(now, cfg, w),
     )
-    return out[5], dict(zip(TERMS, out[:5], strict=True)), reg
+    boost = kind_boost(q.inference, cfg)  # the day/night period's shift (daynight)
+    scores = out[5] if boost is None else out[5] + boost
+    return scores, dict(zip(TERMS, out[:5], strict=True)), reg
 
 
 def score_queue_rows(
@@ -261,7 +265,7 @@ def score_queue_rows(
         tenant_usage,
         cap,
     )
-    return K.score_table_rows(
+    scores = K.score_table_rows(
         table,
         rows,
         dom,
@@ -269,6 +273,8 @@ def score_queue_rows(
         best_speed_per_class(profiles, mods),
         score_settings(now, cfg, w),
     )
+    boost = kind_boost(table[rows, _INFERENCE_COLUMN], cfg)  # the day/night shift (daynight)
+    return scores if boost is None else scores + boost
 
 
 def urgency(

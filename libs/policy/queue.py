@@ -27,7 +27,7 @@ _NO_ROWS = np.zeros(0, dtype=np.int64)
 _NO_ROWS.setflags(write=False)
 # the queue's table, one float column each (``PendingQueue.table``); fast.score_table_rows
 # reads it in this order
-COLUMNS = ("prio", "es", "enq", "est", "prog", "deadline", "gpus", "cls", "tenant")
+COLUMNS = ("prio", "es", "enq", "est", "prog", "deadline", "gpus", "cls", "tenant", "inference")
 
 
 @dataclass(slots=True)
@@ -44,6 +44,7 @@ class QueueArrays:
     gpus: np.ndarray
     cls: np.ndarray
     tenant: np.ndarray
+    inference: np.ndarray  # 1.0 for an inference job (the day/night boost, libs.policy.daynight)
     tenants: list[str]
 
     @classmethod
@@ -63,6 +64,7 @@ class QueueArrays:
             *(table[:, k] for k in range(7)),
             table[:, 7].astype(np.int64),
             table[:, 8].astype(np.int64),
+            table[:, 9],
             tenants,
         )
 
@@ -88,6 +90,7 @@ def _row(j: PendingJob, tenants: dict[str, int]) -> tuple:
         s.gpus,
         CLASS_INDEX.get(s.workload_class, CLASS_INDEX["other"]),
         t,
+        1.0 if s.kind == "inference" else 0.0,
     )
 
 

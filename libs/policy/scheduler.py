@@ -38,6 +38,7 @@ from libs.policy import fast as K
 from libs.policy.cluster import EPS, ClusterView
 from libs.policy.config import PolicyConfig
 from libs.policy.fast import epochs as R
+from libs.policy.gang_pass import may_start as gang_may_start
 from libs.policy.priority import regime
 from libs.policy.profiles import ProfileTable
 from libs.policy.queue import PendingQueue, QueueArrays
@@ -80,7 +81,11 @@ def schedule(
         return CycleResult([], None, {}, regime(load, cfg))
     q = None if isinstance(pending, PendingQueue) else QueueArrays.from_jobs(pending)
     max_whole, max_share = K.largest_free(view.whole_free, view.gpu_free)
-    if not _fits_somewhere(pending, q, max_whole, max_share) and not want_reservation:
+    if (
+        not _fits_somewhere(pending, q, max_whole, max_share)
+        and not want_reservation
+        and not gang_may_start(pending, q, view)
+    ):
         # no request fits in the largest free block: nothing can start, skip ranking
         waiting = {p.spec.id: "Resources" for p in pending} if reasons else {}
         return CycleResult([], None, waiting, regime(load, cfg), None)

@@ -12,8 +12,10 @@ import numpy as np
 
 from libs.policy import backfill as B
 from libs.policy import filters as F
+from libs.policy import gang_pass as GP
 from libs.policy.cluster import EPS, ClusterView
 from libs.policy.config import PolicyConfig
+from libs.policy.daynight import HEADROOM, headroom_gpus, holds_off
 from libs.policy.fast import walk as W
 from libs.policy.fast.codes import SlowCodes, fast_nodes
 from libs.policy.fast.largest import LargestFree
@@ -25,12 +27,13 @@ from libs.policy.fast.reservations import (
     try_reserved_node,
 )
 from libs.policy.fast.screen import DeadRows
-from libs.policy.fast.shapes import shapes_of
-from libs.policy.placement import PlaceContext, place, to_allocation
+from libs.policy.fast.shapes import per_shape, shapes_of
+from libs.policy.placement import PlaceContext, place
 from libs.policy.profiles import ProfileTable
 from libs.policy.queue import PendingQueue, QueueArrays
 from libs.policy.scores import SizeMix, default_mix
 from libs.policy.stages import heat as H
+from libs.policy.stages.share import INTERFERENCE
 from libs.policy.types import PendingJob, Placement, Refusal, Reservation, RunningJob
 
 
@@ -79,7 +82,10 @@ class Pass:
         "extra_heads",
         "extras",
         "failed",
+        "free_gpus",
+        "gang_shape",
         "head",
+        "headroom",
         "heat_fail",
         "is_queue",
         "jobs",
@@ -154,6 +160,10 @@ class Pass:
         # risky, the usual case), and the shapes refused "HotNode" in this pass
         self.cool: np.ndarray | None = ~view.heat_risky if view.heat_risky.any() else None
         self.heat_fail: set[tuple] = set()
+        # day/night (libs.policy.daynight): whole GPUs kept free for inference jobs, and the
+        # whole free GPUs of available nodes, kept in step with the pass's starts
+        self.headroom = headroom_gpus(view.total_gpus(), cfg)
+        self.free_gpus = int(view.whole_free[~view.cordoned].sum()) if self.headroom else 0
         # nodes not reserved (rebuilt when the reservations change) and that mask combined
         # with each slow-model code's (read-only by convention: shared by the pass's rows)
         self._resv_held: tuple | None = None
@@ -168,6 +178,9 @@ class Pass:
             self.shape_of, self.shape_keys, self.shape_specs = shapes_of(pending)
             self.shape_ids = {k: i for i, k in enumerate(self.shape_keys)}
         self.jobs = pending.jobs() if is_queue else pending  # plain list access per row
+        # per shape: a gang (``gang_pass``); None when no queued row is one
+        gangs = per_shape(view, "gang", self.shape_specs, lambda sp: GP.gang_shapes(view, sp))
+        self.gang_shape = gangs if gangs.any() and gangs[self.shape_of].any() else None
         # Once the head (and the extra blocked jobs) are known, a row whose shape already
         # failed in this pass changes nothing but its own reason: with reasons=False the walk
         # drops such rows in bulk (``Walk.skip_dead``). Not with a finite backfill_depth
@@ -203,6 +216,10 @@ class Pass:
                 taken = [r.node_index for _, r in self.extras]
                 if self.reservation is not None:
                     taken.append(self.reservation.node_index)
+                if self.is_gang(h):
+                    rs = GP.reserve(h, self.view, self.rel, taken, self.now, self.cfg)
+                    self.extras += [(h, r) for r in rs]
+                    continue
                 n_run = len(self.running) + len(self.started)
                 r = reserve_extra(h, self.view, self.rel, taken, n_run, self.now, self.cfg)
                 if r is not None:
@@ -211,6 +228,9 @@ class Pass:
         return True
 
     def reserve_head(self) -> None:
+        if self.head is not None and self.is_gang(self.head):  # a node per part (gang_pass)
+            GP.reserve_head(self)
+            return
         self.reservation, self.rel, self.rel_owned = reserve_head(
             self.head, self.view, self.rel, self.rel_owned, self.running, self.started,
             self.now, self.cfg,
@@ -224,7 +244,7 @@ class Pass:
         view = self.view
         self._need_codes()
         dead = self.dead = DeadRows(
-            self.shape_of, self.shape_specs, self.codes, len(view.models), view
+            self.shape_of, self.shape_specs, self.codes, len(view.models), view, self.gang_shape
         )
         dead.failed_shapes(self.shape_ids[k] for k in self.failed if k in self.shape_ids)
         for k, c in self.slow_fail:
@@ -238,6 +258,12 @@ class Pass:
             view, self.cfg, self.unreserved(), self.shape_specs, self.shape_keys, self.failed
         )
         self.walked.refilter()
+
+    def is_gang(self, job: PendingJob) -> bool:
+        """``job`` (queued) is a gang: it spans nodes (``gang_pass``)."""
+        if self.gang_shape is None:
+            return False
+        return bool(self.gang_shape[self.shape_ids[F.shape_key(job.spec)]])
 
     def unreserved(self) -> np.ndarray | None:
         """bool[N], the nodes no reservation of the pass holds (None: no reservation)."""
@@ -271,8 +297,14 @@ class Pass:
         """Start row ``i`` now, or record why it waits."""
         job = self.jobs[i]
         spec = job.spec
+        if self.headroom and holds_off(spec.kind, spec.gpus, self.free_gpus, self.headroom):
+            self.waiting[spec.id] = HEADROOM  # the GPUs left are kept for inference
+            return
         key = (spec.gpus, spec.gpu_mem_gb, spec.host_mem_gb, spec.cpus, spec.constraints)
         why = self.failed.get(key)
+        if why is None and self.gang_shape is not None and self.gang_shape[self.shape_of[i]]:
+            GP.try_gang(self, i, job, key)
+            return
         g = spec.gpus
         if why is None and (
             g > self.max_share + EPS if g < 1.0 - EPS else round(g) > self.max_whole
@@ -373,34 +405,42 @@ class Pass:
     def _backfill_reserved(self, job: PendingJob, res: Refusal) -> Placement | Refusal:
         self.rel, self.rel_owned = running_set(self.rel, self.rel_owned, self.running, self.started)
         for h, r in protected(self.head, self.reservation, self.extras):
-            res = try_reserved_node(
-                job, h, r, self.view, self.profiles, self.cfg, self.ctx, self.rel, self.now
-            )
+            if self.is_gang(h):
+                res = GP.backfill_ok(job, r, self.view, self.profiles, self.cfg, self.ctx, self.now)
+            else:
+                res = try_reserved_node(
+                    job, h, r, self.view, self.profiles, self.cfg, self.ctx, self.rel, self.now
+                )
             if isinstance(res, Placement):
                 break
         return res
 
     def _start(self, job: PendingJob, res: Placement) -> None:
         spec, view, now = job.spec, self.view, self.now
-        i = res.node_index
-        whole_before, share_before = int(view.whole_free[i]), float(view.gpu_free[i].max())
-        view.allocate(to_allocation(spec, res, now, job.attempt))
+        alloc, nodes = GP.allocation_of(spec, res, now, job.attempt)  # a gang: every node
+        before = [(i, int(view.whole_free[i]), float(view.gpu_free[i].max())) for i in nodes]
+        view.allocate(alloc)
         self.assignments.append((job, res))
+        if self.headroom:  # the whole free GPUs this start took, on every node it holds
+            self.free_gpus -= sum(w - int(view.whole_free[i]) for i, w, _ in before)
         model = view.models[view.model_idx[res.node_index]]
         end = now + self.profiles.runtime_s(spec, model) * (1.0 - job.progress)
-        rj = RunningJob(spec, res.node_index, res.gpu_indices, res.gpu_share, end)
-        self.started.append(rj)
-        if self.rel is not None and self.rel_owned:
-            self.rel.add(rj)
-        self.max_whole, self.max_share = self._largest.after_placement(
-            i, whole_before, share_before
-        )
+        for rj in GP.running_of(alloc, spec, res, view, end):
+            self.started.append(rj)
+            if self.rel is not None and self.rel_owned:
+                self.rel.add(rj)
+        for i, whole_before, share_before in before:
+            self.max_whole, self.max_share = self._largest.after_placement(
+                i, whole_before, share_before
+            )
         if self.dead is not None:
             self.dead.block(self.max_share, self.max_whole)
             self.walked.refilter()
 
     def _refused(self, i: int, job: PendingJob, key: tuple, res: Refusal, held: bool) -> None:
         self.waiting[job.spec.id] = res.reason
+        if res.reason == INTERFERENCE:  # the class decides, not the shape: never memoised
+            return
         if res.reason != "Reserved":
             self.failed[key] = res.reason
             if self.dead is not None:

@@ -14,6 +14,7 @@ import numpy as np
 
 from libs.policy import filters as F
 from libs.policy.cluster import EPS
+from libs.policy.daynight import kind_boost
 from libs.policy.priority import score_arrays
 from libs.policy.queue import QueueArrays
 from libs.policy.types import PendingJob
@@ -81,16 +82,21 @@ def explain_wait(sched: Scheduler, job: PendingJob, now: float) -> WaitNumbers:
     q = sched.queue
     row = q.position(job.spec.id)
     one = QueueArrays.from_jobs([job])
+    cfg, _ = sched.daynight.at(now)  # the day/night period in force, as the pass ranks
     fresh, terms, reg = score_arrays(
         one,
         now=now,
         load=sched.view.load(),
         tenant_usage=sched.usage,
         capacity=sched.view,
-        cfg=sched.cfg,
+        cfg=cfg,
         profiles=sched.profiles,
         n_tenants=q.tenant_count(sched.usage),
     )
+    shown = {k: round(float(v[0]), 6) for k, v in terms.items()}
+    boost = kind_boost(one.inference, cfg)
+    if boost is not None:  # the score the period adds to its kind (libs.policy.daynight)
+        shown["day_night"] = round(float(boost[0]), 6)
     node, lacks = closest_node(sched, job)
     resv_node, start = None, None
     last = sched.last
@@ -107,7 +113,7 @@ def explain_wait(sched: Scheduler, job: PendingJob, now: float) -> WaitNumbers:
         rank=queue_rank(sched, row, score),
         queued=len(q),
         score=round(score, 6),
-        terms={k: round(float(v[0]), 6) for k, v in terms.items()},
+        terms=shown,
         regime=reg,
         best_node=node,
         lacks=lacks,

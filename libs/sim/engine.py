@@ -12,6 +12,9 @@ the same trace, cluster and seed give the same result.
 
 Runtime of a job on a GPU model: the trace's ``runtime_by_model[model]`` when it has one, else
 ``profiles.runtime_s(spec, model)``. A gang over several nodes runs at its slowest GPU.
+Interference (``sharing``, a ``libs.sim.sharing.SimSharing``; the runner passes one unless
+``--no-interference``): fractional jobs that share a GPU run slower by the interference
+model's factor while they share, their finish put off by the work they lost.
 Energy: every GPU draws ``profiles.idle_power_w(model)`` all the time; a busy GPU (share s)
 draws ``s * (power_w(model, class) - idle)`` on top.
 
@@ -103,6 +106,7 @@ class Engine:
         progress: Callable[[float], None] | None = None,
         checkpoint_cost_s: float = 30.0,
         thermal: Any = None,
+        sharing: Any = None,
     ):
         self.cluster = SimCluster(nodes)
         self.policy = policy
@@ -159,6 +163,7 @@ class Engine:
         self._move_step = getattr(policy, "move_step", None)  # libs.sim.moves
         policy.attach(SimContext(self.cluster, models, profiles, self.jobs))
         self._thermal = thermal  # libs.sim.thermal.SimThermal: heat, throttling, the guard
+        self.sharing = sharing  # libs.sim.sharing.SimSharing: shared GPUs run slower
         if thermal is not None:
             thermal.attach(self, lambda at: self._push(at, SAMPLE, 0))
 
@@ -249,10 +254,14 @@ class Engine:
         self.policy.started(job, now)
         if self._thermal is not None:
             self._thermal.started(job, now)
+        if self.sharing is not None:
+            self.sharing.started(job, now)
 
     def _stop(self, job: SimJob, now: float) -> None:
         """Release an attempt's resources and account its GPU time and energy."""
         dur = now - job.start_s
+        if self.sharing is not None:
+            self.sharing.stopped(job, now)
         for a in job.allocs:
             self.cluster.release(a)
             gpus = a.gpu_share * len(a.gpu_indices)
@@ -303,6 +312,11 @@ class Engine:
             return False  # stale
         if kind == FINISH and self._thermal is not None:  # throttled: work left to make up
             late_s = self._thermal.deferral_s(idx)
+            if late_s > 0:
+                self._push(t + late_s, FINISH, idx, token)
+                return False
+        if kind == FINISH and self.sharing is not None:  # slowed by neighbours: work left
+            late_s = self.sharing.deferral_s(idx, t)
             if late_s > 0:
                 self._push(t + late_s, FINISH, idx, token)
                 return False

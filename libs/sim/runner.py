@@ -5,10 +5,11 @@
 output folder, writes that file and the PNG plots.
 
 Every policy sees the same jobs: a job that no node can ever hold, or that one of the known
-policies could never place (Mosaic places a gang on one node; the baselines may span nodes), is
-dropped for all of them, and the count and reasons are reported (``dropped_jobs``). The rule
-reads the trace and the cluster only, never which policies run, so a policy's figures are the
-same whether it runs alone or beside others; so is the energy window (``metrics.rewindow``).
+policies could never place (every policy spans nodes with a job wider than any node: Mosaic's
+gangs, issue 15), is dropped for all of them, and the count and reasons are reported
+(``dropped_jobs``). The rule reads the trace and the cluster only, never which policies run, so
+a policy's figures are the same whether it runs alone or beside others; so is the energy window
+(``metrics.rewindow``).
 """
 
 from __future__ import annotations
@@ -39,6 +40,7 @@ from libs.sim.power_saving import MODES as POWER_MODES
 from libs.sim.power_saving import RULES as POWER_RULES
 from libs.sim.power_saving import apply_mode, check_mode
 from libs.sim.profile_error import add_profile_args, profile_kwargs
+from libs.sim.sharing import SimSharing, fractional_report
 from libs.sim.state import SimResult
 from libs.sim.thermal import HotNodes, guard_report, sim_thermal_for, summary_line, without_guard
 from proto.nodes import NodeSpec
@@ -142,6 +144,8 @@ def run_simulation(
     power_saving: str = "mosaic",
     base_cfg: Any = None,
     window_s: tuple[float | None, float | None] | None = None,
+    interference: bool = True,
+    trace_transform: Callable[[Any], Any] | None = None,
 ) -> dict:
     """Replay ``trace`` on ``cluster`` under each policy; the ``results.json`` dict.
 
@@ -180,6 +184,8 @@ def run_simulation(
     )
     if window_s is not None:
         tr = tr.slice(start_s=window_s[0], end_s=window_s[1])
+    if trace_transform is not None:  # an experiment's change to the jobs (libs.sim.bench_share)
+        tr = trace_transform(tr)
     if not tr.jobs:
         raise ValueError(f"trace {trace!r} has no jobs")
     nodes = resolve_cluster(cluster, gpus, tr)
@@ -252,6 +258,7 @@ def run_simulation(
         policy = built[name]
         cb = (lambda f, _n=name: progress(_n, f)) if progress is not None else None
         thermal = sim_thermal_for(policy, nodes, hot)
+        sharing = SimSharing() if interference else None  # shared GPUs run slower (issue 16)
         engine = Engine(
             jobs,
             nodes,
@@ -262,6 +269,7 @@ def run_simulation(
             progress=cb,
             thermal=thermal,
             checkpoint_cost_s=cfg.preempt.checkpoint_cost_s,  # one cost for every policy
+            sharing=sharing,
         )
         if not bounds_done:
             results["bounds"] = B.compute(engine.jobs, models, capacity, idle_w, profiles)
@@ -276,6 +284,7 @@ def run_simulation(
             m["profiles"] = report  # --profile-error / --profile-learning (issue 15)
         if thermal is not None:
             m["thermal"] = thermal.totals.as_dict()
+        m["fractional"] = fractional_report(run.jobs, sharing)
         results["policies"][name] = m
         off = without_guard(policy) if hot is not None and thermal is not None else None
         if off is not None:  # the same run without the guard: what the guard avoided
@@ -289,6 +298,7 @@ def run_simulation(
                 runtimes=rt,
                 thermal=off_thermal,
                 checkpoint_cost_s=cfg.preempt.checkpoint_cost_s,
+                sharing=SimSharing() if interference else None,
             ).run()
             results["thermal"] = guard_report(hot, nodes, thermal, off_thermal)
         if runs is not None:
@@ -378,6 +388,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     add_hot_args(ap)
     add_profile_args(ap)
     ap.add_argument("--policy-file", type=Path, default=None, help="policy.json (calibrate)")
+    ap.add_argument(
+        "--no-interference",
+        action="store_true",
+        help="co-located fractions run at full speed (libs.sim.sharing off); the policy's own "
+        "rule is --set share_interference=false",
+    )
     args = ap.parse_args(argv)
     from rich.console import Console
     from rich.progress import Progress
@@ -422,6 +438,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 power_saving=args.power_saving,
                 policy_kwargs=profile_kwargs(args),
                 base_cfg=base,
+                interference=not args.no_interference,
             )
     except (ValueError, FileNotFoundError) as exc:
         console.print(f"[red]error:[/red] {exc}")

@@ -55,6 +55,7 @@ from proto.power import PowerCommand
 from proto.validation import describe, revalidate_command
 from proto.validation_records import revalidate_allocation
 from services.executor.checkpoint import Checkpoints, default_checkpoint_cost_s
+from services.executor.gang import GangLink, GangParts
 from services.executor.journal import Entry, Journal
 from services.executor.power import (
     NodePowerControl,
@@ -80,7 +81,7 @@ class RunningJob:
     task: asyncio.Task[None]
 
 
-class NodeExecutor(Reports, PowerHandling, Checkpoints):
+class NodeExecutor(Reports, PowerHandling, Checkpoints, GangParts):
     """Runs the jobs of one node with ``runner``, journaled in ``journal``, and keeps its power
     state (``services.executor.power``; ``boot_s`` Mosaic seconds to wake, default the policy's
     ``resume_s``; ``power_hooks`` the operator's commands, none by default). Checkpoints:
@@ -124,6 +125,7 @@ class NodeExecutor(Reports, PowerHandling, Checkpoints):
         self._tasks: set[asyncio.Task[None]] = set()
         self._report_now = asyncio.Event()
         self.handled = 0  # commands handled and events published (the stepped clock's barrier)
+        self._gang_links: dict[tuple[str, int], GangLink] = {}  # gang parts here (gang.py)
         self.power = NodePowerControl(
             node.id,
             clock,
@@ -166,6 +168,11 @@ class NodeExecutor(Reports, PowerHandling, Checkpoints):
             if entry.checkpoint is not None:  # it was checkpointing: finish that, run nothing
                 self.resume_checkpoint(entry)
                 continue
+            if entry.cmd.gang and not entry.started_sent:  # a gang part still at its barrier
+                self.gang_start(entry)
+                continue
+            if entry.cmd.gang:
+                await self._gang_open(entry, "running")
             self.log.info(
                 "job_adopted",
                 job_id=entry.job_id,
@@ -219,6 +226,8 @@ class NodeExecutor(Reports, PowerHandling, Checkpoints):
 
     async def _emit(self, event: LifecycleEvent, entry: Entry) -> None:
         """Durable publish in the attempt's span (``spans``), retried until NATS takes it."""
+        if not self.speaks(entry):  # a gang's part other than its leader (gang.py)
+            return
         msg_id, delay_s = f"{event_type(event)}-{event.job_id}-{entry.attempt}", 0.2
         with event_span(event, entry):
             while True:
@@ -264,6 +273,9 @@ class NodeExecutor(Reports, PowerHandling, Checkpoints):
             await self._supersede(current, alloc.attempt)
         self.journal.put(entry)  # before the ack (when this returns): a redelivery finds it
         self.accepted.add(key)
+        if cmd.gang:  # a gang's part: it starts with its peers (gang.py)
+            self.gang_start(entry)
+            return
         await self._launch(entry)
 
     async def _supersede(self, job: RunningJob, attempt: int) -> None:
@@ -346,6 +358,7 @@ class NodeExecutor(Reports, PowerHandling, Checkpoints):
     async def _finish(self, entry: Entry, events: tuple[LifecycleEvent, ...]) -> None:
         """Journal the events, publish them, then forget the attempt: a crash in between
         re-publishes the same events (same message ids) rather than running it again."""
+        await self.gang_ended(entry, events)  # a gang's part: its peers end too (gang.py)
         try:
             self.journal.put(msgspec.structs.replace(entry, pending=events))
         except OSError as exc:  # publish anyway: an event out beats a journal kept

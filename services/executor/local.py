@@ -19,6 +19,7 @@ from proto.nodes import NodeSpec
 from services.executor.journal import Entry, Launch, file_stem, job_stem
 from services.executor.progress import PROGRESS_FILE, read_progress
 from services.executor.runners import CheckpointEnd, Outcome, StartFailed
+from services.executor.share_env import share_env
 
 KILL_GRACE_S = 10.0  # wall seconds between SIGTERM and SIGKILL of a local job
 POLL_S = 0.2  # wall seconds between two looks at whether a job's process has ended
@@ -102,7 +103,8 @@ class LocalRunner:
     = its working directory, ``LANG``, ``USER``/``LOGNAME``, its ``MOSAIC_*`` job variables and
     ``CUDA_VISIBLE_DEVICES``; the checkpoint protocol's ``MOSAIC_RESUME_PROGRESS``,
     ``MOSAIC_CHECKPOINT_DIR``, ``MOSAIC_PROGRESS_FILE``, ``MOSAIC_CHECKPOINT_SIGNAL`` and
-    ``MOSAIC_CHECKPOINT_GRACE_S``), never the executor's (which may hold NATS credentials),
+    ``MOSAIC_CHECKPOINT_GRACE_S``; the GPU share's ``services.executor.share_env``), never the
+    executor's (which may hold NATS credentials),
     stdin from /dev/null and no inherited file descriptors but its log. It works in a directory
     of its own (``<work_root>/<job>-<attempt>``, mode 0700, owned by that user); its exit status
     goes to the executor's private state directory, which it cannot write.
@@ -160,6 +162,7 @@ class LocalRunner:
             "MOSAIC_PROGRESS_FILE": str(work_dir / PROGRESS_FILE),
             "MOSAIC_CHECKPOINT_SIGNAL": spec.checkpoint_signal if spec else "SIGUSR1",
             "MOSAIC_CHECKPOINT_GRACE_S": repr(spec.checkpoint_grace_s if spec else 30.0),
+            **share_env(alloc, node, self.extra_env),  # the GPU share (services.executor.share_env)
         }
 
     def checkpoint_dir(self, job_id: str) -> Path:

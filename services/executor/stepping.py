@@ -24,6 +24,8 @@ POLL_S = 0.01  # wall seconds between two looks while not settled
 async def is_settled(ex: NodeExecutor, now: float) -> bool:
     if ex.ending or not ex.power.settled(now) or ex.consumer is None:
         return False
+    if any(link.state == "ready" for link in ex._gang_links.values()):
+        return False  # a gang part waits for its peers (gang.py): it starts at this instant
     deadline = getattr(ex.runner, "deadline", None)
     if deadline is not None and any(deadline(j.entry, ex.node) <= now for j in ex.running.values()):
         return False

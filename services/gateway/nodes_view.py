@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from proto.cordons import CORDON_LABELS, Cordon, is_cordoned, label_reason
-from proto.ledger import Allocation
+from proto.ledger import Allocation, node_allocations
 from proto.nodes import ExecutorReport, NodeSpec, TelemetrySample
 from proto.power import PowerState
 from proto.validation import FieldError
@@ -108,8 +108,9 @@ class NodesModel:
     def views(self) -> list[NodeView]:
         """One view per known node, by id. Allocations on an unknown node are not shown."""
         by_node: dict[str, list[Allocation]] = {}
-        for alloc in self.ledger.values():
-            by_node.setdefault(alloc.node, []).append(alloc)
+        for entry in self.ledger.values():
+            for alloc in node_allocations(entry):  # a gang shows on each of its nodes
+                by_node.setdefault(alloc.node, []).append(alloc)
         out = []
         for spec in self.cluster():
             allocs = sorted(by_node.get(spec.id, ()), key=lambda a: a.job_id)

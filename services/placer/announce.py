@@ -29,7 +29,7 @@ from proto import subjects
 from proto.commands import RunCommand
 from proto.decisions import Decision
 from proto.events import Cancelled, Failed, Placed, Preempted, Queued
-from proto.ledger import Allocation
+from proto.ledger import Allocation, node_allocations
 from proto.nodes import NodeSpec
 from services.placer.cycle import Refuse
 from services.placer.settings import PlacerSettings
@@ -195,9 +195,15 @@ class Announcer:
         trace, here = self.tracker.trace_of(alloc.job_id), traceparent_of()
         if here and (not trace or trace_id_of(here) == trace_id_of(trace)):
             trace = here
-        cmd = RunCommand(allocation=alloc, runtime_s=runtime_s, progress=progress, trace=trace)
-        await self.bus.publish(
-            subjects.node_command(alloc.node, "run"),
-            cmd,
-            msg_id=f"run-{alloc.job_id}-{alloc.attempt}",
-        )
+        # a gang: each node its own part, all told the gang's nodes (proto.commands.RunCommand)
+        parts = node_allocations(alloc)
+        gang = tuple(a.node for a in parts) if alloc.parts else ()
+        for k, part in enumerate(parts):
+            cmd = RunCommand(
+                allocation=part, runtime_s=runtime_s, progress=progress, trace=trace, gang=gang
+            )
+            await self.bus.publish(
+                subjects.node_command(part.node, "run"),
+                cmd,
+                msg_id=f"run-{alloc.job_id}-{alloc.attempt}" + (f"-{part.node}" if k else ""),
+            )

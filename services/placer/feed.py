@@ -25,7 +25,7 @@ from libs.policy.core import Scheduler
 from libs.policy.profiles import ProfileTable
 from libs.policy.types import PendingJob
 from proto.jobs import JobSpec
-from proto.ledger import Allocation
+from proto.ledger import Allocation, node_allocations
 from proto.nodes import NodeSpec
 from proto.validation_records import revalidate_allocation
 from services.placer.tracker import JobTracker
@@ -59,8 +59,8 @@ class TouchingSet(set):
 
 
 def _same_allocation(a: Allocation, b: Allocation) -> bool:
-    key = (a.node, a.gpu_indices, a.attempt, a.gpu_share)
-    return key == (b.node, b.gpu_indices, b.attempt, b.gpu_share)
+    key = (a.node, a.gpu_indices, a.attempt, a.gpu_share, a.parts)
+    return key == (b.node, b.gpu_indices, b.attempt, b.gpu_share, b.parts)
 
 
 class SchedulerFeed:
@@ -140,7 +140,7 @@ class SchedulerFeed:
         if alloc is not None and not tracker.holds_nothing(job, alloc.attempt):
             return (
                 alloc
-                if alloc.node in nodes
+                if all(a.node in nodes for a in node_allocations(alloc))  # a gang's every part
                 and not revalidate_allocation(alloc, nodes[alloc.node], key=job)
                 else None
             )  # a forged entry (GPU 99) holds nothing and is no placement either

@@ -29,7 +29,7 @@ from libs.clock import Clock
 from proto import subjects
 from proto.commands import KillCommand
 from proto.events import Cancelled, Preempted
-from proto.ledger import Allocation
+from proto.ledger import Allocation, node_allocations
 from proto.nodes import ExecutorReport, NodeSpec, TelemetrySample
 from proto.validation_records import revalidate_report, revalidate_sample
 from services.placer.power import NodePower
@@ -100,7 +100,9 @@ class NodeWatch:
         for job, attempt in news.stale:
             alloc = self.ledger.get(job)
             if (job, attempt) in self._told_stale or (
-                alloc is not None and (alloc.node, alloc.attempt) == (report.node, attempt)
+                alloc is not None
+                and alloc.attempt == attempt
+                and report.node in {a.node for a in node_allocations(alloc)}  # a gang's part
             ):
                 continue  # started but its Started event not read yet, or already told
             STALE.inc()

@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from libs.policy.cluster import ClusterView
 from libs.policy.config import PolicyConfig
 from libs.policy.core import tenant_usage
+from libs.policy.daynight import effective_policy
 from libs.policy.priority import regime, score_arrays
 from libs.policy.profiles import ProfileTable
 from libs.policy.queue import QueueArrays
@@ -72,6 +73,7 @@ def admission_scores(
     """Score ``jobs`` against the cluster as the ledger says it is now. ``waiting_tenants``: the
     tenants of every pending job (the newcomers' are added), for the fair share's tenant count;
     tenants that hold resources count too (``priority.tenant_count``)."""
+    cfg, _ = effective_policy(cfg, now)  # the day/night period in force (as the placer's)
     view = cluster_view(nodes, allocations)
     load = view.load()
     usage = tenant_usage(allocations)

@@ -19,7 +19,7 @@ import numpy as np
 
 from libs.policy.thermal_model import UTIL_PER_SHARE, ThermalModel, gpu_power_w, heat_factor
 from proto.gpus import CATALOG, canonical_model
-from proto.ledger import Allocation
+from proto.ledger import Allocation, node_allocations
 from proto.nodes import GpuSample, NodeSpec, TelemetrySample
 
 GIB = 2**30
@@ -131,7 +131,7 @@ class SimulatedGpuBackend:
         """Replace the allocation picture (the whole ledger; other nodes' entries are ignored)."""
         load = {n.id: np.zeros(n.gpu_count) for n in self.nodes}
         mem = {n.id: np.zeros(n.gpu_count) for n in self.nodes}
-        for a in allocations:
+        for a in (p for entry in allocations for p in node_allocations(entry)):  # gang parts
             if a.node not in load:
                 continue
             for i in a.gpu_indices:

@@ -161,13 +161,15 @@ async def stub_gateway():
 async def test_submit_sends_the_parsed_spec(stub_gateway, capsys) -> None:
     url, posted = stub_gateway
     args = ["submit", "--gpus", "2", "--mem", "512M", "-C", "a100", "-C", "v100,t4",
-            "--elastic", "1:4", "--runtime", "2h", "--id", "mine", "--gateway", url]  # fmt: skip
+            "--elastic", "1:4", "--runtime", "2h", "--id", "mine", "--gateway", url,
+            "--latency-p99-ms", "100", "--solo-latency-p99-ms", "90"]  # fmt: skip
     code = await asyncio.to_thread(main, args)
     assert code == 0
     assert capsys.readouterr().out.strip() == "mine"
     sent = posted[-1]
     assert sent["host_mem_gb"] == 0.5 and sent["constraints"] == ["a100", "v100", "t4"]
     assert sent["elastic"] == {"min_gpus": 1, "max_gpus": 4} and sent["est_runtime_s"] == 7200
+    assert (sent["latency_p99_ms"], sent["solo_latency_p99_ms"]) == (100.0, 90.0)
 
 
 async def test_relative_deadline_counts_from_the_gateway_clock(stub_gateway, capsys) -> None:

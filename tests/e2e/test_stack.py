@@ -89,7 +89,7 @@ async def test_big_memory_job_never_on_t4_and_impossible_job_refused(
         assert all(models[node] == "a100-80gb" for node, _ in report.placed[jid])
 
     for impossible, field in (
-        (JobSpec(id="never-gpus", gpus=16, gpu_mem_gb=8), "gpus"),  # no node has 16 GPUs
+        (JobSpec(id="never-gpus", gpus=48, gpu_mem_gb=8), "gpus"),  # 32 A100s at most here
         (JobSpec(id="never-mem", gpus=1, gpu_mem_gb=100), "gpu_mem_gb"),  # 80 GB at most here
     ):
         with pytest.raises(ClientError) as info:

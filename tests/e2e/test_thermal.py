@@ -12,6 +12,7 @@ each sample reads the steady state of the load since the previous one.
 
 from __future__ import annotations
 
+import json
 import time
 import urllib.request
 from collections.abc import Iterator
@@ -64,11 +65,18 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
     require_services()
     if not placer_handles_intents():
         pytest.skip("the placer does not consume intents yet (issue 14's placer side)")
+    data = tmp_path_factory.mktemp("thermal")
+    # hot-0's heat label would keep the never-moved long job ("fixed") off it (stages.heat:
+    # placement's memory of heat, tested in tests/policy/test_heat.py); this test wants it
+    # there, to show the guard never moves it, so the label does not count as a risk here
+    policy = data / "policy.json"
+    policy.write_text(json.dumps({"thermal": {"risky_heat": 5.0}}))
     s = start_stack(
         NODES,
         clock_factor=E2E_CLOCK_FACTOR,
-        data_dir=tmp_path_factory.mktemp("thermal"),
+        data_dir=data,
         metrics=True,
+        extra_env={"MOSAIC_POLICY_FILE": str(policy)},
     )
     try:
         yield s

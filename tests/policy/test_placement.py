@@ -148,7 +148,7 @@ def test_refusal_reasons_and_never_fits():
     cases = {
         JobSpec(id="c", constraints=("h100",)): "Constraints",
         JobSpec(id="m", gpu_mem_gb=100): "GpuMemory",
-        JobSpec(id="g", gpus=16, gpu_mem_gb=1): "GpuCount",
+        JobSpec(id="g", gpus=48, gpu_mem_gb=1): "GpuCount",  # > any model's nodes together
         JobSpec(id="h", host_mem_gb=1000): "HostMemory",
     }
     for spec, reason in cases.items():

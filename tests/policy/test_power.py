@@ -78,9 +78,12 @@ def test_resumes_for_blocked_jobs_one_node_per_need():
     four = [JobSpec(id=f"k{i}", gpus=4.0, gpu_mem_gb=8.0) for i in range(2)]
     p = _plan(view, [1e6] * 3, suspended=down, blocked=four)
     assert len(p.resume) == 2
-    # a job no suspended node can hold wakes nothing
-    huge = JobSpec(id="h", gpus=8.0, gpu_mem_gb=8.0)
+    # a job the suspended nodes cannot hold even together wakes nothing
+    huge = JobSpec(id="h", gpus=16.0, gpu_mem_gb=8.0)
     assert _plan(view, [1e6] * 3, suspended=down, blocked=[huge]).resume == ()
+    # a gang (8 GPUs on 4-GPU nodes) wakes the two nodes it needs (stages.gang.power_needs)
+    gang = JobSpec(id="g", gpus=8.0, gpu_mem_gb=8.0)
+    assert len(_plan(view, [1e6] * 3, suspended=down, blocked=[gang]).resume) == 2
 
 
 def test_power_saving_off_decides_nothing():

@@ -81,13 +81,15 @@ class Harness:
         command: str | None = None,
         gpus: tuple[int, ...] = (0,),
         node: str = "t4-0",
+        share: float = 1.0,
     ) -> None:
-        spec = JobSpec(id=job_id, gpu_mem_gb=mem_gb, command=command, gpus=len(gpus))
+        n = share if share < 1 else len(gpus)
+        spec = JobSpec(id=job_id, gpu_mem_gb=mem_gb, command=command, gpus=n)
         alloc = Allocation(
             job_id=job_id,
             node=node,
             gpu_indices=gpus,
-            gpu_share=1.0,
+            gpu_share=share,
             gpu_mem_gb=mem_gb,
             host_mem_gb=8,
             cpus=2,
@@ -271,6 +273,62 @@ async def test_local_mode_sets_cuda_visible_devices(
         )
         _, cancelled = await h.wait("long", 2)
         assert isinstance(cancelled, Cancelled)
+    finally:
+        stop.set()
+        assert await asyncio.wait_for(task, 15) == 0
+        await bus.close()
+
+
+SHARE_VARS = (
+    "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE",
+    "CUDA_MPS_PINNED_DEVICE_MEM_LIMIT",
+    "MOSAIC_GPU_SHARE",
+    "MOSAIC_GPU_MEMORY_LIMIT_GB",
+    "MOSAIC_GPU_MEMORY_FRACTION",
+    "PYTORCH_CUDA_ALLOC_CONF",
+)
+
+
+async def test_local_mode_passes_the_gpu_share_to_the_job(
+    nats_url: str, tmp_path: Path, work_root: Path
+) -> None:
+    """A fractional job learns its share: the MPS thread percentage and memory limit, the
+    Mosaic variables and the allocator hint; a whole-GPU job gets no MPS limits."""
+    bus = await Bus.connect(nats_url, "test")
+    await bus.ensure_topology()
+    h = Harness(bus)
+    await h.collect()
+    task, stop = await _start(nats_url, "local", tmp_path, work_root=str(work_root))
+    dump = " ".join(f'echo "{v}=${{{v}-unset}}" >> "$HOME/env.txt";' for v in SHARE_VARS)
+    try:
+        await h.run("half", runtime_s=1, command=dump, share=0.35, mem_gb=4)
+        await h.run("whole", runtime_s=1, command=dump, mem_gb=16)
+        for jid in ("half", "whole"):
+            _, done = await h.wait(jid, 2)
+            assert isinstance(done, Completed), done
+        env = {
+            jid: dict(
+                line.split("=", 1)
+                for line in (work_root / f"{jid}-1" / "env.txt").read_text().splitlines()
+            )
+            for jid in ("half", "whole")
+        }
+        assert env["half"] == {
+            "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE": "35",
+            "CUDA_MPS_PINNED_DEVICE_MEM_LIMIT": "0=4096M",
+            "MOSAIC_GPU_SHARE": "0.35",
+            "MOSAIC_GPU_MEMORY_LIMIT_GB": "4.0",
+            "MOSAIC_GPU_MEMORY_FRACTION": "0.25",
+            "PYTORCH_CUDA_ALLOC_CONF": "garbage_collection_threshold:0.8,expandable_segments:True",
+        }
+        assert env["whole"] == {
+            "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE": "unset",
+            "CUDA_MPS_PINNED_DEVICE_MEM_LIMIT": "unset",
+            "MOSAIC_GPU_SHARE": "1.0",
+            "MOSAIC_GPU_MEMORY_LIMIT_GB": "16.0",
+            "MOSAIC_GPU_MEMORY_FRACTION": "1.0",
+            "PYTORCH_CUDA_ALLOC_CONF": "unset",
+        }
     finally:
         stop.set()
         assert await asyncio.wait_for(task, 15) == 0

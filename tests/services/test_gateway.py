@@ -200,11 +200,11 @@ async def test_a_job_no_node_can_ever_hold_is_refused_with_the_reason(nats_url, 
                 return len((await r.json())["nodes"]) == len(cluster)
 
         await until(all_nodes, "the gateway sees every node")
-        status, raw = await post_job(http, base, {"id": "huge", "gpus": 16})
+        status, raw = await post_job(http, base, {"id": "huge", "gpus": 48})  # not a gang either
         assert status == 400, raw
         err = msgspec.json.decode(raw, type=ErrorResponse)
         assert [e.field for e in err.errors] == ["gpus"]
-        assert "no node" in err.errors[0].reason and "16" in err.errors[0].reason
+        assert "no node" in err.errors[0].reason and "48" in err.errors[0].reason
 
         # 70 GB per GPU with 300 GB of host memory: each node fails on something different
         status, raw = await post_job(

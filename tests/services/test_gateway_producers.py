@@ -179,7 +179,7 @@ async def test_an_invalid_spec_is_refused_on_its_lifecycle_with_the_field_named(
     cases = {
         "neg": ({"id": "neg", "gpus": -1}, "gpus"),
         "green": ({"id": "green", "energy_sensitivity": 1.5}, "energy_sensitivity"),
-        "huge": ({"id": "huge", "gpus": 16}, "gpus"),  # no node could ever hold it
+        "huge": ({"id": "huge", "gpus": 48}, "gpus"),  # no nodes could ever hold it
         "cmd": ({"id": "cmd", "command": "echo hi"}, "command"),  # tenant may not run commands
     }
     async with gateway(nats_url) as base:

@@ -54,7 +54,9 @@ def _cycle(feed, tracker, nodes, ledger, *, now=NOW, settled=True, holds=None):
 def test_a_cycle_places_by_policy_refuses_what_never_fits_and_says_why_the_rest_waits():
     nodes = demo_cluster()
     specs = [JobSpec(id=f"p-{i}", gpus=2, gpu_mem_gb=40, host_mem_gb=32) for i in range(20)]
-    specs += [JobSpec(id="never", gpus=16), JobSpec(id="half", gpus=0.5, gpu_mem_gb=8)]
+    # 40 GPUs: more than any node, and than all nodes of one model together (a gang spans
+    # nodes of one model: 4 x 8 A100 at most)
+    specs += [JobSpec(id="never", gpus=40), JobSpec(id="half", gpus=0.5, gpu_mem_gb=8)]
     feed, tracker = _feed()
     _submit(tracker, *specs)
     ledger: dict[str, Allocation] = {}

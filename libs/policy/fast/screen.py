@@ -22,7 +22,13 @@ class DeadRows:
     codes are fixed for the pass), the pass marks groups dead as it learns, and a check is
     one lookup per row (``dead_g[group_of_row[row]]``)."""
 
-    def __init__(self, shape_of, shape_specs, codes: SlowCodes, bits: int, view) -> None:
+    def __init__(
+        self, shape_of, shape_specs, codes: SlowCodes, bits: int, view, gangs=None
+    ) -> None:
+        """``gangs``: bool per shape, the gangs (``gang_pass``), or None: their rows are never
+        screened (they fit no one node, yet may start over several), only dropped once their
+        shape failed in the pass, as the pass tells (``failed_shapes``)."""
+        self.gangs = gangs
         self.shape_of = shape_of
         self.codes = codes
         self.bits = bits
@@ -86,6 +92,8 @@ class DeadRows:
         would give each of its rows, for all groups at once: resources only shrink during a
         pass, so a dead group stays dead."""
         gi = np.flatnonzero(~self.dead_g)
+        if self.gangs is not None:
+            gi = gi[~self.gangs[self.g_shape[gi]]]
         if not len(gi):
             return
         shapes, inv = K.unique_sorted(self.g_shape[gi])  # g_shape is sorted (by g_key)

@@ -17,6 +17,7 @@ import numpy as np
 
 from libs.policy.cluster import EPS, ClusterView
 from libs.policy.config import PolicyConfig
+from libs.policy.stages import share as SH
 from libs.policy.stages.filter import (
     STATIC,
     f_cordon,
@@ -171,9 +172,16 @@ def destination(
         return None
     if job.spec.gpus <= 0:  # CPU-only: where its CPUs strand the fewest free GPUs
         n = int(cand[np.lexsort((view.cpus_free[cand], view.gpu_free[cand].sum(axis=1)))[0]])
-    elif is_fractional(job.spec):
-        free = np.where(view.gpu_free[cand] >= job.gpu_share - EPS, view.gpu_free[cand], 2.0)
-        n = int(cand[np.argmin(free.min(axis=1))])
+    elif is_fractional(job.spec):  # best fit among the GPUs it may share (stages.share)
+        gfree = SH.free_for(job.spec, view, cfg)[cand]
+        roomy = (gfree >= job.gpu_share - EPS) & (
+            view.gpu_mem_free_gb[cand] >= job.spec.gpu_mem_gb - EPS
+        )
+        free = np.where(roomy, gfree, 2.0)
+        if not roomy.any():
+            return None
+        k = int(np.argmin(free.min(axis=1)))
+        return int(cand[k]), (int(np.argmin(free[k])),)
     else:
         n = int(cand[np.argmin(view.whole_free[cand])])
     return n, slots_for(job.spec, view, n, job.gpu_share)

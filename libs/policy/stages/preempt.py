@@ -41,7 +41,9 @@ from libs.policy.backfill import fits_slots
 from libs.policy.cluster import EPS, ClusterView
 from libs.policy.config import PolicyConfig, PreemptConfig
 from libs.policy.filters import static_mask
+from libs.policy.stages import share as SH
 from libs.policy.stages.filter import frac_slot_ok, is_fractional, whole_gpus
+from libs.policy.stages.gang import is_part
 from libs.policy.stages.heat import heat_averse
 from libs.policy.stages.shrink import shrink_floor
 from libs.policy.types import PendingJob, Placement, RunningJob
@@ -92,6 +94,8 @@ def protection(job: RunningJob, facts: MoveFacts | None, now: float, pc: Preempt
     """Why ``job`` may not be moved now ("" when it may). Resume feasibility is separate
     (``resume_feasible``): it needs the cluster."""
     spec = job.spec
+    if is_part(spec.id):  # one node's part of a gang (stages.gang)
+        return "gang part (a job over several nodes is never preempted)"
     if spec.kind == "inference":
         return "inference job (a service is never preempted)"
     if not (spec.checkpointable or spec.elastic is not None):
@@ -379,7 +383,9 @@ def _plan(
     return PriorityPlan(for_job=spec.id, node=node, victims=out, reason=reason)
 
 
-def room_placement(spec: JobSpec, view: ClusterView, i: int) -> Placement | None:
+def room_placement(
+    spec: JobSpec, view: ClusterView, i: int, cfg: PolicyConfig | None = None
+) -> Placement | None:
     """Where a job that moves made room for starts: on node ``i``, the node they cleared (held
     for it meanwhile, ``core.Scheduler``'s room hold, so no other job takes the room first).
     A gang takes the lowest-numbered whole free GPUs with its memory, as ``placement.place``
@@ -390,7 +396,10 @@ def room_placement(spec: JobSpec, view: ClusterView, i: int) -> Placement | None
     free, mem = view.gpu_free[i], view.gpu_mem_free_gb[i]
     slots = view.gpu_exists[i] & (mem >= spec.gpu_mem_gb - EPS)
     if is_fractional(spec):
+        free = free if cfg is None else SH.free_for(spec, view, cfg)[i]  # stages.share
         ok = np.flatnonzero(slots & (free >= spec.gpus - EPS))
+        if len(ok) == 0:
+            return None
         g = int(ok[np.argmin(free[ok])])
         return Placement(i, view.node_ids[i], (g,), float(spec.gpus), 0.0, {})
     ok = np.flatnonzero(slots & (free >= 1.0 - EPS))

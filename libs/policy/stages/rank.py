@@ -1,7 +1,10 @@
 """Rank: the priority of each queued job and the order of the queue (the definitions).
 
 score = p × (w_fair·fair_share + w_energy·(1 − energy_sensitivity) + w_deadline·urgency
-             + w_priority·1) + aging
+             + w_priority·1) + aging + boost
+
+* ``boost``: the day/night period's score for the job's kind (``libs.policy.daynight.
+  kind_boost``; 0 with the calendar off), added after the compiled loop.
 
 * ``p`` = (priority + 1) / 10, the submitted priority in (0, 1].
 * The weights depend on the load regime (``regime``): below ``cfg.low_load`` fairness leads,

@@ -3,7 +3,9 @@
 Nothing of Mosaic's policy is here. This adapter only translates the engine's calls into the
 scheduler's events and its decisions back: an arrival or a retry is ``queue_job`` (a retried job
 keeps its original submit time as ``enqueued_at``, so aging is not reset by a failure), a start
-is ``start_job``, an end ``end_job``, a node that finished booting ``node_resumed``; the pass is
+is ``start_job`` (a gang's per-node allocations joined into its one record,
+``proto.ledger.join_parts``), an end ``end_job``, a node that finished booting
+``node_resumed``; the pass is
 ``schedule_pass`` and the power step ``power_step``, called by the engine in the order the live
 placer's ``tick`` calls them. The engine does the energy accounting.
 
@@ -26,6 +28,7 @@ from libs.sim.cluster import SimCluster
 from libs.sim.moves import SimMove
 from libs.sim.profile_feed import ProfileFeed
 from libs.sim.state import Assignment, SimContext, SimJob
+from proto.ledger import join_parts, node_allocations
 
 
 class Mosaic(BasePolicy):
@@ -70,8 +73,8 @@ class Mosaic(BasePolicy):
         self.core.queue_job(pj)
 
     def started(self, job: SimJob, now: float) -> None:
-        (a,) = job.allocs  # Mosaic places a job on one node
-        self.core.start_job(job.spec.id, a, job.spec, now)
+        # one node, or a gang's parts (the engine holds one allocation per node)
+        self.core.start_job(job.spec.id, join_parts(job.allocs), job.spec, now)
         self.feed.started(job)
 
     def ended(self, job: SimJob, now: float) -> None:
@@ -86,7 +89,10 @@ class Mosaic(BasePolicy):
     def schedule(
         self, queue: Collection[SimJob], view: SimCluster, running: Collection[SimJob], now: float
     ) -> list[Assignment]:
-        return [(self.by_id[p.job.spec.id], [p.allocation]) for p in self.core.schedule_pass(now)]
+        return [
+            (self.by_id[p.job.spec.id], list(node_allocations(p.allocation)))
+            for p in self.core.schedule_pass(now)
+        ]
 
     def move_step(self, now: float) -> list[SimMove]:
         """The moves the scheduler decides now (``core.Scheduler.preempt_step``), as the

@@ -1,0 +1,231 @@
+"""The pass's gang rows (``stages.gang`` is the definition): a gang is ranked with every other
+job and walked in rank order; at its row it starts on several nodes (``try_gang``) or waits
+on "Resources" (or "Reserved", when only reserved nodes could hold it) and, being blocked, may
+be the job backfill protects: its reservation holds every node it would start on
+(``reserve``), each a ``Reservation`` of its own, so the walk keeps later jobs off all of them
+(``Pass.unreserved``). A job below may still go on a gang's reserved node when it ends before
+the gang's start (``backfill_ok``: the plain EASY rule, since a gang's start needs whole nodes
+and the partial-fit rule of ``backfill.delays`` is per node).
+
+Also the booking helpers the scheduler and the pass share: a gang runs in the ``RunningSet``
+as one ``RunningJob`` per part (``part_jobs``), each under its own id, so reservations see the
+GPUs each node gets back and when. The slow-GPU guard does not hold gangs (they wait for
+whole nodes already); the moves never stop one (``stages.preempt.protection``).
+"""
+
+from __future__ import annotations
+
+import msgspec
+import numpy as np
+
+from libs.policy import backfill as B
+from libs.policy.cluster import EPS, ClusterView
+from libs.policy.config import PolicyConfig
+from libs.policy.fast.reservations import running_set
+from libs.policy.fast.shapes import per_shape
+from libs.policy.filters import available
+from libs.policy.placement import PlaceContext, place, to_allocation
+from libs.policy.profiles import ProfileTable
+from libs.policy.stages import gang as G
+from libs.policy.stages import heat as H
+from libs.policy.stages.filter import whole_gpus
+from libs.policy.types import PendingJob, Placement, Refusal, Reservation, RunningJob
+from proto.jobs import JobSpec
+from proto.ledger import Allocation, Part, node_allocations
+
+
+def gang_shapes(view: ClusterView, shape_specs: list) -> np.ndarray:
+    """bool per request shape: a gang (``stages.gang.is_gang``)."""
+    return np.array([G.is_gang(sp, view) for sp in shape_specs], dtype=bool)
+
+
+def may_start(pending, q, view: ClusterView) -> bool:
+    """A cheap necessary condition for some queued gang to start now: it asks at most the
+    whole free GPUs of the cluster (the pass's own early exit, ``scheduler._fits_somewhere``,
+    reads one node's largest free block, which no gang fits)."""
+    total = int(view.whole_free.sum())
+    if q is None:  # a PendingQueue: its shapes, with the gang flag memoised per shape list
+        shape_of, _, specs = pending.shapes()
+        if not len(specs):
+            return False
+        gangs = per_shape(view, "gang", specs, lambda sp: gang_shapes(view, sp))
+        if not gangs.any():
+            return False
+        rows = gangs[shape_of]
+        asks = np.array([round(sp.gpus) for sp in specs])[shape_of]
+        return bool((rows & (asks <= total)).any())
+    return any(G.is_gang(p.spec, view) and round(p.spec.gpus) <= total for p in pending)
+
+
+def switches(view: ClusterView) -> np.ndarray:
+    """``stages.gang.switches``, memoised on the view's shape memo (node specs never change)."""
+    hit = view.shape_memo.per_shape.get(("gang-switches",))
+    if hit is None:
+        hit = view.shape_memo.per_shape[("gang-switches",)] = G.switches(view)
+    return hit
+
+
+def runtimes(spec: JobSpec, view: ClusterView, profiles: ProfileTable) -> list[float]:
+    return [profiles.runtime_s(spec, m) for m in view.models]
+
+
+def gang_place(
+    spec: JobSpec,
+    view: ClusterView,
+    profiles: ProfileTable,
+    cfg: PolicyConfig,
+    mask: np.ndarray | None = None,
+) -> G.GangPlacement | None:
+    """Where the gang starts now (cordoned, too hot and ``mask``-ed nodes left out), or None."""
+    usable = available(view, cfg) if mask is None else available(view, cfg) & mask
+    offer = G.offers(spec, view, usable)
+    k = whole_gpus(spec)
+    if not G.can_hold(k, offer, view):  # the usual answer, without choosing
+        return None
+    sw = switches(view)
+    plan = G.choose(k, offer, view, sw, runtimes(spec, view, profiles))
+    return G.placement_of(plan, view, sw) if plan else None
+
+
+def fits_now(spec: JobSpec, view: ClusterView, cfg: PolicyConfig) -> bool:
+    """``gang_place(...) is not None`` on every node, without the choice."""
+    return G.can_hold(whole_gpus(spec), G.offers(spec, view, available(view, cfg)), view)
+
+
+def gang_allocation(spec: JobSpec, res: G.GangPlacement, now: float, attempt: int) -> Allocation:
+    """The ledger record of a gang placement: one record, every part (``proto.ledger``)."""
+    host, cpu = G.per_gpu(spec)
+    parts = tuple(
+        Part(
+            node=p.node_id,
+            gpu_indices=p.gpu_indices,
+            host_mem_gb=host * len(p.gpu_indices),
+            cpus=cpu * len(p.gpu_indices),
+        )
+        for p in res.parts
+    )
+    first = parts[0]
+    return Allocation(
+        job_id=spec.id,
+        node=first.node,
+        gpu_indices=first.gpu_indices,
+        gpu_share=1.0,
+        gpu_mem_gb=spec.gpu_mem_gb,
+        host_mem_gb=first.host_mem_gb,
+        cpus=first.cpus,
+        time=now,
+        attempt=attempt,
+        spec=spec,
+        parts=parts,
+    )
+
+
+def allocation_of(
+    spec: JobSpec, res: Placement, now: float, attempt: int
+) -> tuple[Allocation, list[int]]:
+    """A pass's start: its ledger record and the view rows it takes (a gang: all its nodes)."""
+    if isinstance(res, G.GangPlacement):
+        return gang_allocation(spec, res, now, attempt), [p.node_index for p in res.parts]
+    return to_allocation(spec, res, now, attempt), [res.node_index]
+
+
+def running_of(
+    alloc: Allocation, spec: JobSpec, res: Placement, view: ClusterView, end: float
+) -> list[RunningJob]:
+    """What a pass's start adds to the running set (a gang: ``part_jobs``)."""
+    if alloc.parts:
+        return part_jobs(alloc, spec, view, end)
+    return [RunningJob(spec, res.node_index, res.gpu_indices, res.gpu_share, end)]
+
+
+def part_id(job_id: str, node: str) -> str:
+    """A gang part's id in the ``RunningSet`` (one entry per node)."""
+    return f"{job_id}{G.PART_SEP}{node}"
+
+
+def part_jobs(
+    alloc: Allocation, spec: JobSpec, view: ClusterView, expected_end: float
+) -> list[RunningJob]:
+    """One ``RunningJob`` per part of a gang's allocation, each its node's host memory and
+    CPUs (what ``backfill.Release`` gives back there) under ``part_id``."""
+    out = []
+    for a in node_allocations(alloc):
+        s = msgspec.structs.replace(
+            spec, id=part_id(spec.id, a.node), host_mem_gb=a.host_mem_gb, cpus=a.cpus
+        )
+        out.append(RunningJob(s, view.index[a.node], a.gpu_indices, 1.0, expected_end))
+    return out
+
+
+def try_gang(p, i: int, job: PendingJob, key: tuple) -> None:
+    """The pass's step for a gang row (``step.Pass.try_row``): start it now on the nodes no
+    reservation holds, or record why it waits."""
+    view, spec = p.view, job.spec
+    mask = p.unreserved()
+    res = None
+    if p.cool is not None and H.heat_averse(spec, p.cfg):  # stages.heat: never moved, so
+        cool = p.cool if mask is None else mask & p.cool  # nodes that did not run hot first
+        res = gang_place(spec, view, p.profiles, p.cfg, cool)
+        if (
+            res is None
+            and H.holds_off_risky(job, p.now, p.cfg)
+            and gang_place(spec, view, p.profiles, p.cfg, mask) is not None
+        ):
+            p.waiting[spec.id] = H.HOT_NODE  # it waits a while for nodes that did not run hot
+            return
+    if res is None:
+        res = gang_place(spec, view, p.profiles, p.cfg, mask)
+    if res is not None:
+        p._start(job, res)
+        return
+    if mask is not None and fits_now(spec, view, p.cfg):
+        why = "Reserved"  # it would start on nodes held for a blocked job
+    elif G.ever_fits(spec, view):
+        why = "Resources"
+    else:
+        why = "GpuCount"
+    p._refused(i, job, key, Refusal(why), False)
+
+
+def free_at(view: ClusterView, rel: B.RunningSet, now: float) -> np.ndarray:
+    """float[N]: when each node is empty (``stages.gang.node_free_at``)."""
+    return np.array([G.node_free_at(rel.on_node(n), now) for n in range(len(view.node_ids))])
+
+
+def reserve_head(p) -> None:
+    """``step.Pass.reserve_head`` for a blocked gang: its first node is the head's
+    reservation, the others go with the extra reservations (so every one is kept off)."""
+    p.rel, p.rel_owned = running_set(p.rel, p.rel_owned, p.running, p.started)
+    rs = reserve(p.head, p.view, p.rel, [], p.now, p.cfg)
+    p.reservation = rs[0] if rs else None
+    p.extras += [(p.head, r) for r in rs[1:]]
+
+
+def reserve(
+    job: PendingJob, view: ClusterView, rel: B.RunningSet, taken: list[int], now: float, cfg
+) -> list[Reservation]:
+    """The blocked gang's reservation (``stages.gang.reservation``) on nodes no earlier
+    reservation holds (``taken``)."""
+    usable = ~view.cordoned.copy()
+    usable[taken] = False
+    return G.reservation(job.spec, view, usable, free_at(view, rel, now))
+
+
+def backfill_ok(
+    job: PendingJob,
+    r: Reservation,
+    view: ClusterView,
+    profiles: ProfileTable,
+    cfg: PolicyConfig,
+    ctx: PlaceContext,
+    now: float,
+) -> Placement | Refusal:
+    """``job`` on a gang's reserved node ``r.node_index``, when it ends before the gang's start."""
+    n = r.node_index
+    only = np.zeros(len(view.node_ids), dtype=bool)
+    only[n] = True
+    res = place(job.spec, view, profiles, cfg, ctx=ctx, mask=only)
+    if not isinstance(res, Placement):
+        return Refusal("Reserved")
+    runtime = profiles.runtime_s(job.spec, view.models[view.model_idx[n]]) * (1.0 - job.progress)
+    return res if now + runtime <= r.start + EPS else Refusal("Reserved")
