@@ -76,6 +76,9 @@ BOUNDS: dict[str, Bound] = {
     # --- power saving ---
     "suspend_after_s": Bound(60.0, 1 * H, log=True),
     "warm_reserve_frac": Bound(0.0, 0.1),
+    "warm_history_s": Bound(600.0, 24 * H, log=True),
+    "warm_quantile": Bound(0.5, 1.0),
+    "warm_min_nodes": Bound(0, 2),
     # --- priority protection (moving running jobs) ---
     "preempt.protect_priority": Bound(5, 9),
     "preempt.priority_gap": Bound(1, 5),
@@ -104,6 +107,8 @@ EXCLUDED: dict[str, str] = {
     "green_energy_scales": _SWITCH,
     "backfill": _SWITCH,
     "power_saving": _SWITCH,
+    "warm_reserve": _SWITCH,
+    "warm_high_headroom": _SWITCH,
     "preempt.enabled": _SWITCH,
     "preempt.resume_counts_ends": _SWITCH,
     "defrag.enabled": _SWITCH,

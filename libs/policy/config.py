@@ -318,6 +318,17 @@ class PolicyConfig:
     # high-priority wait 0.073x, busy util 87.9%, lowest-class p99 168 h, Gavel mean JCT
     # 1.024x gavel: every arrival that finds no free awake GPU waits one boot (resume_s).
     warm_reserve_frac: float = 0.0
+    # The demand-following warm reserve (libs.policy.warm): per GPU model, keep awake enough
+    # empty nodes for the warm_quantile of the GPUs its recent starts (last warm_history_s)
+    # saw started within one boot (resume_s), plus the widest high-priority request started
+    # there (warm_high_headroom), at least warm_min_nodes for a model that started any job in
+    # the history; the power plan never suspends below it and wakes nodes when it is eaten.
+    # Why: at Philly's natural load jobs waited for boots on a mostly idle cluster.
+    warm_reserve: bool = True
+    warm_history_s: float = 6 * 3600.0
+    warm_quantile: float = 0.9
+    warm_high_headroom: bool = True
+    warm_min_nodes: int = 1
     power_demand_cap: int = 256  # blocked jobs (in rank order) the resume decision looks at
     max_places_per_pass: int = 1_000_000  # cap on placements per pass (live placer may lower it)
     explain_top_k: int = 5  # candidates kept in an explained placement
@@ -394,6 +405,10 @@ class PolicyConfig:
             raise ValueError("suspend_after_s and resume_s must be >= 0")
         if not 0.0 <= self.warm_reserve_frac <= 1.0:
             raise ValueError("warm_reserve_frac must be in [0, 1]")
+        if not 0.0 <= self.warm_quantile <= 1.0 or self.warm_history_s < 0:
+            raise ValueError("need 0 <= warm_quantile <= 1 and warm_history_s >= 0")
+        if self.warm_min_nodes < 0:
+            raise ValueError("warm_min_nodes must be >= 0")
         if self.reservations < 1:
             raise ValueError("reservations must be >= 1 (the head job's)")
         if not self.backfill_interval_s >= 0:

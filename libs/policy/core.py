@@ -54,7 +54,7 @@ from libs.policy.wait_info import explain_wait
 from libs.policy.wakeups import Wakeups
 from proto.decisions import WaitNumbers
 from proto.intents import HOLD_HOT
-from proto.jobs import JobSpec
+from proto.jobs import HIGH_PRIORITY, JobSpec
 from proto.ledger import Allocation, node_allocations
 from proto.nodes import NodeSpec
 
@@ -185,6 +185,13 @@ class Scheduler(MovesMixin):
             self._dequeue(job_id)
         self._release_room(job_id)
         i = self.view.index[alloc.node]
+        # the warm reserve's demand (libs.policy.warm): every start, whoever placed it, on
+        # each node it holds (a gang's parts too)
+        for a in node_allocations(alloc):
+            gpus = len(a.gpu_indices) * a.gpu_share
+            self.power.started(
+                self.view.index[a.node], gpus, spec.priority >= HIGH_PRIORITY, a.time
+            )
         vec = usage_of(alloc)
         self._held[job_id] = (alloc, vec, spec.tenant)
         cur = self.usage.get(spec.tenant)
@@ -290,6 +297,16 @@ class Scheduler(MovesMixin):
         if self.power.resuming[i]:
             return "waking"
         return "asleep" if self.power.suspended[i] else "awake"
+
+    def power_reason(self, node_id: str, now: float) -> str:
+        """Why a node is in its power state, in words (``mosaic nodes``, the power commands'
+        audit): "asleep", "waking", or "awake" with the warm reserve's rule when that is what
+        keeps an idle node up (``power_state.PowerState.kept_by_reserve``)."""
+        state = self.power_state(node_id)
+        if state != "awake":
+            return state
+        kept = self.power.kept_by_reserve(self.view.index[node_id], now)
+        return "awake" if kept is None else f"awake: {kept}"
 
     # ----- decisions -----------------------------------------------------------------------
     def schedule_pass(self, now: float) -> list[Place]:
@@ -417,6 +434,7 @@ class Scheduler(MovesMixin):
             moves=tuple(moves),
             suspend=tuple(ids[i] for i in step.suspend),
             wake=tuple(ids[i] for i in step.resume),
+            warm=tuple(ids[i] for i in step.warm),
             next_tick_s=self.wakeups.next_s(),
             passed=passed,
             regime=self.regime,

@@ -58,6 +58,7 @@ class Decisions:
     suspend: tuple[str, ...] = ()
     wake: tuple[str, ...] = ()
     next_tick_s: float | None = None
+    warm: tuple[str, ...] = ()  # of ``wake``: woken to refill the warm reserve (libs.policy.warm)
     moves: tuple[MoveOrder, ...] = ()  # running jobs to checkpoint and requeue
     passed: bool = False  # whether a scheduling pass ran (else only the power stage)
     regime: str = ""

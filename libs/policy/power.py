@@ -12,13 +12,16 @@ Rules (each a ``PolicyConfig`` field):
   reserved for a blocked job, could not host any blocked job (by shape), and its GPU model keeps
   at least ``warm_reserve_frac`` of its GPUs free and awake afterwards (new arrivals start at
   once instead of waiting ``resume_s``); longest idle first;
+* the warm reserve (``keep_nodes``, ``libs.policy.warm``): never suspend a node of a GPU model
+  whose spare nodes (empty, awake, not held or reserved, or booting with nothing claimed)
+  would fall below its reserve; and when they are below it (a start ate into it), wake the
+  missing ones now, so the next arrival finds them up instead of waiting a boot;
 * resume suspended nodes for blocked jobs (rank order, the first ``power_demand_cap``) that no
   awake node can take now: one node per job, unless the unclaimed GPUs of a node already
   resuming cover it.
 
-Only the simulator calls ``plan`` for now (the engine powers nodes down and up); the live
-placer calls ``scheduler.schedule`` only and never suspends anything. Wiring suspend intents
-into the live services is a later change.
+Both drivers reach it through ``core.Scheduler.power_step`` (``power_state.PowerState``); the
+simulator's ``--power-saving all`` wrapper (``libs.sim.power_saving``) calls it for baselines.
 """
 
 from __future__ import annotations
@@ -35,6 +38,7 @@ from libs.policy import filters as F
 from libs.policy.cluster import EPS, ClusterView
 from libs.policy.config import PolicyConfig
 from libs.policy.stages import gang
+from libs.policy.stages.power import DUE_EPS_S
 from proto.jobs import JobSpec
 
 
@@ -44,6 +48,7 @@ class PowerPlan:
 
     suspend: tuple[int, ...]
     resume: tuple[int, ...]
+    warm: tuple[int, ...] = ()  # the resumed nodes woken to refill the warm reserve
 
 
 @dataclass(frozen=True, slots=True)
@@ -124,6 +129,7 @@ def plan(
     reserved: Collection[int],
     cfg: PolicyConfig,
     prefer: np.ndarray | None = None,
+    keep_nodes: np.ndarray | None = None,
 ) -> PowerPlan:
     """What to power down and up now.
 
@@ -136,13 +142,16 @@ def plan(
     ``prefer``: node indices, the ones to wake first first (default: view order); the caller
     passes fastest first, so a long job waiting for a fast GPU (the scheduler's slow-GPU
     guard) wakes a fast node.
+    ``keep_nodes``: int[model] (``view.models`` order), the warm reserve in spare nodes
+    (``libs.policy.warm.WarmHistory.keep``); None keeps none.
     """
     n = len(view.node_ids)
     if not cfg.power_saving or n == 0:
         return PowerPlan((), ())
     awake = ~suspended & ~resuming
     idle = np.asarray(idle_s, dtype=float)
-    cand = awake & (idle >= cfg.suspend_after_s) & empty_nodes(view)  # NaN (busy) is never >=
+    due = idle >= cfg.suspend_after_s - DUE_EPS_S  # (stages.power.power_due's test)
+    cand = awake & due & empty_nodes(view)  # NaN (busy) is never >=
     if reserved:
         cand[list(reserved)] = False
     if not suspended.any() and not cand.any():
@@ -155,11 +164,12 @@ def plan(
     rank = np.arange(n) if prefer is None else np.asarray(prefer, dtype=np.int64)
     # one compiled loop over the blocked jobs (a Python step with two numpy calls per job
     # was most of a plan's time while nodes were down)
+    down = suspended.copy()  # the resume loop clears the nodes it wakes
     woken, needed = K.power_resume(
         static,
         *blocked.counts_and_needs(),
         claim,
-        suspended.copy(),
+        down,
         rank,
         view.gpu_total,
         EPS,
@@ -172,10 +182,16 @@ def plan(
         wake, keep = gang.power_needs(gangs, view, asleep, resuming)
         resume += [n for n in wake if n not in resume]
         needed = needed | keep
+        down[list(wake)] = False  # (not spare: the gang's, not the warm reserve's)
+    warm: list[int] = []
+    spare = None
+    if keep_nodes is not None and np.any(keep_nodes > 0):
+        spare, warm = _refill(view, awake, resuming, claim, down, reserved, rank, keep_nodes)
+        resume += warm
     # --- suspend: idle awake nodes beyond the warm reserve ----------------------------------
     cand &= ~needed
     if not cand.any():
-        return PowerPlan((), tuple(resume))
+        return PowerPlan((), tuple(resume), tuple(warm))
     # GPUs per model, and free ones on awake nodes (whole numbers: the sums are exact)
     n_models = len(view.models)
     total = np.bincount(view.model_idx, weights=view.gpu_total, minlength=n_models).tolist()
@@ -187,7 +203,57 @@ def plan(
         m = int(view.model_idx[i])
         keep = math.ceil(cfg.warm_reserve_frac * total[m])
         g = float(view.gpu_total[i])
+        if spare is not None and spare[m] - 1 < keep_nodes[m]:
+            continue  # the demand-following warm reserve keeps it awake
         if free_awake[m] - g >= keep:
             free_awake[m] -= g
+            if spare is not None:
+                spare[m] -= 1
             suspend.append(i)
-    return PowerPlan(tuple(suspend), tuple(resume))
+    return PowerPlan(tuple(suspend), tuple(resume), tuple(warm))
+
+
+def spare_nodes(
+    view: ClusterView,
+    awake: np.ndarray,
+    resuming: np.ndarray,
+    claim: np.ndarray,
+    reserved: Collection[int],
+) -> np.ndarray:
+    """bool[N]: the nodes a new arrival could take whole: awake, empty, not held (cordoned)
+    and not reserved for a blocked job, or booting with none of their GPUs claimed by one."""
+    spare = awake & empty_nodes(view) & ~view.cordoned
+    spare |= resuming & (claim >= view.gpu_total - EPS)
+    if reserved:
+        spare[list(reserved)] = False
+    return spare
+
+
+def _refill(
+    view: ClusterView,
+    awake: np.ndarray,
+    resuming: np.ndarray,
+    claim: np.ndarray,
+    down: np.ndarray,
+    reserved: Collection[int],
+    rank: np.ndarray,
+    keep_nodes: np.ndarray,
+) -> tuple[np.ndarray, list[int]]:
+    """(spare nodes per model after the refill, nodes to wake): for each GPU model whose spare
+    nodes (``spare_nodes``; ``claim``: the booting nodes' GPUs left after the blocked jobs'
+    claims) are fewer than its reserve, the missing ones among its suspended nodes not
+    already woken (``down``: still suspended), in ``rank`` order."""
+    n_models = len(view.models)
+    spare_mask = spare_nodes(view, awake, resuming, claim, reserved)
+    spare = np.bincount(view.model_idx[spare_mask], minlength=n_models).astype(np.int64)
+    short = np.asarray(keep_nodes, dtype=np.int64) - spare
+    woken: list[int] = []
+    if not (short > 0).any():
+        return spare, woken
+    for k in rank.tolist():
+        m = int(view.model_idx[k])
+        if short[m] > 0 and down[k]:
+            woken.append(k)
+            short[m] -= 1
+            spare[m] += 1
+    return spare, woken

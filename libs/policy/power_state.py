@@ -23,6 +23,7 @@ from libs.policy.config import PolicyConfig
 from libs.policy.profiles import ProfileTable
 from libs.policy.queue import PendingQueue
 from libs.policy.types import CycleResult
+from libs.policy.warm import WarmHistory
 from proto.jobs import WORKLOAD_CLASSES
 
 
@@ -34,6 +35,10 @@ class PowerStep:
     suspend: tuple[int, ...]
     resume: tuple[int, ...]
     next_s: float | None
+    warm: tuple[int, ...] = ()  # of ``resume``: the nodes woken to refill the warm reserve
+
+
+_NO_KEEP = np.zeros(0, dtype=np.int64)
 
 
 def wake_orders(view: ClusterView, profiles: ProfileTable) -> tuple[np.ndarray, np.ndarray]:
@@ -77,6 +82,7 @@ class PowerState:
         self._demands: dict[str, power.Demand] = {}
         self._demand_key: tuple | None = None
         self.reserved: tuple[int, ...] = ()
+        self.warm = WarmHistory(view, cfg)  # the recent starts: the warm reserve's demand
         self._wake_order, self._green_wake_order = wake_orders(view, profiles)
 
     def use_profiles(self, view: ClusterView, profiles: ProfileTable) -> None:
@@ -89,6 +95,11 @@ class PowerState:
 
     def node_taken(self, i: int) -> None:
         self.idle_since[i] = np.nan
+
+    def started(self, i: int, gpus: float, high: bool, now: float) -> None:
+        """A job started on node ``i`` (every start, placed by a pass or found running): the
+        warm reserve's demand (``libs.policy.warm``)."""
+        self.warm.started(int(self.view.model_idx[i]), gpus, high, now)
 
     def left_queue(self, seq: float) -> None:
         """A queue entry left (started or cancelled): if it was blocked, it no longer asks."""
@@ -146,7 +157,15 @@ class PowerState:
         # nothing changed since a step that decided nothing, and no node has become due to
         # sleep since: the same answer. A step reads which nodes are empty (view.empty_gen)
         # and, only when some node is due, the free GPUs of the warm reserve (view.gen)
-        key = (view.empty_gen, self._blocked_ver, self._blocked_left, self.reserved)
+        keep, keep_next = self._keep(now)
+        key = (
+            view.empty_gen,
+            self._blocked_ver,
+            self._blocked_left,
+            self.reserved,
+            keep.tobytes(),
+            view.state_gen,
+        )
         last = self._last_step
         if (
             last is not None
@@ -157,7 +176,7 @@ class PowerState:
             return PowerStep((), (), last[2])
         due, any_asleep, any_due, nxt = self._due(now)
         if any_asleep or any_due:
-            p = self._plan(now - self.idle_since, due, queue)
+            p = self._plan(now - self.idle_since, due, queue, keep)
         else:  # nothing asleep and nothing to put to sleep (power.plan would say so)
             p = power.PowerPlan((), ())
         for i in p.suspend:
@@ -167,10 +186,32 @@ class PowerState:
             self.resuming[i] = True
         if p.suspend or p.resume:  # next look: when the next awake idle node becomes due
             nxt = self._due(now)[3]
+        if any_due:  # a due node the reserve keeps sleeps once the reserve shrinks by ageing
+            nxt = min(nxt, keep_next)
         next_s = None if nxt == np.inf else float(nxt)
         gen = view.gen if any_due else None
         self._last_step = None if p.suspend or p.resume else (key, gen, next_s)
-        return PowerStep(tuple(p.suspend), tuple(p.resume), next_s)
+        return PowerStep(tuple(p.suspend), tuple(p.resume), next_s, tuple(p.warm))
+
+    def _keep(self, now: float) -> tuple[np.ndarray, float]:
+        """(the warm reserve per GPU model, when it may next shrink by ageing, or inf)."""
+        if not self.cfg.warm_reserve:
+            return _NO_KEEP, np.inf
+        return self.warm.keep(now)
+
+    def kept_by_reserve(self, i: int, now: float) -> str | None:
+        """Why awake node ``i`` is not suspended, when the warm reserve is the reason (its
+        GPU model has no more spare nodes than it keeps); None otherwise."""
+        keep, _ = self._keep(now)
+        m = int(self.view.model_idx[i])
+        if not len(keep) or keep[m] <= 0:
+            return None
+        awake = ~self.suspended & ~self.resuming
+        claim = np.where(self.resuming, self.view.gpu_total, 0.0)  # as if nothing claimed
+        spare = power.spare_nodes(self.view, awake, self.resuming, claim, self.reserved)
+        if not spare[i] or int(spare[self.view.model_idx == m].sum()) > keep[m]:
+            return None
+        return "warm reserve: " + self.warm.describe(m, now)
 
     def _due(self, now: float) -> tuple[np.ndarray, bool, bool, float]:
         """(nodes due to sleep, any asleep, any due, when the next awake idle node becomes due
@@ -184,7 +225,9 @@ class PowerState:
             self.cfg.suspend_after_s,
         )
 
-    def _plan(self, idle: np.ndarray, due: np.ndarray, queue: PendingQueue) -> power.PowerPlan:
+    def _plan(
+        self, idle: np.ndarray, due: np.ndarray, queue: PendingQueue, keep: np.ndarray
+    ) -> power.PowerPlan:
         """``power.plan`` for the blocked jobs still queued: green jobs' demand first wakes
         the greenest nodes, the rest the fastest.
 
@@ -201,6 +244,8 @@ class PowerState:
             self.suspended.tobytes(),
             self.resuming.tobytes(),
             due.tobytes(),
+            keep.tobytes(),
+            view.state_gen,
         )
         if key == self._plan_key:
             return power.PowerPlan((), ())
@@ -208,7 +253,7 @@ class PowerState:
         early: tuple[int, ...] = ()
         suspended, resuming = self.suspended, self.resuming
 
-        def plan(jobs: power.Demand, prefer: np.ndarray) -> power.PowerPlan:
+        def plan(jobs: power.Demand, prefer: np.ndarray, warm: bool) -> power.PowerPlan:
             return power.plan(
                 view,
                 idle_s=idle,
@@ -218,20 +263,22 @@ class PowerState:
                 reserved=self.reserved,
                 cfg=self.cfg,
                 prefer=prefer,
+                keep_nodes=keep if warm and len(keep) else None,
             )
 
         demand = "in_order"
         if green.groups and suspended.any():
             # green jobs first wake the greenest nodes; the plan below then sees those nodes
             # booting (green jobs listed first claim them) and decides the rest as usual
-            early = plan(green, self._green_wake_order).resume
+            early = plan(green, self._green_wake_order, False).resume
             if early:
                 suspended, resuming = suspended.copy(), resuming.copy()
                 suspended[list(early)] = False
                 resuming[list(early)] = True
             demand = "green_first"
-        p = plan(self._demand(demand, queue), self._wake_order)
-        p = power.PowerPlan(p.suspend, early + p.resume)
+        # the reserve is refilled after the blocked jobs' wakes, fastest nodes first
+        p = plan(self._demand(demand, queue), self._wake_order, True)
+        p = power.PowerPlan(p.suspend, early + p.resume, p.warm)
         self._plan_key = key if not p.suspend and not p.resume else None
         return p
 

@@ -47,11 +47,11 @@ class Wakeups:
             heapq.heappush(self._heap, (nxt, PASS))
 
     def after_power(self, now: float, nxt: float | None) -> None:
+        if self._next_power <= now:  # it has passed: the next one is taken whatever it is
+            self._next_power = math.inf
         if nxt is not None and nxt > now and nxt < self._next_power - 1e-9:
             self._next_power = nxt
             heapq.heappush(self._heap, (nxt, POWER))
-        elif self._next_power <= now:
-            self._next_power = math.inf
 
     def next_s(self) -> float | None:
         """The earliest pending instant, or None."""

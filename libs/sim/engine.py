@@ -504,11 +504,11 @@ class Engine:
             self._account_down(n, t)
             self._up_at[n] = t + float(self.policy.resume_s)  # type: ignore[attr-defined]
             self._push(self._up_at[n], RESUMED, n)
+        if self._next_power <= t:  # it has passed: the next one is taken whatever it is
+            self._next_power = float("inf")
         if next_s is not None and next_s > t and next_s < self._next_power - 1e-9:
             self._next_power = next_s
             self._push(next_s, POWER, 0)
-        elif self._next_power <= t:
-            self._next_power = float("inf")
 
     def _account_down(self, n: int, t: float) -> None:
         dur = t - float(self._down_since[n])

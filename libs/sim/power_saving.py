@@ -9,7 +9,8 @@ measures who may switch nodes off, not the decisions. The modes:
   drives the policy core's own power rule (``libs.policy.power.plan`` and the due test of
   ``libs.policy.stages.power``, compiled in ``libs.policy.fast``) with the same
   ``PolicyConfig`` timings Mosaic uses (``suspend_after_s``, ``resume_s``,
-  ``warm_reserve_frac``, ``power_demand_cap``);
+  ``warm_reserve_frac``, ``power_demand_cap``) and the same warm reserve, fed by the
+  baseline's starts (``libs.policy.warm``);
 * ``none``: nobody suspends, Mosaic included (``power_saving=False``).
 
 What the wrapper does not take from Mosaic: the green-first wake order (green jobs are
@@ -31,9 +32,10 @@ from libs.policy import power
 from libs.policy.cluster import ClusterView
 from libs.policy.config import PolicyConfig
 from libs.policy.power_state import wake_orders
+from libs.policy.warm import WarmHistory
 from libs.sim.cluster import SimCluster
 from libs.sim.state import Assignment, SimContext, SimJob
-from proto.jobs import JobSpec
+from proto.jobs import HIGH_PRIORITY, JobSpec
 from proto.ledger import Allocation
 
 MODES = ("mosaic", "all", "none")
@@ -100,6 +102,7 @@ class PowerSaving:
         self.resuming = np.zeros(n, dtype=bool)
         self._wake_order = wake_orders(self.view, ctx.profiles)[0]  # fastest first
         self._widest = int(self.view.gpu_total.max())
+        self.warm = WarmHistory(self.view, self.power_cfg)
 
     def can_ever_place(self, job: SimJob) -> bool:
         return self.inner.can_ever_place(job)
@@ -108,9 +111,13 @@ class PowerSaving:
         self.inner.enqueued(job, now)
 
     def started(self, job: SimJob, now: float) -> None:
+        high = job.spec.priority >= HIGH_PRIORITY
         for a in job.allocs:
             self.view.allocate(a)
-            self.idle_since[self.view.index[a.node]] = np.nan
+            i = self.view.index[a.node]
+            self.idle_since[i] = np.nan
+            gpus = len(a.gpu_indices) * a.gpu_share
+            self.warm.started(int(self.view.model_idx[i]), gpus, high, now)
         self.inner.started(job, now)
 
     def ended(self, job: SimJob, now: float) -> None:
@@ -156,6 +163,7 @@ class PowerSaving:
             cfg.suspend_after_s,
         )
         plan = power.PowerPlan((), ())
+        keep, keep_next = self.warm.keep(now) if cfg.warm_reserve else (None, np.inf)
         if any_asleep or any_due:
             plan = power.plan(
                 self.view,
@@ -166,6 +174,7 @@ class PowerSaving:
                 reserved=(),
                 cfg=cfg,
                 prefer=self._wake_order,
+                keep_nodes=keep,
             )
         for i in plan.suspend:
             self.suspended[i] = True
@@ -181,6 +190,8 @@ class PowerSaving:
                 power.empty_nodes(self.view),
                 cfg.suspend_after_s,
             )[3]
+        if any_due:  # a due node the reserve keeps sleeps once the reserve shrinks by ageing
+            nxt = min(nxt, keep_next)
         ids = self.view.node_ids
         next_s = None if nxt == np.inf else float(nxt)
         return [ids[i] for i in plan.suspend], [ids[i] for i in plan.resume], next_s

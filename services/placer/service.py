@@ -364,7 +364,10 @@ class Placer(Committer, MoveCommitter, Announcer, NodeWatch, Cancels):
             decisions = sched.tick(now, woke=due)
             self.next_tick_s = decisions.next_tick_s
             # owed before the commits: the scheduler already counts on them (OwedPower)
-            self.power_owed.owe(decisions.suspend, decisions.wake, now, "power saving")
+            warm = set(decisions.warm)  # the audit says which wakes refill the warm reserve
+            wake = [n for n in decisions.wake if n not in warm]
+            self.power_owed.owe(decisions.suspend, wake, now, "power saving")
+            self.power_owed.owe((), decisions.warm, now, "power saving: warm reserve refill")
             self.moves_owed += decisions.moves  # likewise: the scheduler counts them as under way
             placed = await self._commit_all(sched, decisions, before, now)
             await self._commit_moves(now)

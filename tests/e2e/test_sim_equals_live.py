@@ -304,13 +304,15 @@ def test_the_scheduler_decides_the_same_whether_starts_come_before_or_after_the_
     assert late.moves == sim.moves
 
 
-# seed 21: the rule moves three jobs; seed 1: a pass places blocked jobs between two backfill
-# passes, just before a power step (a woken node's first pass), and nodes still sleep. Seed 1
-# live is in `make test-all` (each live run is 20-40 s on 2 cores); the in-process check above
-# covers its ordering in `make test`
-@pytest.mark.parametrize("seed", [21, pytest.param(1, marks=pytest.mark.slow)])
+# seed 21: the rule moves three jobs; seed 1: a pass places blocked
+# jobs between two backfill passes, just before a power step (a woken node's first pass),
+# and nodes still sleep. Seed 1 live is in `make test-all` (each live run is 20-40 s on 2
+# cores); the in-process check above covers its ordering in `make test`
+@pytest.mark.parametrize(
+    ("seed", "moves"), [(21, True), pytest.param(1, False, marks=pytest.mark.slow)]
+)
 async def test_the_live_services_place_and_power_exactly_as_the_simulator(
-    live: Live, seed: int
+    live: Live, seed: int, moves: bool
 ) -> None:
     # the live placer orders its nodes by id (whatever order they register in); the
     # simulator takes the order it is given: the same cluster, the same order
@@ -323,7 +325,8 @@ async def test_the_live_services_place_and_power_exactly_as_the_simulator(
     assert any(a == "suspend" for _, a, _ in sim.power) and any(
         a == "wake" for _, a, _ in sim.power
     )
-    assert sim.moves, "no job was moved: the workload does not exercise preemption"
+    if moves:  # (seed 1 is there for its pass order: the reserve leaves it nothing to move)
+        assert sim.moves, "no job was moved: the workload does not exercise preemption"
     got = await lived(live, jobs)
     assert len(sim.placements) == len(jobs) + len(sim.moves)  # a moved job is placed again
     assert got.placements == sim.placements

@@ -6,6 +6,7 @@ from __future__ import annotations
 import numpy as np
 
 from libs.policy.fast.compile import compiled
+from libs.policy.stages.power import DUE_EPS_S
 
 
 @compiled
@@ -26,11 +27,11 @@ def power_due(now, idle_since, suspended, resuming, empty, suspend_after):
             continue
         if resuming[i] or np.isnan(idle_since[i]):
             continue
-        if now - idle_since[i] >= suspend_after and empty[i]:
+        if now - idle_since[i] >= suspend_after - DUE_EPS_S and empty[i]:
             due[i] = True
             any_due = True
         t = idle_since[i] + suspend_after
-        if t > now and t < nxt:
+        if t > now + DUE_EPS_S and t < nxt:
             nxt = t
     return due, any_asleep, any_due, nxt
 

@@ -9,6 +9,11 @@ from __future__ import annotations
 
 import numpy as np
 
+# a node is due this close to its time: ``idle_since + suspend_after`` is the instant the step
+# is asked for, and ``now - idle_since`` there can round to just under ``suspend_after`` (the
+# node then stayed up until some unrelated event)
+DUE_EPS_S = 1e-6
+
 
 def power_due(now: float, idle_since, suspended, resuming, empty, suspend_after: float):
     """(due, any asleep, any due, next due time or inf): a node is due to sleep when it is
@@ -17,10 +22,10 @@ def power_due(now: float, idle_since, suspended, resuming, empty, suspend_after:
     the earliest ``idle_since + suspend_after`` after ``now`` among awake idle nodes."""
     awake = ~suspended & ~resuming
     with np.errstate(invalid="ignore"):
-        due = awake & (now - idle_since >= suspend_after) & empty
+        due = awake & (now - idle_since >= suspend_after - DUE_EPS_S) & empty
     idle = awake & ~np.isnan(idle_since)
     times = idle_since[idle] + suspend_after
-    later = times[times > now]
+    later = times[times > now + DUE_EPS_S]
     nxt = float(later.min()) if len(later) else np.inf
     return due, bool(suspended.any()), bool(due.any()), nxt
 
