@@ -40,7 +40,7 @@ Where it differs, and why:
 from __future__ import annotations
 
 import math
-from collections.abc import Collection
+from collections.abc import Callable, Collection
 
 import numpy as np
 
@@ -89,6 +89,8 @@ class Tiresias(BasePolicy):
         self._node_pos = {n.id: i for i, n in enumerate(nodes)}
         # running job idx -> (whole GPUs only, GPUs held per node position): fixed per attempt
         self._held: dict[int, tuple[bool, dict[int, int]]] = {}
+        self._movable: dict[int, SimJob] = {}  # running jobs the engine lets us preempt
+        self._ordered: set[int] = set()  # jobs we ordered to checkpoint (the only ones that can)
 
     # ----- the definition: a job's service and queue ----------------------------------------
     def service_gpu_s(self, job: SimJob, now: float) -> float:
@@ -123,11 +125,15 @@ class Tiresias(BasePolicy):
             n = self._node_pos[a.node]
             held[n] = held.get(n, 0) + len(a.gpu_indices)
         self._held[job.idx] = (all(a.gpu_share >= 1.0 - EPS for a in job.allocs), held)
+        if movable(job):
+            self._movable[job.idx] = job
         self.queues.started(job, self.service_gpu_s(job, now), now)
 
     def ended(self, job: SimJob, now: float) -> None:
         self.running.pop(job.idx, None)
         self._held.pop(job.idx, None)
+        self._movable.pop(job.idx, None)
+        self._ordered.discard(job.idx)
 
     def _promote(self, now: float) -> None:
         """STARVELIMIT: the waiting jobs due at ``now`` restart their service count (what
@@ -163,17 +169,34 @@ class Tiresias(BasePolicy):
     def move_step(self, now: float) -> list[SimMove]:
         """Checkpoint orders: lower-queue running jobs that make room for waiting jobs of a
         higher-priority queue (the waiting jobs in queue order, each planned once)."""
-        if not self.pending or any(checkpointing(j) for j in self.running.values()):
-            return []
-        victims = [j for j in self.running.values() if movable(j)]
+        if not self.pending or any(checkpointing(self.running[i]) for i in self._ordered):
+            return []  # only a job we ordered can be checkpointing (libs.sim.moves)
+        victims = list(self._movable.values())
         if not victims:
             return []
-        vq = {j.idx: self.queue_of(j, now) for j in victims}
-        lowest = max(vq.values())
         self._promote(now)
+        head = next(self.queues.in_order(), None)
+        top = len(self.boundaries)  # the lowest-priority queue
+        if head is None or self.queues.queue_of[head.idx] >= top:
+            return []  # no running job is in a lower queue than the first waiting one
+        lowest = 0
+        for j in victims:  # the lowest queue any victim is in, stopping at the lowest there is
+            lowest = max(lowest, self.queue_of(j, now))
+            if lowest >= top:
+                break
+        if self.queues.queue_of[head.idx] >= lowest:
+            return []  # the first waiting job would stop the scan below at once
+        vq = {j.idx: self.queue_of(j, now) for j in victims}
         cluster: SimCluster = self.ctx.cluster  # type: ignore[assignment]
         free = cluster.free_whole().astype(float)
         ranked = sorted(victims, key=lambda j: (-vq[j.idx], -j.submit_s, -j.idx))
+        by_node: dict[int, list[tuple[SimJob, int]]] = {}  # node -> victims there, ranked
+        for v in ranked:
+            whole, on = self._held[v.idx]
+            if whole:
+                for n, gpus in on.items():
+                    if gpus:
+                        by_node.setdefault(n, []).append((v, gpus))
         taken: set[int] = set()
         failed: set[tuple] = set()
         orders: list[SimMove] = []
@@ -186,13 +209,21 @@ class Tiresias(BasePolicy):
             shape = (job.spec.gpus, job.spec.gpu_mem_gb, job.spec.constraints, q)
             if shape in failed:
                 continue
-            cands = [j for j in ranked if vq[j.idx] > q and j.idx not in taken]
-            plan = self._plan(job, cands, free, cluster, self._held)
+            plan = self._plan(
+                job,
+                lambda v, q=q: vq[v.idx] > q and v.idx not in taken,
+                ranked,
+                by_node,
+                free,
+                cluster,
+                self._held,
+            )
             if plan is None:
                 failed.add(shape)
                 continue
             for v in plan:
                 taken.add(v.idx)
+                self._ordered.add(v.idx)
                 reason = f"tiresias: queue {vq[v.idx]} yields to {job.spec.id} (queue {q})"
                 orders.append((v, "preempt", reason, 0))
         return orders
@@ -200,15 +231,18 @@ class Tiresias(BasePolicy):
     @staticmethod
     def _plan(
         job: SimJob,
-        cands: list[SimJob],
+        eligible: Callable[[SimJob], bool],
+        ranked: list[SimJob],
+        by_node: dict[int, list[tuple[SimJob, int]]],
         free: np.ndarray,
         cluster: SimCluster,
         held: dict[int, tuple[bool, dict[int, int]]],
     ) -> list[SimJob] | None:
-        """The victims (a prefix of ``cands`` per node, lowest priority first) that free room
-        for ``job``, charged to ``free``; None when it cannot start or needs no one.
-        ``held``: each running job's (whole GPUs only, GPUs per node position); a job holding
-        a share of a GPU is never a victim."""
+        """The victims (a prefix of the eligible ones per node, lowest priority first) that
+        free room for ``job``, charged to ``free``; None when it cannot start or needs no one.
+        ``ranked``: the running movable jobs, lowest priority first; ``by_node``: the same
+        order per node position, with the GPUs each holds there; ``held``: each one's (whole
+        GPUs only, GPUs per node). A job holding a share of a GPU is never a victim."""
         s = job.spec
         need = float(round(s.gpus))
         ok = cluster.model_mask(s.constraints) & (cluster.gpu_mem_gb >= s.gpu_mem_gb - EPS)
@@ -218,18 +252,16 @@ class Tiresias(BasePolicy):
             fits = ok & (cluster.gpu_count >= need)
             if (free[fits] >= need).any():
                 return None  # room already (the pass could not use it: host memory or CPUs)
-            on_node: dict[int, list[tuple[SimJob, int]]] = {}  # node -> victims there, in order
-            for v in cands:
-                whole, by_node = held[v.idx]
-                if whole:
-                    for n, gpus in by_node.items():
-                        if gpus:
-                            on_node.setdefault(n, []).append((v, gpus))
             best: tuple[float, int, list[SimJob]] | None = None
             for n in np.flatnonzero(fits).tolist():
+                there = by_node.get(n)
+                if not there:
+                    continue  # nothing to free here: free[n] < need already
                 got = free[n]
                 chosen: list[SimJob] = []
-                for v, gpus in on_node.get(n, ()):
+                for v, gpus in there:
+                    if not eligible(v):
+                        continue
                     chosen.append(v)
                     got += gpus
                     if got >= need:
@@ -245,9 +277,11 @@ class Tiresias(BasePolicy):
         if got >= need:
             return None
         chosen = []
-        for v in cands:
-            whole, by_node = held[v.idx]
-            gpus = sum(g for n, g in by_node.items() if ok[n])
+        for v in ranked:
+            if not eligible(v):
+                continue
+            whole, on = held[v.idx]
+            gpus = sum(g for n, g in on.items() if ok[n])
             if gpus and whole:
                 chosen.append(v)
                 got += gpus
