@@ -105,3 +105,15 @@ def test_the_runner_flag_reaches_results_json(tmp_path) -> None:
     rec = json.loads((out / "results.json").read_text())["estimate_noise"]
     assert rec["sigma"] == 0.5 and rec["seed"] == 2 and "median one" in rec["kind"]
     assert main([*argv, "--estimate-noise", "-1"]) == 2
+
+
+def test_mosaic_sim_takes_the_flag(tmp_path) -> None:
+    import json
+
+    from libs.client.cli import main as cli_main
+
+    out = tmp_path / "cli"
+    argv = ["sim", "--trace", "synthetic:30", "--cluster", "demo", "--policies", "fifo"]
+    assert cli_main([*argv, "--estimate-noise", "1.0", "--out", str(out)]) == 0
+    assert json.loads((out / "results.json").read_text())["estimate_noise"]["sigma"] == 1.0
+    assert cli_main([*argv, "--estimate-noise", "-1", "--out", str(out)]) == 2
