@@ -342,6 +342,15 @@ def sim(
     policy_file: Annotated[
         Path | None, typer.Option("--policy-file", help="Mosaic's policy.json (calibrate)")
     ] = None,
+    estimate_noise: Annotated[
+        float,
+        typer.Option(
+            "--estimate-noise",
+            metavar="SIGMA",
+            help="multiply each job's runtime estimate (what the policies see) by a lognormal "
+            "factor of median 1 and this log-sigma, seeded by --seed; true runtimes unchanged",
+        ),
+    ] = 0.0,
 ) -> None:
     """Replay a trace through the simulator under several policies and compare them."""
     if fill is not None:  # the runner's own command line runs the fill experiment
@@ -393,6 +402,7 @@ def sim(
                 overrides=overrides or (),
                 hot=_hot_scenario(hot_nodes, hot_share, hot_heat),
                 base_cfg=_policy(policy_file),
+                estimate_noise=estimate_noise,
             )
         except (ValueError, FileNotFoundError) as exc:
             raise UsageProblem(str(exc)) from None

@@ -66,14 +66,18 @@ def runtime_matrix(trace_jobs: Sequence[Any], models: list[str], profiles: Any) 
     """R[j, m]: runtime of job j on models[m] (trace figure first, profile otherwise).
 
     Profile runtimes are ``est_runtime_s / speed(model, class)`` for every job at once; only jobs
-    whose trace measured per-model runtimes are looked at one by one.
+    whose trace measured per-model runtimes are looked at one by one. The truth: a noisy
+    estimate's factor (``TraceJob.est_factor``) is divided out.
     """
     n = len(trace_jobs)
     out = np.empty((n, len(models)))
     classes = sorted({tj.spec.workload_class for tj in trace_jobs})
     cls_pos = {c: i for i, c in enumerate(classes)}
     if n:
-        est = np.array([tj.spec.est_runtime_s for tj in trace_jobs], dtype=float)
+        est = np.array(
+            [tj.spec.est_runtime_s / getattr(tj, "est_factor", 1.0) for tj in trace_jobs],
+            dtype=float,
+        )
         cls = np.array([cls_pos[tj.spec.workload_class] for tj in trace_jobs], dtype=np.int64)
         for m, model in enumerate(models):
             speeds = np.array([float(profiles.speed(model, c)) for c in classes])
@@ -121,6 +125,7 @@ class Engine:
                 submit_s=float(tj.submit_s),
                 runtime_s=rt[i],
                 fastest_runtime_s=float(rt[i].min()),
+                est_factor=float(getattr(tj, "est_factor", 1.0)),
             )
             for i, tj in enumerate(trace_jobs)
         ]

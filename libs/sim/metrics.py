@@ -64,8 +64,11 @@ def compute(r: SimResult, tariff_usd_per_kwh: float = DEFAULT_TARIFF_USD_PER_KWH
     busy = r.busy_alloc_gpu_s / (r.capacity_gpus * r.busy_s) if r.busy_s > 0 else float("nan")
     return {
         # completed work in GPU-hours on the reference GPU (trace.REFERENCE_MODEL: the runtime
-        # est_runtime_s states), the same for a job wherever it ran: energy per unit of work
-        "work_ref_gpu_hours": float(sum(j.gpus * j.spec.est_runtime_s for j in done) / 3600.0),
+        # est_runtime_s states, less any noise the policy was told), the same for a job wherever
+        # it ran: energy per unit of work
+        "work_ref_gpu_hours": float(
+            sum(j.gpus * j.spec.est_runtime_s / j.est_factor for j in done) / 3600.0
+        ),
         "utilization": busy,
         "utilization_busy_window_s": r.busy_s,
         "work_utilization": float((gpus * fastest).sum() / cap_s),

@@ -23,6 +23,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
+import msgspec
 import numpy as np
 
 from libs.policy import inventory
@@ -36,6 +37,7 @@ from libs.sim.engine import Engine, runtime_matrix
 from libs.sim.failures import FailureModel
 from libs.sim.fill_cli import add_fill_args
 from libs.sim.load import LOAD_BASES, LOAD_DEFINITIONS, effective_capacity, scaled_deadline
+from libs.sim.loaders.noise import add_noise_args, check_sigma, noise_report, noisy_estimates
 from libs.sim.power_saving import MODES as POWER_MODES
 from libs.sim.power_saving import RULES as POWER_RULES
 from libs.sim.power_saving import apply_mode, check_mode
@@ -146,6 +148,7 @@ def run_simulation(
     window_s: tuple[float | None, float | None] | None = None,
     interference: bool = True,
     trace_transform: Callable[[Any], Any] | None = None,
+    estimate_noise: float = 0.0,
 ) -> dict:
     """Replay ``trace`` on ``cluster`` under each policy; the ``results.json`` dict.
 
@@ -163,6 +166,8 @@ def run_simulation(
     mosaic run again without its guard for ``thermal``. ``base_cfg``: Mosaic's config before
     ``overrides`` (a ``--policy-file``, a calibration trial). ``window_s``: replay only the
     jobs submitted in ``[start, end)`` (``Trace.slice``, re-based to 0; after ``max_jobs``).
+    ``estimate_noise``: sigma of the lognormal factor (median one) each job's ``est_runtime_s``
+    is multiplied by, seeded by ``seed`` (``libs.sim.loaders.noise``); the true runtimes stay.
     """
     from libs.sim.loaders import load_trace
     from libs.sim.overrides import apply_overrides
@@ -175,6 +180,7 @@ def run_simulation(
 
     names = parse_policies(policies)
     check_mode(power_saving)
+    check_sigma(estimate_noise)
     if load is not None and not (math.isfinite(load) and load > 0):
         raise ValueError(f"load must be a positive number, got {load}")
     if load_basis not in LOAD_BASES:
@@ -210,14 +216,13 @@ def run_simulation(
     if load is not None and span > 0:
         scale = load / natural
         jobs = [
-            type(j)(
-                spec=scaled_deadline(j.spec, j.submit_s, scale),
-                submit_s=j.submit_s / scale,
-                runtime_by_model=j.runtime_by_model,
-                source=j.source,
+            msgspec.structs.replace(
+                j, spec=scaled_deadline(j.spec, j.submit_s, scale), submit_s=j.submit_s / scale
             )
             for j in jobs
         ]
+    # after the truth (runtimes, load) is fixed: only what the policies are told changes
+    jobs = noisy_estimates(jobs, estimate_noise, seed)
     results: dict[str, Any] = {
         "trace": trace,
         "cluster": cluster,
@@ -244,6 +249,7 @@ def run_simulation(
         "overrides": overrides_set,
         "power_saving": {"mode": power_saving, "rule": POWER_RULES[power_saving]},
         "base_policy": None if base_cfg is None else _policy_diff(base_cfg),
+        "estimate_noise": noise_report(jobs, estimate_noise, seed),
         "assumptions": list(tr.assumptions),
         "bounds": {},
         "policies": {},
@@ -387,6 +393,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     add_hot_args(ap)
     add_profile_args(ap)
+    add_noise_args(ap)
     ap.add_argument("--policy-file", type=Path, default=None, help="policy.json (calibrate)")
     ap.add_argument(
         "--no-interference",
@@ -439,6 +446,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 policy_kwargs=profile_kwargs(args),
                 base_cfg=base,
                 interference=not args.no_interference,
+                estimate_noise=args.estimate_noise,
             )
     except (ValueError, FileNotFoundError) as exc:
         console.print(f"[red]error:[/red] {exc}")

@@ -30,12 +30,15 @@ class TraceJob(msgspec.Struct, frozen=True, kw_only=True):
 
     ``runtime_by_model`` maps canonical GPU models to the job's runtime in seconds on that model;
     ``None`` means the trace gives only ``spec.est_runtime_s`` (on ``REFERENCE_MODEL``).
+    ``est_factor``: ``spec.est_runtime_s`` is the true runtime x this (``libs.sim.loaders.noise``:
+    what the policy is told); the engine divides it out, 1 = the estimate is the truth.
     """
 
     spec: JobSpec
     submit_s: float
     runtime_by_model: dict[str, float] | None = None
     source: str = ""
+    est_factor: float = 1.0
 
 
 class Trace(msgspec.Struct, frozen=True, kw_only=True):

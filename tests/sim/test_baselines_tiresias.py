@@ -147,6 +147,6 @@ def test_a_job_promoted_long_ago_does_not_hide_the_next_demotion() -> None:
     a.state, a.start_s, a.attained_gpu_s, a.run_s = "running", 4_800.0, 3_200.0, 1_600.0
     b.enqueue_s, b.run_s, b.attained_gpu_s = 1_000.0, 1_000.0, 2_000.0
     p.enqueued(b, 1_000.0)
+    p.service_base_gpu_s[a.idx] = 3_200.0  # promoted while it waited, before this attempt
     p.started(a, 4_800.0)
-    p.service_base_gpu_s[a.idx] = 3_200.0
     assert p.next_move_s(5_000.0) == pytest.approx(6_400.0, abs=0.01)

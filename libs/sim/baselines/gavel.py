@@ -163,26 +163,19 @@ class Gavel(BasePolicy):
                 m = self.model_pos[j.model]
                 plan[j.idx] = m
                 free[m] -= j.spec.gpus
-        pairs = []
-        for j in jobs:
-            if j.idx in plan or (j.state == RUNNING and checkpointing(j)):
+        cand = [
+            j for j in jobs if j.idx not in plan and not (j.state == RUNNING and checkpointing(j))
+        ]
+        narrowest = min((j.spec.gpus for j in cand), default=0.0)
+        for r, m in self._ranked_pairs(cand, x, now):
+            if free.max() < narrowest - EPS:
+                break  # no type has room for any job left: no later pair is taken
+            j = cand[r]
+            if j.idx in plan or free[m] < j.spec.gpus - EPS:
                 continue
-            xi = x[j.idx]
-            in_system = max(now - j.submit_s, EPS)
-            for m in range(len(free)):
-                if not self.feasible(j)[m]:
-                    continue
-                got = self.served_on(j, m, now) / in_system
-                prio = np.inf if got <= 0 else xi[m] / got
-                speed = 1.0 / float(j.runtime_s[m])
-                pairs.append((xi[m] <= EPS, -prio, -xi[m], -speed, j.submit_s, j.idx, m))
-        pairs.sort()
-        for *_, i, m in pairs:
-            if i in plan or free[m] < self.known[i].spec.gpus - EPS:
-                continue
-            plan[i] = m
-            free[m] -= self.known[i].spec.gpus
-            order.append(i)
+            plan[j.idx] = m
+            free[m] -= j.spec.gpus
+            order.append(j.idx)
         self.plan, self.plan_order = plan, order
         if self.preemptive:
             for j in jobs:
@@ -191,6 +184,41 @@ class Gavel(BasePolicy):
                     if want != self.model_pos[j.model]:
                         why = "not scheduled" if want is None else "moved to another type"
                         self.orders.append((j, "preempt", f"gavel round: {why}", 0))
+
+    def _ranked_pairs(
+        self, cand: list[SimJob], x: dict[int, np.ndarray], now: float
+    ) -> list[tuple[int, int]]:
+        """(row in ``cand``, type) of every feasible pair in Gavel's priority order: X over
+        the share of the job's time in the system spent on the type (never served first),
+        then larger X, faster, earlier, lower idx, lower type; pairs with X = 0 after every
+        positive one. One sort of arrays per round (a Python sort of tuples was most of a
+        round on a queue of thousands); the keys are the same floats, the order the same."""
+        if not cand:
+            return []
+        xs = np.array([x[j.idx] for j in cand])
+        served = np.array([self.served_s[j.idx] for j in cand])
+        for r, j in enumerate(cand):  # the running attempt counts on its own type
+            if j.state == RUNNING and not checkpointing(j):
+                served[r, self.model_pos[j.model]] += now - j.start_s
+        in_system = np.array([max(now - j.submit_s, EPS) for j in cand])
+        got = served / in_system[:, None]
+        prio = np.full(xs.shape, np.inf)
+        np.divide(xs, got, out=prio, where=got > 0)
+        speed = 1.0 / np.array([j.runtime_s for j in cand], dtype=float)
+        rows, types = np.nonzero(np.array([self.feasible(j) for j in cand]))
+        submit = np.array([j.submit_s for j in cand])[rows]
+        idx = np.array([j.idx for j in cand])[rows]
+        keys = (
+            types,
+            idx,
+            submit,
+            -speed[rows, types],
+            -xs[rows, types],
+            -prio[rows, types],
+            xs[rows, types] <= EPS,
+        )
+        order = np.lexsort(keys)  # the last key is the first criterion
+        return list(zip(rows[order].tolist(), types[order].tolist(), strict=True))
 
     def served_on(self, job: SimJob, m: int, now: float) -> float:
         """Seconds ``job`` has run on type ``m``, its running attempt included."""

@@ -40,11 +40,12 @@ Where it differs, and why:
 from __future__ import annotations
 
 import math
-from collections.abc import Collection
+from collections.abc import Callable, Collection
 
 import numpy as np
 
 from libs.sim.baselines.base import BasePolicy, checkpointing, first_fit_scan, movable
+from libs.sim.baselines.tiresias_queues import TiresiasQueues
 from libs.sim.cluster import EPS, SimCluster
 from libs.sim.moves import SimMove
 from libs.sim.state import PENDING, Assignment, SimContext, SimJob
@@ -82,8 +83,14 @@ class Tiresias(BasePolicy):
         super().attach(ctx)
         self.running: dict[int, SimJob] = {}
         self.pending: dict[int, SimJob] = {}
-        self.pending_ran: dict[int, SimJob] = {}  # waiting jobs that ran before (may starve)
         self.service_base_gpu_s: dict[int, float] = {}  # service at its last promotion
+        self.queues = TiresiasQueues(self.boundaries, self.starve_factor)  # kept per event
+        nodes = ctx.cluster.nodes if ctx.cluster is not None else ()
+        self._node_pos = {n.id: i for i, n in enumerate(nodes)}
+        # running job idx -> (whole GPUs only, GPUs held per node position): fixed per attempt
+        self._held: dict[int, tuple[bool, dict[int, int]]] = {}
+        self._movable: dict[int, SimJob] = {}  # running jobs the engine lets us preempt
+        self._ordered: set[int] = set()  # jobs we ordered to checkpoint (the only ones that can)
 
     # ----- the definition: a job's service and queue ----------------------------------------
     def service_gpu_s(self, job: SimJob, now: float) -> float:
@@ -107,63 +114,94 @@ class Tiresias(BasePolicy):
     # ----- engine hooks ---------------------------------------------------------------------
     def enqueued(self, job: SimJob, now: float) -> None:
         self.pending[job.idx] = job
-        if job.run_s > 0:
-            self.pending_ran[job.idx] = job
+        self.queues.add(job, job.attained_gpu_s - self.service_base_gpu_s.get(job.idx, 0.0))
 
     def started(self, job: SimJob, now: float) -> None:
         self.pending.pop(job.idx, None)
-        self.pending_ran.pop(job.idx, None)
+        self.queues.remove(job)
         self.running[job.idx] = job
+        held: dict[int, int] = {}
+        for a in job.allocs:
+            n = self._node_pos[a.node]
+            held[n] = held.get(n, 0) + len(a.gpu_indices)
+        self._held[job.idx] = (all(a.gpu_share >= 1.0 - EPS for a in job.allocs), held)
+        if movable(job):
+            self._movable[job.idx] = job
+        self.queues.started(job, self.service_gpu_s(job, now), now)
 
     def ended(self, job: SimJob, now: float) -> None:
         self.running.pop(job.idx, None)
+        self._held.pop(job.idx, None)
+        self._movable.pop(job.idx, None)
+        self._ordered.discard(job.idx)
+
+    def _promote(self, now: float) -> None:
+        """STARVELIMIT: the waiting jobs due at ``now`` restart their service count (what
+        ``queue_of`` does for each waiting job it is asked about; ``queues`` moved them)."""
+        for job in self.queues.promote_due(now):
+            self.service_base_gpu_s[job.idx] = job.attained_gpu_s
 
     def schedule(
         self, queue: Collection[SimJob], view: SimCluster, running: Collection[SimJob], now: float
     ) -> list[Assignment]:
-        ordered = sorted(queue, key=lambda j: self.key(j, now))
-        return first_fit_scan(ordered, view, check_memory=True, blocking=False)
+        self._promote(now)  # then the kept order is sorted(queue, key=self.key)
+        return first_fit_scan(self.queues.in_order(), view, check_memory=True, blocking=False)
 
     def next_move_s(self, now: float) -> float | None:
         """The next instant the queues change without an event while jobs wait: a running
         job's service crossing a boundary (it is demoted) or a waiting job reaching
-        STARVELIMIT (it is promoted)."""
+        STARVELIMIT (it is promoted). Both come from heaps kept per event
+        (``tiresias_queues``), not from a scan of every job."""
         if not self.pending:
             return None
-        soon = math.inf
-        for j in self.running.values():
-            if checkpointing(j) or j.spec.gpus <= 0:
-                continue
+
+        def exact(idx: int, token: int, b: float) -> float | None:
+            j = self.running.get(idx)
+            if j is None or j.token != token or checkpointing(j):
+                return None
             served = self.service_gpu_s(j, now)
-            for b in self.boundaries:
-                if b > served + EPS:
-                    soon = min(soon, now + (b - served) / j.spec.gpus)
-                    break
-        for j in self.pending_ran.values():
-            promote_s = j.enqueue_s + self.starve_factor * j.run_s
-            if promote_s > now:  # one promoted already changes nothing more
-                soon = min(soon, promote_s)
+            return now + (b - served) / j.spec.gpus if b > served + EPS else None
+
+        soon = min(self.queues.next_demotion_s(exact), self.queues.next_promotion_s(now))
         return soon + LOOK_AFTER_S if soon < math.inf else None
 
     # ----- preemption -----------------------------------------------------------------------
     def move_step(self, now: float) -> list[SimMove]:
         """Checkpoint orders: lower-queue running jobs that make room for waiting jobs of a
         higher-priority queue (the waiting jobs in queue order, each planned once)."""
-        if not self.pending or any(checkpointing(j) for j in self.running.values()):
-            return []
-        victims = [j for j in self.running.values() if movable(j)]
+        if not self.pending or any(checkpointing(self.running[i]) for i in self._ordered):
+            return []  # only a job we ordered can be checkpointing (libs.sim.moves)
+        victims = list(self._movable.values())
         if not victims:
             return []
+        self._promote(now)
+        head = next(self.queues.in_order(), None)
+        top = len(self.boundaries)  # the lowest-priority queue
+        if head is None or self.queues.queue_of[head.idx] >= top:
+            return []  # no running job is in a lower queue than the first waiting one
+        lowest = 0
+        for j in victims:  # the lowest queue any victim is in, stopping at the lowest there is
+            lowest = max(lowest, self.queue_of(j, now))
+            if lowest >= top:
+                break
+        if self.queues.queue_of[head.idx] >= lowest:
+            return []  # the first waiting job would stop the scan below at once
         vq = {j.idx: self.queue_of(j, now) for j in victims}
-        lowest = max(vq.values())
-        waiting = sorted(self.pending.values(), key=lambda j: self.key(j, now))
         cluster: SimCluster = self.ctx.cluster  # type: ignore[assignment]
         free = cluster.free_whole().astype(float)
+        ranked = sorted(victims, key=lambda j: (-vq[j.idx], -j.submit_s, -j.idx))
+        by_node: dict[int, list[tuple[SimJob, int]]] = {}  # node -> victims there, ranked
+        for v in ranked:
+            whole, on = self._held[v.idx]
+            if whole:
+                for n, gpus in on.items():
+                    if gpus:
+                        by_node.setdefault(n, []).append((v, gpus))
         taken: set[int] = set()
         failed: set[tuple] = set()
         orders: list[SimMove] = []
-        for job in waiting:
-            q = self.queue_of(job, now)
+        for job in self.queues.in_order():
+            q = self.queues.queue_of[job.idx]
             if q >= lowest:
                 break  # every later waiting job is in this queue or a lower one
             if job.spec.gpus < 1.0:
@@ -171,26 +209,40 @@ class Tiresias(BasePolicy):
             shape = (job.spec.gpus, job.spec.gpu_mem_gb, job.spec.constraints, q)
             if shape in failed:
                 continue
-            cands = sorted(
-                (j for j in victims if vq[j.idx] > q and j.idx not in taken),
-                key=lambda j: (-vq[j.idx], -j.submit_s, -j.idx),
+            plan = self._plan(
+                job,
+                lambda v, q=q: vq[v.idx] > q and v.idx not in taken,
+                ranked,
+                by_node,
+                free,
+                cluster,
+                self._held,
             )
-            plan = self._plan(job, cands, free, cluster)
             if plan is None:
                 failed.add(shape)
                 continue
             for v in plan:
                 taken.add(v.idx)
+                self._ordered.add(v.idx)
                 reason = f"tiresias: queue {vq[v.idx]} yields to {job.spec.id} (queue {q})"
                 orders.append((v, "preempt", reason, 0))
         return orders
 
     @staticmethod
     def _plan(
-        job: SimJob, cands: list[SimJob], free: np.ndarray, cluster: SimCluster
+        job: SimJob,
+        eligible: Callable[[SimJob], bool],
+        ranked: list[SimJob],
+        by_node: dict[int, list[tuple[SimJob, int]]],
+        free: np.ndarray,
+        cluster: SimCluster,
+        held: dict[int, tuple[bool, dict[int, int]]],
     ) -> list[SimJob] | None:
-        """The victims (a prefix of ``cands`` per node, lowest priority first) that free room
-        for ``job``, charged to ``free``; None when it cannot start or needs no one."""
+        """The victims (a prefix of the eligible ones per node, lowest priority first) that
+        free room for ``job``, charged to ``free``; None when it cannot start or needs no one.
+        ``ranked``: the running movable jobs, lowest priority first; ``by_node``: the same
+        order per node position, with the GPUs each holds there; ``held``: each one's (whole
+        GPUs only, GPUs per node). A job holding a share of a GPU is never a victim."""
         s = job.spec
         need = float(round(s.gpus))
         ok = cluster.model_mask(s.constraints) & (cluster.gpu_mem_gb >= s.gpu_mem_gb - EPS)
@@ -202,16 +254,18 @@ class Tiresias(BasePolicy):
                 return None  # room already (the pass could not use it: host memory or CPUs)
             best: tuple[float, int, list[SimJob]] | None = None
             for n in np.flatnonzero(fits).tolist():
-                node_id = cluster.nodes[n].id
+                there = by_node.get(n)
+                if not there:
+                    continue  # nothing to free here: free[n] < need already
                 got = free[n]
                 chosen: list[SimJob] = []
-                for v in cands:
-                    held = sum(len(a.gpu_indices) for a in v.allocs if a.node == node_id)
-                    if held and all(a.gpu_share >= 1.0 - EPS for a in v.allocs):
-                        chosen.append(v)
-                        got += held
-                        if got >= need:
-                            break
+                for v, gpus in there:
+                    if not eligible(v):
+                        continue
+                    chosen.append(v)
+                    got += gpus
+                    if got >= need:
+                        break
                 if got >= need and (best is None or got - free[n] < best[0]):
                     best = (got - free[n], n, chosen)
             if best is None:
@@ -222,13 +276,15 @@ class Tiresias(BasePolicy):
         got = float(free[ok].sum())  # a gang wider than a node: GPUs anywhere it may run
         if got >= need:
             return None
-        ok_ids = {cluster.nodes[n].id for n in np.flatnonzero(ok).tolist()}
         chosen = []
-        for v in cands:
-            held = sum(len(a.gpu_indices) for a in v.allocs if a.node in ok_ids)
-            if held and all(a.gpu_share >= 1.0 - EPS for a in v.allocs):
+        for v in ranked:
+            if not eligible(v):
+                continue
+            whole, on = held[v.idx]
+            gpus = sum(g for n, g in on.items() if ok[n])
+            if gpus and whole:
                 chosen.append(v)
-                got += held
+                got += gpus
                 if got >= need:
                     break
         if got < need:
