@@ -86,6 +86,8 @@ def test_mosaic_up_demo_flows_jobs_and_stops_cleanly_on_ctrl_c(tmp_path: Path) -
     assert not _port_open(nats_port) and not _port_open(port)
 
 
+# soak-length: make test-all; `mosaic up` and its clean stop stay covered by the ctrl-c test above
+@pytest.mark.slow
 def test_mosaic_up_stops_by_itself_after_duration(tmp_path: Path) -> None:
     """--nodes 3 (the seed mix, scaled) and --duration: exit 0 with a summary, nothing left."""
     require_services()

@@ -226,6 +226,9 @@ async def test_the_services_with_read_models_save_and_load_their_snapshots(
         await nc.close()
 
 
+# make test-all; every e2e stack of make test runs under per-service NATS users (start_stack
+# auth=True)
+@pytest.mark.slow
 def test_the_stack_schedules_a_job_with_every_service_under_its_own_user(tmp_path: Path) -> None:
     """``start_stack`` as ``mosaic up`` runs it: auth on, each service its own credentials."""
     from libs.client.supervisor import start_stack

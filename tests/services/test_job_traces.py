@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 
 import msgspec
+import pytest
 
 from libs.bus import Bus
 from proto.decisions import Decision
@@ -42,6 +43,9 @@ async def _state(http, base: str, job: str) -> str | None:
     return view.state if view is not None else None
 
 
+# make test-all; one trace per job across every process stays covered by
+# tests/e2e/test_job_traces_stack.py
+@pytest.mark.slow
 async def test_a_job_is_one_trace_from_submission_to_completion(nats_url, bus, http, monkeypatch):
     monkeypatch.setenv("MOSAIC_WAIT_SPAN_EVERY_S", "60")
     await put_nodes(bus, [NODE])

@@ -12,6 +12,7 @@ import sys
 import time
 
 import msgspec
+import pytest
 
 from libs.bus import Bus
 from libs.clock import Clock
@@ -246,6 +247,9 @@ def _start_placer_process(url: str) -> subprocess.Popen[bytes]:
     )
 
 
+# make test-all; a SIGKILLed placer stays covered by
+# tests/e2e/test_stack.py::test_placer_killed_and_restarted_loses_nothing
+@pytest.mark.slow
 async def test_sigkilled_placer_restarts_without_losing_or_repeating(nats_url):
     nodes = small_cluster()
     bus = await connect(nats_url)

@@ -8,6 +8,8 @@ from __future__ import annotations
 import asyncio
 from pathlib import Path
 
+import pytest
+
 from libs.bus import Bus
 from libs.bus.server import free_port, start_nats_server
 from libs.clock import Clock
@@ -31,6 +33,9 @@ from tests.services._scorer_util import (
 from tests.services.test_placer import FAST, _placer, small_cluster
 
 
+# soak-length: make test-all; losing NATS under a running placer stays covered by
+# tests/e2e/test_nats_members.py and the chaos run
+@pytest.mark.slow
 async def test_placer_leads_again_after_nats_restarts(tmp_path: Path):
     port, store = free_port(), tmp_path / "nats"
     server = start_nats_server(store, port=port)

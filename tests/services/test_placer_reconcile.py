@@ -13,6 +13,7 @@ import contextlib
 import uuid
 
 import msgspec
+import pytest
 
 from libs.bus import Bus
 from libs.policy.inventory import NodeGroup, expand
@@ -154,6 +155,9 @@ async def test_a_job_its_node_no_longer_runs_is_requeued_and_a_finished_one_neve
     await bus.close()
 
 
+# soak-length: make test-all; a node that goes silent and its requeued jobs stay covered by
+# tests/e2e/test_reconcile_stack.py
+@pytest.mark.slow
 async def test_a_silent_node_is_down_its_jobs_move_and_it_comes_back(nats_url):
     nodes = two_nodes()
     bus = await connect(nats_url)
