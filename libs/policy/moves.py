@@ -19,7 +19,7 @@ from libs.policy.cluster import EPS, ClusterView
 from libs.policy.config import PolicyConfig
 from libs.policy.decisions import MoveOrder
 from libs.policy.stages import preempt as P
-from libs.policy.stages.shrink import shrink_floor
+from libs.policy.stages.shrink import size_error
 from libs.policy.types import PendingJob, RunningJob
 
 
@@ -39,17 +39,6 @@ def soon_free(view: ClusterView, running: RunningSet, now: float, bound_s: float
             if r.gpu_share >= 1.0 - EPS:
                 soon[i] += len(r.gpu_indices)
     return soon
-
-
-def shrink_error(job: RunningJob, shrink_to: int) -> str:
-    """Why ``job`` may not shrink to ``shrink_to`` GPUs ("" when it may)."""
-    floor = shrink_floor(job.spec)
-    if floor is None or job.gpu_share < 1.0 - EPS:
-        return "cannot shrink: not an elastic whole-GPU job above its minimum"
-    if not floor <= shrink_to < len(job.gpu_indices):
-        held = len(job.gpu_indices)
-        return f"shrink_to: {shrink_to} is not in [{floor}, {held - 1}] (min_gpus .. held - 1)"
-    return ""
 
 
 def _ends_bound(cfg: PolicyConfig) -> float:
@@ -135,8 +124,8 @@ class MoveBook:
             return "already being moved"
         job = self.jobs[job_id]
         if shrink_to:
-            return P.protection(job, self.facts.get(job_id), now, cfg.preempt) or shrink_error(
-                job, shrink_to
+            return P.protection(job, self.facts.get(job_id), now, cfg.preempt) or size_error(
+                job.spec, shrink_to
             )
         soon = soon_free(view, running, now, _ends_bound(cfg))
         return P.may_move(job, self.facts, view, soon, now, cfg)

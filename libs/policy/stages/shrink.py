@@ -45,18 +45,28 @@ def shrink_target(spec: JobSpec, free_needed: float) -> int | None:
     return k if k >= floor else None
 
 
+def size_error(spec: JobSpec, shrink_to: int) -> str:
+    """Why ``spec`` may not shrink to ``shrink_to`` GPUs ("" when it may): the one check
+    behind a scheduler's verdict on an intent, ``resized`` and the read models' fold."""
+    floor = shrink_floor(spec)
+    if floor is None:
+        return "cannot shrink: not an elastic whole-GPU job above its minimum"
+    held = round(spec.gpus)
+    if not floor <= shrink_to < held:
+        return f"shrink_to: {shrink_to} is not in [{floor}, {held - 1}] (min_gpus .. held - 1)"
+    return ""
+
+
 def resized(spec: JobSpec, shrink_to: int) -> JobSpec:
     """``spec`` as it runs after a shrink to ``shrink_to`` GPUs (module docstring). Refuses a
     size the job may not take (a bug in the caller, never an input to forgive)."""
-    floor = shrink_floor(spec)
-    held = round(spec.gpus)
-    if floor is None or not floor <= shrink_to < held:
-        raise ValueError(
-            f"{spec.id}: cannot shrink from {spec.gpus:g} to {shrink_to} GPUs "
-            f"(elastic minimum {spec.elastic.min_gpus if spec.elastic else 'none'})"
-        )
+    why = size_error(spec, shrink_to)
+    if why:
+        raise ValueError(f"{spec.id}: {why}")
     return msgspec.structs.replace(
-        spec, gpus=float(shrink_to), est_runtime_s=spec.est_runtime_s * held / shrink_to
+        spec,
+        gpus=float(shrink_to),
+        est_runtime_s=resized_runtime_s(spec.est_runtime_s, spec.gpus, shrink_to),
     )
 
 
@@ -65,10 +75,9 @@ def fold_resize(spec: JobSpec, resize_gpus: int) -> JobSpec:
     model folds it: idempotent (a replayed event of a shrink already applied, or of an earlier,
     larger one, changes nothing: sizes only go down) and never raising (an event naming a size
     the job may not take is ignored, the job keeps its size)."""
-    if not resize_gpus or spec.gpus < 1.0 or resize_gpus >= round(spec.gpus):
+    if not resize_gpus or size_error(spec, resize_gpus):
         return spec
-    floor = shrink_floor(spec)
-    return spec if floor is None or resize_gpus < floor else resized(spec, resize_gpus)
+    return resized(spec, resize_gpus)
 
 
 def resized_runtime_s(runtime_s: float, gpus: float, shrink_to: int) -> float:
