@@ -58,6 +58,9 @@ class JobSpec(msgspec.Struct, frozen=True, kw_only=True):
     # the target (libs.policy.stages.share; issue 16). Milliseconds; None = no target / unknown.
     latency_p99_ms: float | None = None
     solo_latency_p99_ms: float | None = None
+    # the inference service (proto.inference) this job is a replica of; "" = a job of its own.
+    # Replicas are added and stopped by the scaler (libs.policy.stages.scale), never by hand.
+    service: str = ""
     command: str | None = None
     # local mode, checkpoint-preemption (docs/runtime-contract.md "Job side"): the signal the
     # job's processes get to save and exit, and the wall seconds they have before SIGTERM

@@ -178,3 +178,13 @@ KV_MAX_BYTES: dict[str, int] = {
 def kv_max_bytes(bucket: str) -> int:
     """The default size limit of KV ``bucket``."""
     return KV_MAX_BYTES.get(bucket, KV_DEFAULT_MAX_BYTES)
+
+
+# inference services (issue 16): their definitions and the load they report
+KV_SERVICES = "services"  # service id -> proto.inference.InferenceService (owner: gateway)
+LOAD_PREFIX = "load"  # load.<service>: proto.inference.LoadReport (core NATS, like telemetry)
+LOAD_ALL = "load.*"
+
+
+def load(service: str) -> str:
+    return f"{LOAD_PREFIX}.{service}"

@@ -28,6 +28,7 @@ from proto.gpus import CATALOG, canonical_model, known_names, matches
 from proto.jobs import JobSpec
 
 _ID = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
+SERVICE_ID = re.compile(r"^[A-Za-z0-9_]{1,48}$")  # an inference service (proto.inference)
 
 # --- bounds ---------------------------------------------------------------------------------
 MAX_GPUS_PER_JOB = 64
@@ -161,6 +162,12 @@ def _strings(spec: JobSpec, errs: list[FieldError]) -> None:
     elif any(not c or len(c) > MAX_CONSTRAINT_CHARS for c in spec.constraints):
         errs.append(
             FieldError("constraints", f"each must be 1-{MAX_CONSTRAINT_CHARS} characters long")
+        )
+    if spec.service and (not SERVICE_ID.fullmatch(spec.service) or spec.kind != "inference"):
+        errs.append(
+            FieldError(
+                "service", "a replica's service: 1-48 letters, digits or '_', kind inference"
+            )
         )
     if len(spec.framework) > 32 or (spec.framework and not _ID.fullmatch(spec.framework)):
         errs.append(FieldError("framework", "at most 32 letters, digits, '-' or '_' (or empty)"))

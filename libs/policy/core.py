@@ -37,6 +37,7 @@ from libs.policy.cadence import BackfillCadence
 from libs.policy.cluster import EPS, RESOURCES, ClusterView
 from libs.policy.config import PolicyConfig
 from libs.policy.core_moves import MovesMixin
+from libs.policy.core_scale import ScaleMixin
 from libs.policy.daynight import DayNight
 from libs.policy.decisions import Decisions, MoveOrder, Place
 from libs.policy.fast.protected import ProtectedWaits
@@ -47,6 +48,7 @@ from libs.policy.priority import regime
 from libs.policy.profiles import ProfileTable
 from libs.policy.queue import PendingQueue
 from libs.policy.reasons import WaitReasons
+from libs.policy.scaling import Autoscaler
 from libs.policy.scores import is_green
 from libs.policy.stages.heat import HeatMemory
 from libs.policy.types import CycleResult, PendingJob, RunningJob
@@ -87,7 +89,7 @@ def tenant_usage(allocations: Iterable[Allocation]) -> dict[str, np.ndarray]:
     return usage
 
 
-class Scheduler(MovesMixin):
+class Scheduler(MovesMixin, ScaleMixin):
     """One cluster's scheduling state and decisions (see the module docstring)."""
 
     def __init__(
@@ -133,6 +135,7 @@ class Scheduler(MovesMixin):
         # force at their ``now``; self.cfg stays the configured one (moves, green, heat)
         self.daynight = DayNight(cfg)
         self.period = ""  # the period of the last pass ("" with the calendar off)
+        self.scaler = Autoscaler()  # inference services and their replicas (core_scale)
 
     def use_profiles(self, profiles: ProfileTable) -> None:
         """The newest profile table (the profiler's learning): later passes rank, place and
@@ -154,12 +157,14 @@ class Scheduler(MovesMixin):
         key = (job.spec.gpus, job.spec.gpu_mem_gb)
         self._asks[key] = self._asks.get(key, 0) + 1
         self.why.queued(job.spec.id)
+        self.scaler.queued(job.spec)
         # scores.is_green per queued job (fixed per spec), a column that moves with its row
         self._green_col()[self.queue.position(job.spec.id), 0] = is_green(job.spec, self.cfg)
 
     def cancel_job(self, job_id: str, now: float) -> None:
         """The job left: cancelled or failed while pending, or ended while running."""
         if job_id in self.queue:
+            self.scaler.gone(job_id)
             self._dequeue(job_id)
         elif job_id in self._held:
             self.end_job(job_id, now)
@@ -193,6 +198,7 @@ class Scheduler(MovesMixin):
                 self.view.index[a.node], gpus, spec.priority >= HIGH_PRIORITY, a.time
             )
         vec = usage_of(alloc)
+        self.scaler.started(spec)
         self._held[job_id] = (alloc, vec, spec.tenant)
         cur = self.usage.get(spec.tenant)
         self.usage[spec.tenant] = vec.copy() if cur is None else cur + vec
@@ -210,6 +216,7 @@ class Scheduler(MovesMixin):
         """The attempt stopped (completed, failed, preempted, killed): free what it held; the
         move that stopped it, if one did (the driver requeues it with ``moved_job``)."""
         alloc, vec, tenant = self._held.pop(job_id)
+        self.scaler.gone(job_id)
         self._applied.pop((alloc.job_id, alloc.node, alloc.gpu_indices), None)
         self.view.release(alloc)
         for a in node_allocations(alloc):
@@ -428,6 +435,7 @@ class Scheduler(MovesMixin):
         self.wakeups.after_pass(now, self.next_move_s(now))
         step = self.power_step(now)
         self.wakeups.after_power(now, step.next_s)
+        self.wakeups.after_scale(now, self.scale_next_s())
         ids = self.view.node_ids
         return Decisions(
             places=places,

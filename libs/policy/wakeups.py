@@ -11,7 +11,8 @@ engine for the same events. The engine's rule, mirrored here:
   an instant once kept fires even if a later pass no longer needs it);
 * after each power step, its next check time is kept the same way; when the earliest pending
   check has passed, the next one is taken whatever it is;
-* a backfill instant wakes a pass; a power-check instant only runs the power stage.
+* a backfill instant wakes a pass; a power-check instant only runs the power stage; a scale
+  instant (a service's quiet window ends) only the driver's ``scale_step``.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ from __future__ import annotations
 import heapq
 import math
 
-PASS, POWER = "pass", "power"
+PASS, POWER, SCALE = "pass", "power", "scale"
 
 
 class Wakeups:
@@ -29,6 +30,7 @@ class Wakeups:
         self._heap: list[tuple[float, str]] = []
         self._next_pass = math.inf
         self._next_power = math.inf
+        self._next_scale = math.inf
 
     def due(self, now: float) -> bool:
         """Take every instant at or before ``now``; True when one of them wakes a pass."""
@@ -52,6 +54,15 @@ class Wakeups:
         if nxt is not None and nxt > now and nxt < self._next_power - 1e-9:
             self._next_power = nxt
             heapq.heappush(self._heap, (nxt, POWER))
+
+    def after_scale(self, now: float, nxt: float | None) -> None:
+        """A service's quiet window ends at ``nxt`` (``core_scale``): an instant for the
+        driver's ``scale_step``; it wakes no pass by itself (what it adds is an arrival)."""
+        if self._next_scale <= now:
+            self._next_scale = math.inf
+        if nxt is not None and now < nxt < self._next_scale - 1e-9:
+            self._next_scale = nxt
+            heapq.heappush(self._heap, (nxt, SCALE))
 
     def next_s(self) -> float | None:
         """The earliest pending instant, or None."""
