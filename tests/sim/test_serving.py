@@ -103,3 +103,20 @@ def test_a_replay_scales_up_for_a_burst_and_back_and_keeps_training_apart(
     assert 0.0 < s["latency_minutes_met_share"] <= 1.0
     assert s["inference_gpu_s"] > 0
     assert s["gpu_utilization"] > s["training_gpu_utilization"] > 0
+
+
+def test_the_pool_is_sized_at_the_densest_packing_that_keeps_the_target(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    from libs.policy.config import PolicyConfig
+    from libs.sim import bench_inference as BI
+
+    replica = parse_scenario(BI.scenario(1.0, 1))[0].service.replica
+    # 90 ms alone, 100 ms target: bound 1.11; inference beside inference slows by 1.05 each
+    assert BI.per_gpu(replica, PolicyConfig.default()) == 3
+    whole = msgspec.structs.replace(replica, gpus=1.0)
+    assert BI.per_gpu(whole, PolicyConfig.default()) == 1
+    page = tmp_path / "b.md"
+    page.write_text("# B\n\n## Other\n\nkeep\n")
+    BI.write_section("## Inference services beside training (issue 16)\n\nv1\n", page)
+    BI.write_section("## Inference services beside training (issue 16)\n\nv2\n", page)
+    text = page.read_text()
+    assert "v2" in text and "v1" not in text and "keep" in text
