@@ -418,6 +418,10 @@ def sim(
 
     if (line := summary_line(results)) is not None:
         out.print(line, highlight=False)
+    from libs.sim.serving import summary_lines
+
+    for line in summary_lines(results):  # inference services (--services)
+        out.print(line, highlight=False)
     out.print(f"results in {out_dir}", highlight=False)
 
 

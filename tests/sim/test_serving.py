@@ -13,7 +13,7 @@ import pytest
 
 from libs.sim.runner import run_simulation
 from libs.sim.services import diurnal, parse_scenario
-from libs.sim.serving import LATE_SHARE, SimServices, _Minutes
+from libs.sim.serving import LATE_SHARE, SimServices, _Minutes, summary_lines
 from libs.sim.sharing import SimSharing
 from libs.sim.state import RUNNING, SimJob
 from tests.sim.helpers import FlatProfiles
@@ -103,6 +103,8 @@ def test_a_replay_scales_up_for_a_burst_and_back_and_keeps_training_apart(
     assert 0.0 < s["latency_minutes_met_share"] <= 1.0
     assert s["inference_gpu_s"] > 0
     assert s["gpu_utilization"] > s["training_gpu_utilization"] > 0
+    (line,) = summary_lines(r)
+    assert line.startswith(f"{policy}: latency minutes met") and f"+{s['replicas_added']}" in line
 
 
 def test_the_pool_is_sized_at_the_densest_packing_that_keeps_the_target(tmp_path) -> None:  # type: ignore[no-untyped-def]
