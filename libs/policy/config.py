@@ -82,6 +82,9 @@ class PreemptConfig:
     # bound. Off: expected ends are estimates (measured on the first 8k Philly jobs, counting
     # them let the p99 resume delay reach 7 h); a victim must have room elsewhere now
     resume_counts_ends: bool = False
+    # the burst rule (stages.burst): a service's replica the pass could not place gets room at
+    # once, by shrinking or stopping training jobs that may move (no wait, no trade-off)
+    burst_enabled: bool = True
 
     def __post_init__(self) -> None:
         for name in ("resume_bound_s", "min_interval_s", "min_run_s", "min_wait_s"):
@@ -263,6 +266,11 @@ class PolicyConfig:
     # above what the replica does alone). share_interference=false shares blind (the
     # simulator still slows co-located jobs by the model: the comparison of the issue).
     share_interference: bool = True
+    # a service's waiting replica ranks ahead of training (stages.burst.service_boost): this is
+    # added to its score, above any fresh job's (at most 1) and any move's resume credit
+    # (aging 0.025/h x 7 days = 4.2); a latency target is missed while it waits behind a
+    # reservation, since a replica never ends, so it can never backfill below one
+    service_rank_boost: float = 10.0
     share_max_slowdown: float = 1.25
     share_latency_unknown_max_slowdown: float = 1.1
 

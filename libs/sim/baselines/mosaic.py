@@ -44,7 +44,8 @@ class Mosaic(BasePolicy):
     ):
         self.cfg = cfg or PolicyConfig.default()
         self.feed = ProfileFeed(profile_error, profile_learning, profile_seed)
-        if not self.cfg.preempt.enabled:  # the rule off: the engine asks nothing per instant
+        pc = self.cfg.preempt
+        if not (pc.enabled or pc.burst_enabled):  # no rule on: the engine asks nothing per instant
             self.move_step = None  # type: ignore[assignment]
             self.next_move_s = None  # type: ignore[assignment]
 
@@ -71,6 +72,10 @@ class Mosaic(BasePolicy):
         if job.preempted_at_s >= 0:  # moved: it waits with a resume deadline
             pj = self.core.moved_job(pj, job.preempted_at_s)
         self.core.queue_job(pj)
+
+    def cancelled(self, job: SimJob, now: float) -> None:
+        """A waiting job left the queue (a replica the scaler stopped, ``libs.sim.serving``)."""
+        self.core.cancel_job(job.spec.id, now)
 
     def started(self, job: SimJob, now: float) -> None:
         # one node, or a gang's parts (the engine holds one allocation per node)
