@@ -32,7 +32,7 @@ it may take frees enough.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -42,9 +42,9 @@ from libs.policy.cluster import EPS, ClusterView
 from libs.policy.config import PolicyConfig, PreemptConfig
 from libs.policy.filters import static_mask
 from libs.policy.stages import share as SH
-from libs.policy.stages.filter import frac_slot_ok, is_fractional, whole_gpus
+from libs.policy.stages.filter import is_fractional, whole_gpus
 from libs.policy.stages.gang import is_part
-from libs.policy.stages.heat import heat_averse
+from libs.policy.stages.resume import gpus_held, resume_rooms, static_ok, whole_free_within
 from libs.policy.stages.shrink import shrink_floor
 from libs.policy.types import PendingJob, Placement, RunningJob
 from proto.jobs import JobSpec
@@ -86,10 +86,6 @@ class PriorityPlan:
     rooms: tuple[tuple[str, str], ...] = ()  # (victim, node it resumes on)
 
 
-def gpus_held(job: RunningJob) -> float:
-    return job.gpu_share * len(job.gpu_indices)
-
-
 def protection(job: RunningJob, facts: MoveFacts | None, now: float, pc: PreemptConfig) -> str:
     """Why ``job`` may not be moved now ("" when it may). Resume feasibility is separate
     (``resume_feasible``): it needs the cluster."""
@@ -118,12 +114,6 @@ def lost_gpu_s(job: RunningJob, facts: MoveFacts | None, now: float, pc: Preempt
     ran_s = max(0.0, now - facts.started_at) if facts is not None else 0.0
     at_risk_s = pc.at_risk_share * min(ran_s, pc.lost_work_cap_s)
     return gpus_held(job) * (2.0 * pc.checkpoint_cost_s + at_risk_s)
-
-
-def _static_ok(spec: JobSpec, view: ClusterView) -> np.ndarray:
-    """Nodes whose shape could ever hold ``spec`` (``filters.static_mask``: the filter stage's
-    static rules, memoised per request shape), as a copy the caller may change."""
-    return static_mask(spec, view).copy()
 
 
 def fits_after_release(
@@ -160,70 +150,6 @@ def shrink_to_fit(
         if fits_after_release(spec, view, i, [*chosen, (victim, keep)]):
             return keep
     return 0
-
-
-def whole_free_within(
-    view: ClusterView, running: Iterable[RunningJob], now: float, bound_s: float
-) -> np.ndarray:
-    """float[N]: whole GPUs each node has free now, plus those held by running jobs expected
-    to end within ``bound_s`` (``RunningJob.expected_end``; a negative bound: none, free now
-    only, ``PreemptConfig.resume_counts_ends``): the room a moved job could resume in before
-    its deadline. Host memory and CPUs are not counted (GPUs are what runs out)."""
-    soon = view.whole_free.astype(float)
-    if bound_s < 0:
-        return soon
-    horizon = now + bound_s
-    for r in running:
-        if r.expected_end <= horizon and r.gpu_share >= 1.0 - EPS:
-            soon[r.node_index] += len(r.gpu_indices)
-    return soon
-
-
-def resume_rooms(
-    victims: Sequence[RunningJob],
-    view: ClusterView,
-    soon_free: np.ndarray,
-    cfg: PolicyConfig,
-    *,
-    exclude: int | None = None,
-    avoid: np.ndarray | None = None,
-) -> dict[str, int] | None:
-    """Where each of ``victims`` starts again (job id -> node index), so that all of them can
-    resume within the bound if moved now; None when one cannot. Never the node a victim leaves
-    nor ``exclude`` (the node being cleared), nor the nodes ``avoid`` marks (bool[N]). Each
-    victim, widest first, takes its room from
-    ``soon_free`` (``whole_free_within``), best fit, so two victims never count the same GPUs;
-    a fractional one needs a GPU slot with its share free now, or a whole GPU. The scheduler
-    holds these rooms for the victims while they save (``core.Scheduler``'s room holds)."""
-    soon = soon_free.copy()
-    avail = ~view.cordoned & ~(view.temp_c >= cfg.thermal_max_c)
-    if exclude is not None:
-        avail[exclude] = False
-    if avoid is not None:
-        avail &= ~avoid
-    rooms: dict[str, int] = {}
-    for v in sorted(victims, key=lambda r: (-gpus_held(r), r.spec.id)):
-        spec = v.spec
-        ok = avail & _static_ok(spec, view)
-        ok[v.node_index] = False
-        if is_fractional(spec):
-            slot = np.flatnonzero(ok & frac_slot_ok(spec, view).any(axis=1))
-            if len(slot):
-                rooms[spec.id] = int(slot[0])
-                continue
-            need = 1.0
-        else:
-            need = float(whole_gpus(spec))
-        hit = np.flatnonzero(ok & (soon >= need - EPS))
-        if not len(hit):
-            return None
-        if view.heat_risky[hit].any() and heat_averse(spec, cfg):  # stages.heat: cool first
-            cool = hit[~view.heat_risky[hit]]
-            hit = cool if len(cool) else hit
-        i = int(hit[np.argmin(soon[hit])])  # best fit: keep big holes for big jobs
-        soon[i] -= need
-        rooms[spec.id] = i
-    return rooms
 
 
 def may_move(
@@ -320,7 +246,7 @@ def priority_plan(
         if spec.priority < pc.protect_priority or waited_s < pc.min_wait_s or top < 0:
             continue
         need = spec.gpus if is_fractional(spec) else float(whole_gpus(spec))
-        ok = _static_ok(spec, view) & ~view.cordoned & ~(view.temp_c >= cfg.thermal_max_c)
+        ok = static_ok(spec, view) & ~view.cordoned & ~(view.temp_c >= cfg.thermal_max_c)
         ok &= free_gpus + movable_gpus[: top + 1].sum(axis=0) >= need - EPS
         budget = pc.lost_per_wait * waited_s * max(spec.gpus, 0.01)
         options: list[tuple[float, int, list[Release]]] = []

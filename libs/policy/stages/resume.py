@@ -1,0 +1,97 @@
+"""Resume: where a moved job can start again within its bound (the definitions).
+
+A move is safe only when every job it stops can resume somewhere else before its resume
+deadline (``PreemptConfig.resume_bound_s``): free now, or on a node where running work is
+expected to end within the bound. ``whole_free_within`` is that room per node, and
+``resume_rooms`` hands each victim its own share of it (so two victims never count the same
+GPUs). Every rule that moves jobs reads these: priority protection (``stages.preempt``),
+burst capacity (``stages.burst``), the defragmenter and the thermal guard's migrations.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+
+import numpy as np
+
+from libs.policy.cluster import EPS, ClusterView
+from libs.policy.config import PolicyConfig
+from libs.policy.filters import static_mask
+from libs.policy.stages.filter import frac_slot_ok, is_fractional, whole_gpus
+from libs.policy.stages.heat import heat_averse
+from libs.policy.types import RunningJob
+from proto.jobs import JobSpec
+
+
+def gpus_held(job: RunningJob) -> float:
+    return job.gpu_share * len(job.gpu_indices)
+
+
+def static_ok(spec: JobSpec, view: ClusterView) -> np.ndarray:
+    """Nodes whose shape could ever hold ``spec`` (``filters.static_mask``: the filter stage's
+    static rules, memoised per request shape), as a copy the caller may change."""
+    return static_mask(spec, view).copy()
+
+
+def whole_free_within(
+    view: ClusterView, running: Iterable[RunningJob], now: float, bound_s: float
+) -> np.ndarray:
+    """float[N]: whole GPUs each node has free now, plus those held by running jobs expected
+    to end within ``bound_s`` (``RunningJob.expected_end``; a negative bound: none, free now
+    only, ``PreemptConfig.resume_counts_ends``): the room a moved job could resume in before
+    its deadline. Host memory and CPUs are not counted (GPUs are what runs out)."""
+    soon = view.whole_free.astype(float)
+    if bound_s < 0:
+        return soon
+    horizon = now + bound_s
+    for r in running:
+        if r.expected_end <= horizon and r.gpu_share >= 1.0 - EPS:
+            soon[r.node_index] += len(r.gpu_indices)
+    return soon
+
+
+def resume_rooms(
+    victims: Sequence[RunningJob],
+    view: ClusterView,
+    soon_free: np.ndarray,
+    cfg: PolicyConfig,
+    *,
+    exclude: int | None = None,
+    avoid: np.ndarray | None = None,
+) -> dict[str, int] | None:
+    """Where each of ``victims`` starts again (job id -> node index), so that all of them can
+    resume within the bound if moved now; None when one cannot. Never the node a victim leaves
+    nor ``exclude`` (the node being cleared), nor the nodes ``avoid`` marks (bool[N]). Each
+    victim, widest first, takes its room from
+    ``soon_free`` (``whole_free_within``), best fit, so two victims never count the same GPUs;
+    a fractional one needs a GPU slot with its share free now, or a whole GPU. The scheduler
+    holds these rooms for the victims while they save (``core.Scheduler``'s room holds)."""
+    soon = soon_free.copy()
+    avail = ~view.cordoned & ~(view.temp_c >= cfg.thermal_max_c)
+    if exclude is not None:
+        avail[exclude] = False
+    if avoid is not None:
+        avail &= ~avoid
+    rooms: dict[str, int] = {}
+    for v in sorted(victims, key=lambda r: (-gpus_held(r), r.spec.id)):
+        spec = v.spec
+        ok = avail & static_ok(spec, view)
+        ok[v.node_index] = False
+        if is_fractional(spec):
+            slot = np.flatnonzero(ok & frac_slot_ok(spec, view).any(axis=1))
+            if len(slot):
+                rooms[spec.id] = int(slot[0])
+                continue
+            need = 1.0
+        else:
+            need = float(whole_gpus(spec))
+        hit = np.flatnonzero(ok & (soon >= need - EPS))
+        if not len(hit):
+            return None
+        if view.heat_risky[hit].any() and heat_averse(spec, cfg):  # stages.heat: cool first
+            cool = hit[~view.heat_risky[hit]]
+            hit = cool if len(cool) else hit
+        i = int(hit[np.argmin(soon[hit])])  # best fit: keep big holes for big jobs
+        soon[i] -= need
+        rooms[spec.id] = i
+    return rooms
