@@ -12,88 +12,16 @@ from __future__ import annotations
 
 import bisect
 from collections.abc import Iterator, Mapping, Sequence
-from dataclasses import dataclass
-from types import MappingProxyType
 
 import numpy as np
 
 from libs.policy.filters import shape_key
+from libs.policy.queue_arrays import COLUMNS, QueueArrays, row_of
 from libs.policy.scores import SizeMix
 from libs.policy.types import PendingJob
-from proto.jobs import WORKLOAD_CLASSES
 
-CLASS_INDEX = MappingProxyType({c: i for i, c in enumerate(WORKLOAD_CLASSES)})
 _NO_ROWS = np.zeros(0, dtype=np.int64)
 _NO_ROWS.setflags(write=False)
-# the queue's table, one float column each (``PendingQueue.table``); fast.score_table_rows
-# reads it in this order
-COLUMNS = ("prio", "es", "enq", "est", "prog", "deadline", "gpus", "cls", "tenant", "inference")
-
-
-@dataclass(slots=True)
-class QueueArrays:
-    """Columns of a queue, row i = job i. ``deadline`` is NaN when absent; ``tenant`` indexes
-    ``tenants``."""
-
-    prio: np.ndarray
-    es: np.ndarray
-    enq: np.ndarray
-    est: np.ndarray
-    prog: np.ndarray
-    deadline: np.ndarray
-    gpus: np.ndarray
-    cls: np.ndarray
-    tenant: np.ndarray
-    # 1.0 for an inference job (the day/night boost, libs.policy.daynight), 2.0 for a service's
-    # replica (its rank boost too, libs.policy.stages.burst.service_boost)
-    inference: np.ndarray
-    tenants: list[str]
-
-    @classmethod
-    def from_jobs(cls, jobs: Sequence[PendingJob]) -> QueueArrays:
-        if isinstance(jobs, PendingQueue):
-            return jobs.arrays()
-        tenants: dict[str, int] = {}
-        rows = [_row(j, tenants) for j in jobs]
-        a = np.array(rows, dtype=float).reshape(len(rows), len(COLUMNS))
-        return cls.of_table(a, list(tenants))
-
-    @classmethod
-    def of_table(cls, table: np.ndarray, tenants: list[str]) -> QueueArrays:
-        """The columns of a table float[row, column] in ``COLUMNS`` order (views of it; the
-        class and tenant columns as integers)."""
-        return cls(
-            *(table[:, k] for k in range(7)),
-            table[:, 7].astype(np.int64),
-            table[:, 8].astype(np.int64),
-            table[:, 9],
-            tenants,
-        )
-
-
-def take(q: QueueArrays, rows: np.ndarray) -> QueueArrays:
-    """The rows ``rows`` of ``q`` (same tenant list, so tenant indices keep their meaning)."""
-    return QueueArrays(
-        *(getattr(q, c)[rows] for c in COLUMNS),
-        q.tenants,
-    )
-
-
-def _row(j: PendingJob, tenants: dict[str, int]) -> tuple:
-    s = j.spec
-    t = tenants.setdefault(s.tenant, len(tenants))
-    return (
-        s.priority,
-        s.energy_sensitivity,
-        j.enqueued_at,
-        s.est_runtime_s,
-        j.progress,
-        np.nan if j.urgency_deadline is None else j.urgency_deadline,
-        s.gpus,
-        CLASS_INDEX.get(s.workload_class, CLASS_INDEX["other"]),
-        t,
-        2.0 if s.service else 1.0 if s.kind == "inference" else 0.0,  # 2: a replica
-    )
 
 
 class PendingQueue(Sequence[PendingJob]):
@@ -184,7 +112,7 @@ class PendingQueue(Sequence[PendingJob]):
             self._count(self._jobs[i], -1)
             self._book_discard(i)
             self._jobs[i] = job
-        self._data[i] = _row(job, self._tenants)
+        self._data[i] = row_of(job, self._tenants)
         if len(self._tenants) > len(self._tenant_names):  # a new tenant: its index is the next
             self._tenant_names.append(job.spec.tenant)
         key = shape_key(job.spec)

@@ -10,7 +10,8 @@ from libs.policy.cluster import ClusterView
 from libs.policy.config import PolicyConfig
 from libs.policy.fast.shapes import per_shape, present_models
 from libs.policy.placement import PlaceContext
-from libs.policy.queue import COLUMNS, PendingQueue, QueueArrays, take
+from libs.policy.queue import PendingQueue
+from libs.policy.queue_arrays import COLUMNS, QueueArrays, take
 from libs.policy.stages.guard import guard_args
 from proto.jobs import HIGH_PRIORITY
 
