@@ -48,6 +48,9 @@ class Committer:
     node_power: NodePower
     log: Any
     active: bool  # the Placer's property
+    reconciler: Any  # services.placer.reconcile.Reconciler
+    _publish_placed: Any  # services.placer.announce
+    _publish_run: Any
 
     async def _commit_all(self, sched: Scheduler, decisions: Decisions, before, now: float) -> int:
         """Commit the tick's placements in order; give back any that cannot be committed."""
@@ -166,3 +169,23 @@ class Committer:
             )
         self._unannounced.discard(job)
         return True
+
+    async def _free_ended(self) -> None:
+        """Delete the allocations of jobs that ended or whose attempt was preempted."""
+        for job, alloc in list(self.ledger.items()):
+            if self.tracker.holds_nothing(job, alloc.attempt):
+                await self.ledger_kv.delete(job)
+                del self.ledger[job]
+                self.feed.touch(job)
+                self.log.info("freed", job=job, node=alloc.node, attempt=alloc.attempt)
+
+    async def _announce_unannounced(self) -> None:
+        """Resend Placed and run for commits whose messages failed (same ids: no duplicates)."""
+        for job in list(self._unannounced):
+            alloc = self.ledger.get(job)
+            if alloc is not None and not self.tracker.holds_nothing(job, alloc.attempt):
+                await self._publish_placed(alloc)
+                down = alloc.node in self.reconciler.down
+                if not down and not self.tracker.started_seen(job, alloc.attempt):
+                    await self._publish_run(alloc)
+            self._unannounced.discard(job)
