@@ -111,6 +111,7 @@ EXCLUDED: dict[str, str] = {
     "warm_high_headroom": _SWITCH,
     "preempt.enabled": _SWITCH,
     "preempt.resume_counts_ends": _SWITCH,
+    "preempt.burst_enabled": _SWITCH,
     "defrag.enabled": _SWITCH,
     "thermal.enabled": _SWITCH,
     "size_mix": _TABLE,

@@ -140,6 +140,9 @@ class PreemptConfig:
     # bound. Off: expected ends are estimates (measured on the first 8k Philly jobs, counting
     # them let the p99 resume delay reach 7 h); a victim must have room elsewhere now
     resume_counts_ends: bool = False
+    # the burst rule (stages.burst): a service's replica the pass could not place gets room at
+    # once, by shrinking or stopping training jobs that may move (no wait, no trade-off)
+    burst_enabled: bool = True
 
     def __post_init__(self) -> None:
         for name in ("resume_bound_s", "min_interval_s", "min_run_s", "min_wait_s"):

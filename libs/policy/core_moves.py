@@ -4,8 +4,8 @@ Why apart from ``core``: moving a job (``stages.preempt``) is its own idea with 
 (``moves.MoveBook``) and its own events and decisions; ``core.Scheduler`` inherits these and
 keeps the rest. What lives here:
 
-* ``preempt_step`` and ``next_move_s``: the priority-protection rule's decisions and the
-  instant a full cluster must look again;
+* ``preempt_step`` (``burst_step``, ``priority_step``) and ``next_move_s``: the burst rule's
+  and the priority-protection rule's decisions, and the instant a full cluster must look again;
 * ``check_move`` and ``order_move``: the verdict on an intent and its record;
 * ``moved_job``: a moved job as it waits again (first in line, with its resume deadline);
 * rooms: a move holds the node it clears for the job it is for, and the node each moved job
@@ -89,6 +89,35 @@ class MovesMixin:
             self.set_cordoned(room[0], ROOM_HOLD + job_id, False)
 
     def preempt_step(self: Scheduler, now: float) -> list[MoveOrder]:
+        """The moves decided now: the burst rule's first (``burst_step``: a latency target is
+        at stake), then the priority-protection rule's (``priority_step``), which sees the
+        burst's victims as being moved already."""
+        burst = self.burst_step(now)
+        return burst + self.priority_step(now)
+
+    def burst_step(self: Scheduler, now: float) -> list[MoveOrder]:
+        """The burst rule's moves (``stages.burst.burst_plan``), at every instant: for each
+        replica of a service that waits (the pass could not place it), highest priority then
+        oldest first, at most ``BLOCKED_LOOKED_AT``, none that a move already makes room for.
+        Each plan's node is held for its replica at once (``_hold_rooms``), so the next
+        replica's plan looks at other nodes and no two plans count the same GPUs."""
+        if not self.cfg.preempt.burst_enabled or not self.moves.movers:
+            return []
+        waiting = self.scaler.waiting()
+        if not waiting:  # almost every instant: no replica waits
+            return []
+        made = set(self.moves.rooms) | {m.for_job for m in self.moves.moving.values()}
+        blocked = [pj for j in waiting if j not in made and (pj := self.queue.get(j)) is not None]
+        blocked.sort(key=lambda pj: (-pj.spec.priority, pj.enqueued_at, pj.spec.id))
+        out: list[MoveOrder] = []
+        for pj in blocked[:BLOCKED_LOOKED_AT]:
+            moves = self.moves.plan_burst([pj], self.view, self.running, now, self.cfg)
+            if moves:
+                out += moves
+                self._hold_rooms()
+        return out
+
+    def priority_step(self: Scheduler, now: float) -> list[MoveOrder]:
         """The moves of the priority-protection rule (``stages.preempt.priority_plan``), at
         most once per ``PreemptConfig.interval_s``: for the waiting jobs of protected priority
         that have waited long enough, highest priority then longest wait first, none that a

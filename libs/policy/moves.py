@@ -18,6 +18,7 @@ from libs.policy.backfill import RunningSet
 from libs.policy.cluster import EPS, ClusterView
 from libs.policy.config import PolicyConfig
 from libs.policy.decisions import MoveOrder
+from libs.policy.stages import burst as B
 from libs.policy.stages import preempt as P
 from libs.policy.stages.shrink import size_error
 from libs.policy.types import PendingJob, RunningJob
@@ -176,8 +177,26 @@ class MoveBook:
         }
         soon = soon_free(view, running, now, _ends_bound(cfg))
         plan = P.priority_plan(blocked, movers, self.movable_gpus, soon, view, self.facts, now, cfg)
-        if plan is None:
-            return []
+        return [] if plan is None else self._orders(plan, now, cfg)
+
+    def plan_burst(
+        self,
+        blocked: Sequence[PendingJob],
+        view: ClusterView,
+        running: RunningSet,
+        now: float,
+        cfg: PolicyConfig,
+    ) -> list[MoveOrder]:
+        """The burst rule's moves for one blocked replica of ``blocked`` (``stages.burst``)."""
+        movers = {
+            i: [r for jid, r in d.items() if jid not in self.moving] for i, d in self.movers.items()
+        }
+        soon = soon_free(view, running, now, _ends_bound(cfg))
+        plan = B.burst_plan(blocked, movers, soon, view, self.facts, now, cfg)
+        return [] if plan is None else self._orders(plan, now, cfg)
+
+    def _orders(self, plan: P.PriorityPlan, now: float, cfg: PolicyConfig) -> list[MoveOrder]:
+        """A plan's moves, recorded as ordered (``order``)."""
         out = []
         to = dict(plan.rooms)
         for v in plan.victims:

@@ -94,6 +94,17 @@ class Autoscaler:
             self._stopping.discard(job_id)
             self._due.add(sid)
 
+    def waiting(self) -> list[str]:
+        """Replicas asked for and not serving yet, not ordered to stop (the burst rule's
+        candidates, ``stages.burst``), per service in the order added."""
+        stopping = self._stopping
+        return [
+            rid
+            for reps in self.replicas.values()
+            for rid, on in reps.items()
+            if not on and rid not in stopping
+        ]
+
     # ----- decisions -------------------------------------------------------------------------
     def step(self, now: float) -> list[ScaleOrder]:
         """The orders at ``now`` for every service with something new (a report, a replica

@@ -262,7 +262,7 @@ def movable_predicate(
     return lambda job: not may_move(job, facts, view, soon, now, cfg)
 
 
-def _node_victims(
+def node_victims(
     blocked: PendingJob,
     i: int,
     candidates: list[tuple[float, float, RunningJob]],
@@ -331,7 +331,7 @@ def priority_plan(
                 if r.spec.priority <= top and not protection(r, facts.get(r.spec.id), now, pc)
             ]
             cands.sort(key=lambda c: (c[0], c[1], c[2].spec.id))
-            victims = _node_victims(pj, i, cands, view, pc.max_per_pass)
+            victims = node_victims(pj, i, cands, view, pc.max_per_pass)
             if victims is None:
                 continue
             cost = sum(c[1] for c in cands[: len(victims)])  # the victims: a prefix of cands

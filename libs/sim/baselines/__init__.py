@@ -8,7 +8,8 @@ Preemption: every policy that preempts does it through the engine's one mechanis
 (``libs.sim.moves``) and so pays the same checkpoint cost (``PreemptConfig.checkpoint_cost_s``,
 ``--set preempt.checkpoint_cost_s=0`` for Gavel's published zero-cost setting). Each such
 policy has a twin with the suffix ``-np`` that never preempts: ``tiresias-np``, ``gavel-np``,
-``gavel-fifo-np``, ``las-np``, ``mosaic-np`` (Mosaic with ``preempt.enabled=false``). ``fifo``
+``gavel-fifo-np``, ``las-np``, ``mosaic-np`` (Mosaic with ``preempt.enabled=false`` and
+``preempt.burst_enabled=false``). ``fifo``
 and ``drf`` never preempt (their papers' allocators do not).
 """
 
@@ -68,7 +69,9 @@ def make_policy(name: str, **kwargs: Any) -> Policy:
     if preemptive:
         return Mosaic(**kwargs)
     cfg = kwargs.pop("cfg", None) or PolicyConfig.default()
-    cfg = dataclasses.replace(cfg, preempt=dataclasses.replace(cfg.preempt, enabled=False))
+    cfg = dataclasses.replace(
+        cfg, preempt=dataclasses.replace(cfg.preempt, enabled=False, burst_enabled=False)
+    )
     m = Mosaic(cfg, **kwargs)
     m.name = key
     return m

@@ -44,7 +44,8 @@ class Mosaic(BasePolicy):
     ):
         self.cfg = cfg or PolicyConfig.default()
         self.feed = ProfileFeed(profile_error, profile_learning, profile_seed)
-        if not self.cfg.preempt.enabled:  # the rule off: the engine asks nothing per instant
+        pc = self.cfg.preempt
+        if not (pc.enabled or pc.burst_enabled):  # no rule on: the engine asks nothing per instant
             self.move_step = None  # type: ignore[assignment]
             self.next_move_s = None  # type: ignore[assignment]
 
