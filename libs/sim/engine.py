@@ -55,6 +55,7 @@ from proto.nodes import NodeSpec
 
 ARRIVE, FINISH, OOM, RESUBMIT, RESUMED, POWER, TICK, CKPT = 0, 1, 2, 3, 4, 5, 6, 7
 SAMPLE = 8  # a thermal sample instant (libs.sim.thermal)
+LOAD = 9  # a service's load point, curve end or scale check (libs.sim.serving.SimServices.LOAD)
 STANDBY_W_PER_GPU = 0.0  # a powered-down node's GPUs draw nothing (host power not modelled)
 
 
@@ -111,6 +112,7 @@ class Engine:
         checkpoint_cost_s: float = 30.0,
         thermal: Any = None,
         sharing: Any = None,
+        services: Any = None,
     ):
         self.cluster = SimCluster(nodes)
         self.policy = policy
@@ -169,6 +171,7 @@ class Engine:
         policy.attach(SimContext(self.cluster, models, profiles, self.jobs))
         self._thermal = thermal  # libs.sim.thermal.SimThermal: heat, throttling, the guard
         self.sharing = sharing  # libs.sim.sharing.SimSharing: shared GPUs run slower
+        self.services = services  # libs.sim.serving.SimServices: inference replicas, scaled
         if thermal is not None:
             thermal.attach(self, lambda at: self._push(at, SAMPLE, 0))
 
@@ -189,6 +192,8 @@ class Engine:
         self._shapes[key] = n + 1
         self.pending_gpus += job.spec.gpus
         self.policy.enqueued(job, now)
+        if self.services is not None:
+            self.services.queued(job)
 
     def _dequeue(self, job: SimJob) -> None:
         del self.queue[job.idx]
@@ -250,13 +255,16 @@ class Engine:
             )
         job.attempt_full_s = float(slowest)
         Mover.started(job, now)
-        duration, oom = self.failures.attempt_duration_s(float(slowest) * (1 - job.progress), fits)
-        job.oom = oom
         job.state = RUNNING
         job.token += 1
         self.running[job.idx] = job
-        self._push(now + duration, OOM if oom else FINISH, job.idx, job.token)
+        if not job.spec.service:  # a replica serves until the scaler stops it (libs.sim.serving)
+            left_s = float(slowest) * (1 - job.progress)
+            duration, job.oom = self.failures.attempt_duration_s(left_s, fits)
+            self._push(now + duration, OOM if job.oom else FINISH, job.idx, job.token)
         self.policy.started(job, now)
+        if self.services is not None:
+            self.services.started(job, now)
         if self._thermal is not None:
             self._thermal.started(job, now)
         if self.sharing is not None:
@@ -277,6 +285,8 @@ class Engine:
         job.run_s += dur
         del self.running[job.idx]
         self.policy.ended(job, now)
+        if self.services is not None:
+            self.services.ended(job)
         job.allocs = []
 
     def _handle(self, t: float, kind: int, idx: int, token: int) -> bool:
@@ -287,6 +297,8 @@ class Engine:
             return True
         if kind in (POWER, SAMPLE):
             return False
+        if kind == LOAD:
+            return self.services.event(t, idx)  # type: ignore[union-attr]
         if kind == TICK:
             if self._next_tick <= t:
                 self._next_tick = float("inf")
@@ -378,6 +390,8 @@ class Engine:
             self._heap.append((j.submit_s, j.idx, ARRIVE, j.idx, 0))
         self._seq = len(self.jobs)
         heapq.heapify(self._heap)
+        if self.services is not None:  # load points, curve ends (libs.sim.serving)
+            self.services.start(self)
         t0 = self._heap[0][0] if self._heap else 0.0
         if self._thermal is not None:
             self._thermal.start(t0)
@@ -396,7 +410,8 @@ class Engine:
         done_report = 0
         heap = self._heap
         while heap:
-            if heap[0][2] >= RESUMED and self.finished >= len(self.jobs):
+            live = self.services is not None and not self.services.done  # a curve plays on
+            if heap[0][2] >= RESUMED and self.finished >= len(self.jobs) and not live:
                 heapq.heappop(heap)  # every job is done: a power check must not extend the run
                 continue
             t = heap[0][0]
@@ -421,6 +436,8 @@ class Engine:
                 wake |= self._handle(t, kind, idx, token)
             if not real:  # only stale events (a moved job's old finish): not an instant
                 continue
+            if self.services is not None:  # the scaler's orders, before the pass
+                wake |= self.services.step(t)
             if wake and self._placeable():
                 passes += 1
                 # dict views (ordered, sized, iterable): a policy that ignores them pays nothing
@@ -442,6 +459,8 @@ class Engine:
                 if nxt is not None and t < nxt < self._next_tick - 1e-9:
                     self._next_tick = nxt
                     self._push(nxt, TICK, 0)
+            if self.services is not None:
+                self.services.after(t)
             if self._power is not None and self.finished < len(self.jobs):
                 self._power_step(t)
             if not heap and self.queue:

@@ -15,6 +15,7 @@ a policy's figures are the same whether it runs alone or beside others; so is th
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import math
 import sys
@@ -42,6 +43,8 @@ from libs.sim.power_saving import MODES as POWER_MODES
 from libs.sim.power_saving import RULES as POWER_RULES
 from libs.sim.power_saving import apply_mode, check_mode
 from libs.sim.profile_error import add_profile_args, profile_kwargs
+from libs.sim.services import load_scenario
+from libs.sim.serving import SimServices
 from libs.sim.sharing import SimSharing, fractional_report
 from libs.sim.state import SimResult
 from libs.sim.thermal import HotNodes, guard_report, sim_thermal_for, summary_line, without_guard
@@ -149,6 +152,7 @@ def run_simulation(
     interference: bool = True,
     trace_transform: Callable[[Any], Any] | None = None,
     estimate_noise: float = 0.0,
+    services: Path | None = None,
 ) -> dict:
     """Replay ``trace`` on ``cluster`` under each policy; the ``results.json`` dict.
 
@@ -168,6 +172,9 @@ def run_simulation(
     jobs submitted in ``[start, end)`` (``Trace.slice``, re-based to 0; after ``max_jobs``).
     ``estimate_noise``: sigma of the lognormal factor (median one) each job's ``est_runtime_s``
     is multiplied by, seeded by ``seed`` (``libs.sim.loaders.noise``); the true runtimes stay.
+    ``services``: a scenario file of inference services and their load curves
+    (``libs.sim.services``); every policy replays them (``libs.sim.serving``), each policy's
+    ``services`` figures say how they fared, and its other figures count training jobs only.
     """
     from libs.sim.loaders import load_trace
     from libs.sim.overrides import apply_overrides
@@ -195,6 +202,7 @@ def run_simulation(
     if not tr.jobs:
         raise ValueError(f"trace {trace!r} has no jobs")
     nodes = resolve_cluster(cluster, gpus, tr)
+    loads = load_scenario(services) if services is not None else []
     profiles = ProfileTable.default()
     for n in nodes:
         profiles = profiles.estimate_for(n)
@@ -265,6 +273,7 @@ def run_simulation(
         cb = (lambda f, _n=name: progress(_n, f)) if progress is not None else None
         thermal = sim_thermal_for(policy, nodes, hot)
         sharing = SimSharing() if interference else None  # shared GPUs run slower (issue 16)
+        served = SimServices(loads, profiles, sharing) if loads else None
         engine = Engine(
             jobs,
             nodes,
@@ -276,12 +285,19 @@ def run_simulation(
             thermal=thermal,
             checkpoint_cost_s=cfg.preempt.checkpoint_cost_s,  # one cost for every policy
             sharing=sharing,
+            services=served,
         )
         if not bounds_done:
             results["bounds"] = B.compute(engine.jobs, models, capacity, idle_w, profiles)
             bounds_done = True
         run = engine.run()
+        if served is not None:  # the training figures count training jobs only
+            span_s = run.t_end_s - run.t0_s
+            report = served.report(run.jobs, capacity, span_s)
+            run = dataclasses.replace(run, jobs=[j for j in run.jobs if not j.spec.service])
         m = M.compute(run, tariff_usd_per_kwh)
+        if served is not None:
+            m["services"] = report
         m["bound_violations"] = B.check(run, m, results["bounds"])
         m["power_saving"] = getattr(policy, "power_step", None) is not None and (
             getattr(getattr(policy, "cfg", None), "power_saving", True)
@@ -401,6 +417,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         help="co-located fractions run at full speed (libs.sim.sharing off); the policy's own "
         "rule is --set share_interference=false",
     )
+    ap.add_argument(
+        "--services",
+        type=Path,
+        default=None,
+        help="inference services and their load curves (JSON, libs.sim.services)",
+    )
     args = ap.parse_args(argv)
     from rich.console import Console
     from rich.progress import Progress
@@ -447,6 +469,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 base_cfg=base,
                 interference=not args.no_interference,
                 estimate_noise=args.estimate_noise,
+                services=args.services,
             )
     except (ValueError, FileNotFoundError) as exc:
         console.print(f"[red]error:[/red] {exc}")

@@ -98,6 +98,11 @@ class SimSharing:
         run.deferred_s += owed
         return owed
 
+    def factor(self, job_idx: int) -> float:
+        """The slowdown the job's co-tenants cause it now (1: it shares with nobody)."""
+        run = self._runs.get(job_idx)
+        return run.factor if run is not None else 1.0
+
     # ----- accounts --------------------------------------------------------------------------
     def _settle(self, idxs: Iterable[int], now: float) -> None:
         """Book each run's loss since its factor was last set, up to ``now``."""

@@ -73,6 +73,10 @@ class Mosaic(BasePolicy):
             pj = self.core.moved_job(pj, job.preempted_at_s)
         self.core.queue_job(pj)
 
+    def cancelled(self, job: SimJob, now: float) -> None:
+        """A waiting job left the queue (a replica the scaler stopped, ``libs.sim.serving``)."""
+        self.core.cancel_job(job.spec.id, now)
+
     def started(self, job: SimJob, now: float) -> None:
         # one node, or a gang's parts (the engine holds one allocation per node)
         self.core.start_job(job.spec.id, join_parts(job.allocs), job.spec, now)
