@@ -11,12 +11,13 @@ import aiohttp
 import msgspec
 
 from libs.bus import Bus
+from libs.client.cli import main
 from proto import subjects
 from proto.decisions import Decision
 from proto.inference import InferenceService, LoadReport
 from proto.jobs import JobSpec
 from proto.service_views import SCALE_UP, ServicesListing, ServiceView
-from tests.services._gateway_auth import ADMIN
+from tests.services._gateway_auth import ADMIN, ADMIN_TOKEN
 from tests.services._scorer_util import poll, put_nodes
 from tests.services.test_gateway import gateway
 from tests.services.test_placer import small_cluster
@@ -101,3 +102,34 @@ async def test_services_are_defined_scoped_and_shown(nats_url: str, bus: Bus) ->
 async def _gone(kv) -> bool:  # type: ignore[no-untyped-def]
     await asyncio.sleep(0)
     return await kv.get("chat") is None
+
+
+async def test_the_service_commands_drive_the_api(
+    nats_url: str, bus: Bus, tmp_path, capsys, monkeypatch
+) -> None:
+    """``mosaic service apply FILE``, ``mosaic services``, ``mosaic service rm ID``; a bad
+    file is one line naming the field, exit 1."""
+    for var in ("MOSAIC_TOKEN", "MOSAIC_TOKEN_FILE", "MOSAIC_GATEWAY"):
+        monkeypatch.delenv(var, raising=False)
+    monkeypatch.setenv("MOSAIC_DATA_DIR", str(tmp_path / "no-stack"))
+    monkeypatch.setenv("COLUMNS", "200")
+    await put_nodes(bus, small_cluster())
+    good, bad = tmp_path / "chat.json", tmp_path / "bad.json"
+    good.write_bytes(msgspec.json.encode(SVC))
+    bad.write_bytes(msgspec.json.encode({**msgspec.to_builtins(SVC), "max_replicas": -1}))
+
+    async def mosaic(*args: str) -> int:
+        return await asyncio.to_thread(main, ["--token", ADMIN_TOKEN, *args])
+
+    async with gateway(nats_url) as base:
+        assert await mosaic("service", "apply", str(good), "--gateway", base) == 0
+        assert capsys.readouterr().out.strip() == "chat: 1-8 replicas, 100 req/s each"
+        assert await mosaic("services", "--gateway", base) == 0
+        rows = capsys.readouterr().out.splitlines()
+        assert rows[0].split()[:3] == ["SERVICE", "TENANT", "REPLICAS"]
+        assert rows[1].split()[:4] == ["chat", "default", "0/0", "1-8"]
+        assert await mosaic("service", "apply", str(bad), "--gateway", base) == 1
+        assert "max_replicas" in capsys.readouterr().err
+        assert await mosaic("service", "rm", "chat", "--gateway", base) == 0
+        assert capsys.readouterr().out.strip() == "chat: removed"
+        assert await mosaic("service", "rm", "chat", "--gateway", base) == 1
