@@ -95,12 +95,24 @@ class ServicesModel:
             if cur is None or d.time >= cur[1]:
                 self.last[sid] = (d.reason, d.time)
 
-    def view(self, gw: Gateway, svc: InferenceService) -> ServiceView:
-        replicas = tuple(
-            ReplicaView(id=j.id, state=j.state, node=j.node, start_time=j.start_time)
-            for j in gw.jobs.list(tenant=svc.replica.tenant)
-            if j.spec.service == svc.id and j.state not in TERMINAL_STATES
-        )
+    @staticmethod
+    def replicas(gw: Gateway) -> dict[tuple[str, str], list[ReplicaView]]:
+        """(service, tenant) -> its live replicas, in one pass over the jobs read model."""
+        out: dict[tuple[str, str], list[ReplicaView]] = {}
+        for j in gw.jobs.list():
+            if j.spec.service and j.state not in TERMINAL_STATES:
+                view = ReplicaView(id=j.id, state=j.state, node=j.node, start_time=j.start_time)
+                out.setdefault((j.spec.service, j.tenant), []).append(view)
+        return out
+
+    def view(
+        self,
+        gw: Gateway,
+        svc: InferenceService,
+        live: dict[tuple[str, str], list[ReplicaView]] | None = None,
+    ) -> ServiceView:
+        live = self.replicas(gw) if live is None else live
+        replicas = tuple(live.get((svc.id, svc.replica.tenant), ()))
         reason, when = self.last.get(svc.id, ("", None))
         return ServiceView(
             service=svc,
@@ -205,8 +217,9 @@ def _visible(request: web.Request, sid: str) -> InferenceService | None:
 async def list_services(request: web.Request) -> web.Response:
     gw = _gateway(request)
     who = caller(request)
+    live = gw.services.replicas(gw)
     shown = [
-        gw.services.view(gw, svc)
+        gw.services.view(gw, svc, live)
         for _, svc in sorted(gw.services.defs.items())
         if who is not None and who.sees(svc.replica.tenant)
     ]

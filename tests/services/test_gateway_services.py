@@ -65,6 +65,12 @@ async def test_services_are_defined_scoped_and_shown(nats_url: str, bus: Bus) ->
             fields = [e["field"] for e in msgspec.json.decode(raw)["errors"]]
             assert status == code and field in fields, (field, raw)
         assert sorted(await kv.items()) == ["chat"]
+        # a job cannot pass for a replica: only the scaler makes those
+        fake = msgspec.structs.replace(REPLICA, id="fake-1", service="chat", tenant="acme")
+        status, raw = await call("POST", "/v1/jobs", acme, fake)
+        assert status == 400 and "service" in [
+            e["field"] for e in msgspec.json.decode(raw)["errors"]
+        ]
         # another tenant neither sees, overwrites nor removes it
         status, raw = await call("POST", "/v1/tenants", ADMIN, {"name": "globex"})
         globex = {"Authorization": f"Bearer {msgspec.json.decode(raw)['token']}"}
