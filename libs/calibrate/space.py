@@ -112,6 +112,7 @@ EXCLUDED: dict[str, str] = {
     "preempt.enabled": _SWITCH,
     "preempt.resume_counts_ends": _SWITCH,
     "preempt.burst_enabled": _SWITCH,
+    "service_rank_boost": _PROMISE + " (a latency target first in line)",
     "defrag.enabled": _SWITCH,
     "thermal.enabled": _SWITCH,
     "size_mix": _TABLE,

@@ -355,6 +355,11 @@ class PolicyConfig:
     # above what the replica does alone). share_interference=false shares blind (the
     # simulator still slows co-located jobs by the model: the comparison of the issue).
     share_interference: bool = True
+    # a service's waiting replica ranks ahead of training (stages.burst.service_boost): this is
+    # added to its score, above any fresh job's (at most 1) and any move's resume credit
+    # (aging 0.025/h x 7 days = 4.2); a latency target is missed while it waits behind a
+    # reservation, since a replica never ends, so it can never backfill below one
+    service_rank_boost: float = 10.0
     share_max_slowdown: float = 1.25
     share_latency_unknown_max_slowdown: float = 1.1
 

@@ -16,6 +16,7 @@ from libs.policy.config import PolicyConfig
 from libs.policy.daynight import kind_boost
 from libs.policy.profiles import ProfileTable
 from libs.policy.queue import COLUMNS, PendingQueue, QueueArrays
+from libs.policy.stages.burst import service_boost
 from libs.policy.stages.rank import TERMS, order_of, regime, regime_weights, score_settings
 from libs.policy.types import PendingJob, RankResult
 from proto.jobs import WORKLOAD_CLASSES
@@ -235,9 +236,19 @@ def score_arrays(
         best_speed_per_class(profiles, mods),
         score_settings(now, cfg, w),
     )
-    boost = kind_boost(q.inference, cfg)  # the day/night period's shift (daynight)
+    boost = rank_boost(q.inference, cfg)  # the day/night shift, a replica's rank (burst)
     scores = out[5] if boost is None else out[5] + boost
     return scores, dict(zip(TERMS, out[:5], strict=True)), reg
+
+
+def rank_boost(inference: np.ndarray, cfg: PolicyConfig) -> np.ndarray | None:
+    """What is added to the compiled scores: the day/night period's shift
+    (``daynight.kind_boost``) and a service replica's rank (``stages.burst.service_boost``);
+    None when nothing is."""
+    a, b = kind_boost(inference, cfg), service_boost(inference, cfg)
+    if a is None or b is None:
+        return b if a is None else a
+    return a + b
 
 
 def score_queue_rows(
@@ -273,7 +284,7 @@ def score_queue_rows(
         best_speed_per_class(profiles, mods),
         score_settings(now, cfg, w),
     )
-    boost = kind_boost(table[rows, _INFERENCE_COLUMN], cfg)  # the day/night shift (daynight)
+    boost = rank_boost(table[rows, _INFERENCE_COLUMN], cfg)  # day/night, a replica's rank
     return scores if boost is None else scores + boost
 
 

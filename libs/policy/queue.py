@@ -44,7 +44,9 @@ class QueueArrays:
     gpus: np.ndarray
     cls: np.ndarray
     tenant: np.ndarray
-    inference: np.ndarray  # 1.0 for an inference job (the day/night boost, libs.policy.daynight)
+    # 1.0 for an inference job (the day/night boost, libs.policy.daynight), 2.0 for a service's
+    # replica (its rank boost too, libs.policy.stages.burst.service_boost)
+    inference: np.ndarray
     tenants: list[str]
 
     @classmethod
@@ -90,7 +92,7 @@ def _row(j: PendingJob, tenants: dict[str, int]) -> tuple:
         s.gpus,
         CLASS_INDEX.get(s.workload_class, CLASS_INDEX["other"]),
         t,
-        1.0 if s.kind == "inference" else 0.0,
+        2.0 if s.service else 1.0 if s.kind == "inference" else 0.0,  # 2: a replica
     )
 
 

@@ -10,6 +10,8 @@ Scenarios (each printed with the command that reproduces it):
 3. Speed: jobs/s of the mosaic replay of the whole Philly trace (the wall time of run 1).
 4. Gavel-recipe traces at 6 and 10 jobs/h, seeds 1-3, every policy with power saving
    (``libs.sim.bench_gavel``, its own section of the page).
+5. Inference services beside Philly training on the seed cluster against separate pools and
+   blind sharing, two load curves (``libs.sim.bench_inference``, its own section).
 
 Without ``../shared/traces`` the Philly and Gavel scenarios fall back to the synthetic trace
 (and say so): the figures then show the machinery works, not the published targets.
@@ -183,6 +185,13 @@ def main(argv: list[str] | None = None) -> int:
         text = bench_gavel.section(bench_gavel.run(args.out / "gavel-recipe"), args.out)
         if not args.no_doc:
             bench_gavel.write_section(text, DOC)
+    from libs.sim import bench_inference  # issue 16: inference services beside training
+
+    res = bench_inference.run(bench_inference.JOBS, list(bench_inference.SEEDS), args.out / "inf")
+    text = bench_inference.section(res, bench_inference.command())
+    print(text)
+    if not args.no_doc:
+        bench_inference.write_section(text, DOC)
     return 0
 
 

@@ -200,6 +200,9 @@ class SimServices:
             fastest_runtime_s=spec.est_runtime_s,
         )
         e.jobs.append(job)
+        for m in models:  # its class's active power, as the engine counts its trace's
+            extra = float(self.profiles.power_w(m, spec.workload_class)) - e._idle_w[m]
+            e._extra_w.setdefault((spec.workload_class, m), max(0.0, extra))
         self.by_id[spec.id] = job
         self.added += 1
         if asked is not None:

@@ -241,8 +241,15 @@ def test_openb_pods_nodes_and_fractions(traces_dir: Path) -> None:
     assert sum(n.gpu_count for n in trace.nodes) == 6_212
     models = Counter(n.gpu_model for n in trace.nodes)
     assert models["g2"] == 549 and models["t4"] == 404 and models["v100-32gb"] == 30
-    for j in trace.jobs:
-        assert (j.spec.kind == "inference") == (j.spec.priority >= HIGH_PRIORITY)
+    qos = {r["name"]: r["qos"] for r in raw}
+    for j in trace.jobs:  # the QoS classes (libs.sim.loaders.openb.with_qos)
+        q, s = qos[j.spec.id], j.spec
+        assert (s.kind == "inference") == (q == "LS") == (s.latency_p99_ms is not None)
+        assert s.checkpointable == (q in ("Burstable", "BE"))
+        assert (s.elastic is not None) == (q == "BE" and s.gpus >= 2)
+        assert (s.priority >= HIGH_PRIORITY) == (q in ("LS", "Guaranteed"))
+        assert (q == "BE") == (s.priority <= 3)
+    assert Counter(qos[j.spec.id] for j in trace.jobs).keys() >= {"LS", "BE", "Burstable"}
     _assert_sorted_and_valid(trace)
 
 

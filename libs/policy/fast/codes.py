@@ -10,9 +10,11 @@ from libs.policy.cluster import ClusterView
 from libs.policy.config import PolicyConfig
 from libs.policy.fast.shapes import per_shape, present_models
 from libs.policy.placement import PlaceContext
-from libs.policy.queue import PendingQueue, QueueArrays, take
+from libs.policy.queue import COLUMNS, PendingQueue, QueueArrays, take
 from libs.policy.stages.guard import guard_args
 from proto.jobs import HIGH_PRIORITY
+
+_INFERENCE = COLUMNS.index("inference")  # 2.0: a service's replica (queue.py)
 
 
 def held_nodes(codes: np.ndarray, view: ClusterView) -> np.ndarray:
@@ -77,8 +79,13 @@ class SlowCodes:
             present = self.present[self.shape_of[new]]
             if isinstance(self.pending, PendingQueue):
                 waits[new] = hold_waits_of_rows(self.pending, new, present, self.ctx, self.cfg)
+                kind = self.pending.table()[new, _INFERENCE]
             else:
                 waits[new] = hold_waits(take(self.q, new), present, self.ctx, self.cfg)
+                kind = self.q.inference[new]
+            # a service's replica is never held (-inf): it has no runtime to lose on a slower
+            # GPU (it serves until stopped; its rps_per_replica is per reference GPU)
+            waits[new[kind > 1.5]] = -np.inf
             K.codes_from_waits(new, waits, self.enq, self.now, self.cache, self.kept)
 
     def row(self, i: int) -> int:

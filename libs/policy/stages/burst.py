@@ -8,9 +8,14 @@ the same instant's pass places what fits. Capacity is taken in this order:
    stays within its slowdown bound), so a free fraction is used before anyone is moved.
 2. **Shrinking elastic training jobs** (``stages.shrink``): they give back GPUs and resume at
    once on the rest of their node.
+   A fractional replica's plan frees a whole GPU (``whole_probe``): the free fractions left
+   are those the share stage refused.
 3. **Stopping checkpointable training jobs**: they save, wait again first in line, and must be
    able to resume elsewhere within ``PreemptConfig.resume_bound_s`` (``resume_rooms``), the
    promise every move keeps.
+
+A waiting replica ranks ahead of training (``service_boost``, ``service_rank_boost``): it never
+ends, so it could never backfill below a blocked training job's reservation.
 
 The rule (``burst_plan``, ``BURST_RULE``): for each blocked replica (a queued job with
 ``spec.service``) in rank order, the plan frees room on ONE node by moving training jobs that
@@ -34,6 +39,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Mapping, Sequence
 
+import msgspec
 import numpy as np
 
 from libs.policy.cluster import EPS, ClusterView
@@ -48,6 +54,27 @@ BURST_RULE = "burst-capacity"
 
 # (stops some job, highest victim priority, GPU-seconds lost, node index): smaller is better
 PlanKey = tuple[bool, int, float, int]
+
+
+def service_boost(inference: np.ndarray, cfg: PolicyConfig) -> np.ndarray | None:
+    """float per queue row (``inference``: the queue's column, 2.0 for a service's replica):
+    ``service_rank_boost`` for a replica, 0 for any other job; None when no row is a replica.
+    Why: a replica never ends, so it can never backfill below a blocked training job's
+    reservation; ranked first, it takes free capacity before the reservation is made, and a
+    blocked one is the head the burst rule makes room for."""
+    if cfg.service_rank_boost == 0.0 or not (inference > 1.5).any():
+        return None
+    return np.where(inference > 1.5, cfg.service_rank_boost, 0.0)
+
+
+def whole_probe(replica: PendingJob) -> PendingJob:
+    """What a plan must free for ``replica``: a fractional one asks a whole GPU. Had a fraction
+    it may share been free, the pass would have placed it there (the share stage's rule, which
+    a plan's fit test does not ask); a GPU the plan empties holds it beside nobody."""
+    if not is_fractional(replica.spec):
+        return replica
+    spec = msgspec.structs.replace(replica.spec, gpus=1.0)
+    return PendingJob(spec, replica.enqueued_at, replica.attempt, replica.progress)
 
 
 def eligible(
@@ -142,10 +169,11 @@ def burst_plan(
     free_gpus = view.gpu_free.sum(axis=1)
     usable = ~view.cordoned & ~(view.temp_c >= cfg.thermal_max_c)
     room_total = float(soon_free.sum())
-    for pj in blocked:
-        if not pj.spec.service:
+    for blocked_pj in blocked:
+        if not blocked_pj.spec.service:
             continue
-        need = pj.spec.gpus if is_fractional(pj.spec) else float(whole_gpus(pj.spec))
+        pj = whole_probe(blocked_pj)
+        need = float(whole_gpus(pj.spec))
         ok = static_mask(pj.spec, view) & usable
         cands = {
             i: eligible(pj, ms, facts, now, pc) for i, ms in movers.items() if ok[i] and len(ms)
@@ -166,7 +194,7 @@ def burst_plan(
             if rooms is None:
                 continue
             rooms.update({r.spec.id: i for r, keep in victims if keep})
-            return _plan(pj, view.node_ids[i], victims, rooms, view, facts, now, pc)
+            return _plan(blocked_pj, view.node_ids[i], victims, rooms, view, facts, now, pc)
     return None
 
 

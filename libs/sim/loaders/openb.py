@@ -3,12 +3,23 @@
 The one public trace with both a mixed-model inventory and jobs that ask for a fraction of a GPU
 or for specific GPU types, so it comes with its nodes. Two models are undisclosed (G2, G3); they
 are kept under their own names, with an assumed memory, to exercise "any GPU model" handling.
+
+QoS classes (issue 16; ``QOS_CLASSES``, ``with_qos``), Kubernetes' classes as Mosaic's:
+
+* ``LS`` (latency-sensitive) -> an inference job with a latency class: ``latency_p99_ms`` =
+  ``LS_P99_MS`` (the trace has no target: an assumed one), priority 7-9, never preempted (an
+  inference job is protected, ``stages.preempt``), neither checkpointable nor elastic;
+* ``Guaranteed`` -> high-priority training (7-8), not checkpointable: it is never moved;
+* ``Burstable`` -> checkpointable training, priority 4-6: it may be stopped for a burst;
+* ``BE`` (best effort) -> checkpointable training of low priority (0-3), elastic where it asks
+  several whole GPUs (down to half of them): it shrinks first for a burst.
 """
 
 from __future__ import annotations
 
 from pathlib import Path
 
+import msgspec
 import numpy as np
 
 from libs.sim.loaders._csv import column, read_csv
@@ -16,6 +27,7 @@ from libs.sim.loaders.assemble import assemble
 from libs.sim.loaders.fill import MAX_GPUS, Filler, reference_runtime_note
 from libs.sim.trace import Trace
 from proto.gpus import CATALOG
+from proto.jobs import Elastic, JobSpec
 from proto.nodes import NodeSpec
 
 DIR = Path("alibaba-gpu-v2023-openb")
@@ -41,8 +53,15 @@ IDLE_SHARE_OF_TDP = 0.15
 QOS_PRIORITY: dict[str, tuple[int, int]] = {  # inclusive ranges, drawn uniformly
     "LS": (7, 9),
     "Burstable": (4, 6),
-    "Guaranteed": (4, 6),
+    "Guaranteed": (7, 8),
     "BE": (0, 3),
+}
+LS_P99_MS = 100.0  # the LS class's p99 target (assumed: the trace carries none)
+# qos -> (checkpointable, elastic where several whole GPUs), for the training classes
+QOS_CLASSES: dict[str, tuple[bool, bool]] = {
+    "Guaranteed": (False, False),
+    "Burstable": (True, False),
+    "BE": (True, True),
 }
 TENANTS = [f"tenant-{i}" for i in range(8)]
 POD_COLUMNS = (
@@ -171,8 +190,11 @@ def load_openb(traces_dir: Path, *, variant: str = "default", seed: int = 0) -> 
         f"running at trace end are cut at their deletion stamp ({int(deleted.max()):d} s)"
     )
     f.note(
-        "openb: qos LS -> inference (kind and class), priority 7-9; Burstable/Guaranteed -> "
-        "training, 4-6; BE -> training, 0-3 (uniform, seeded); only training jobs get deadlines"
+        "openb: qos LS -> inference (kind and class), priority 7-9, latency class p99 "
+        f"{LS_P99_MS:g} ms (assumed), never preempted; Guaranteed -> training, 7-8, not "
+        "checkpointable; Burstable -> training, 4-6, checkpointable; BE -> training, 0-3, "
+        "checkpointable, elastic (min half) when it asks several whole GPUs (priorities "
+        "uniform, seeded); only training jobs get deadlines"
     )
     f.note("openb: cpus = cpu_milli / 1000, host_mem_gb = memory_mib / 1024 from the pod")
     f.note(f"openb: no tenant in the trace; drawn seeded, Zipf-weighted over {len(TENANTS)}")
@@ -184,7 +206,7 @@ def load_openb(traces_dir: Path, *, variant: str = "default", seed: int = 0) -> 
     priority = lo + np.floor(prng.random(len(idx)) * (hi - lo + 1)).astype(int)
     weights = [1.0 / (k + 1) for k in range(len(TENANTS))]
     names = column(rows, cols["name"])
-    return assemble(
+    trace = assemble(
         name=f"openb:{v}",
         source=f"openb:{v}",
         filler=f,
@@ -200,6 +222,28 @@ def load_openb(traces_dir: Path, *, variant: str = "default", seed: int = 0) -> 
         host_mem_gb=np.round(mem_mib[idx] / 1024.0, 3),
         extra_models=extra,
         nodes=nodes,
+    )
+    qos_of = {names[i]: q for i, q in zip(idx.tolist(), kept_qos, strict=True)}
+    jobs = tuple(
+        msgspec.structs.replace(j, spec=with_qos(j.spec, qos_of[j.spec.id])) for j in trace.jobs
+    )
+    return msgspec.structs.replace(trace, jobs=jobs)
+
+
+def with_qos(spec: JobSpec, qos: str) -> JobSpec:
+    """``spec`` as its QoS class says (module docstring); the filler's own draws of
+    checkpointable and elastic are replaced by the class's."""
+    if qos == "LS":
+        return msgspec.structs.replace(
+            spec, latency_p99_ms=LS_P99_MS, checkpointable=False, elastic=None
+        )
+    ckpt, elastic = QOS_CLASSES[qos]
+    g = int(spec.gpus)
+    grows = elastic and spec.gpus >= 2 and g == spec.gpus
+    return msgspec.structs.replace(
+        spec,
+        checkpointable=ckpt,
+        elastic=Elastic(min_gpus=max(1, g // 2), max_gpus=g) if grows else None,
     )
 
 
