@@ -148,24 +148,28 @@ class ScaleDriver:
             if report is not None:
                 sched.service_load(report)
 
-    async def _scale(self, sched: Scheduler, now: float) -> bool:
-        """The scaler's orders at ``now``, applied (the caller syncs the feed again and ticks).
-        True when there was one."""
+    async def _scale(self, sched: Scheduler, now: float) -> list[str] | None:
+        """The scaler's orders at ``now``, applied (the caller syncs the feed again, queueing
+        the added replicas in the order returned, and ticks). None when there was none."""
         self._tell_scheduler(sched)
         orders = sched.scale_step(now)
+        added: list[str] = []
         for order in orders:
             for spec in order.add:
-                await self._add_replica(sched, order, spec, now)
+                if await self._add_replica(sched, order, spec, now):
+                    added.append(spec.id)
             for rid in order.stop:
                 await self._stop_replica(order, rid, now)
-        if orders:
-            self._pass_due = True  # an arrival or a departure: the pass must look
-        return bool(orders)
+        if not orders:
+            return None
+        self._pass_due = True  # an arrival or a departure: the pass must look
+        return added
 
     async def _add_replica(
         self, sched: Scheduler, order: ScaleOrder, spec: JobSpec, now: float
-    ) -> None:
-        """Publish the replica's ``Submitted`` (its trace starts here) and fold it at once."""
+    ) -> bool:
+        """Publish the replica's ``Submitted`` (its trace starts here) and fold it at once;
+        False when the publish failed."""
         rid = spec.id
         attrs = {"job": rid, "service": order.service, "reason": order.reason}
         with job_span(self.tracer, "placer.scale_up", "", **attrs) as span:
@@ -176,11 +180,12 @@ class ScaleDriver:
                 sched.scaler.gone(rid)
                 self._kick.set()
                 self.log.warning("scale_up_unpublished", job=rid, error=repr(exc))
-                return
+                return False
             self.tracker.apply(ev)  # this cycle's pass may place it (its echo is a no-op)
             await self._audit(order, rid, SCALE_UP, now, span_trace_id(span))
         SCALE_ORDERS.labels("up").inc()
         self.log.info("replica_added", job=rid, service=order.service, reason=order.reason)
+        return True
 
     async def _stop_replica(self, order: ScaleOrder, rid: str, now: float) -> None:
         """End a replica through the cancel path (waiting: Cancelled now; running: killed)."""

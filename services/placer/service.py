@@ -30,7 +30,6 @@ from libs.bus.runtime import ServiceContext
 from libs.clock import Clock
 from libs.obs.health import Heartbeat
 from libs.policy.config import PolicyConfig
-from libs.policy.core import Scheduler
 from libs.policy.profiles import ProfileTable
 from libs.policy.warmup import warm_up
 from libs.policy_io.policy_file import live_policy
@@ -49,7 +48,6 @@ from services.placer.cordons import Cordons
 from services.placer.cycle import (
     INVALID,
     Refuse,
-    never_fits_refusal,
 )
 from services.placer.feed import SchedulerFeed, TouchingSet
 from services.placer.leadership import Leadership
@@ -343,8 +341,9 @@ class Placer(Committer, MoveCommitter, Announcer, NodeWatch, Cancels, ScaleDrive
             if sched is None:
                 return 0
             await self._answer_intents(sched, now)
-            if await self._scale(sched, now):  # the scaler's orders, before the tick (issue 16)
-                sched = await self._sync_feed(down, now)  # the added replicas queued, ...
+            added = await self._scale(sched, now)  # the scaler's orders, before the tick
+            if added is not None:  # the added replicas queued in order, the stopped ones gone
+                sched = await self._sync_feed(down, now, added)
                 assert sched is not None
             due = self._pass_due
             self._pass_due = False
@@ -365,29 +364,6 @@ class Placer(Committer, MoveCommitter, Announcer, NodeWatch, Cancels, ScaleDrive
             LEDGER_SIZE.set(len(self.ledger))
             CYCLE_SECONDS.observe(time.perf_counter() - t0)
             return placed
-
-    async def _sync_feed(self, down: set[str], now: float) -> Scheduler | None:
-        """Bring the scheduler up to date with the placer's facts; refuse what never fits."""
-        settled = time.monotonic() - self._nodes_changed >= self.settings.settle_s
-        # a down node stays in the view, cordoned: nothing lands on it, and a job only it
-        # could hold waits for it instead of being refused as never fitting
-        sched, never = self.feed.sync(
-            nodes=self.nodes,
-            tracker=self.tracker,
-            ledger=self.ledger,
-            gone=self.ended_here,
-            holds=self.node_holds(down, now),
-            temps=self.temps,
-            now=now,
-            settled=settled,
-            power=self.power_facts(),
-        )
-        self._pass_due |= self.feed.holds_changed  # a released node may take a waiting job
-        for spec in never:
-            if self.active:
-                nodes = list(self.nodes.values())
-                await self._refuse(never_fits_refusal(spec, nodes, self.profiles, self.policy))
-        return sched
 
 
 async def main(ctx: ServiceContext) -> None:
