@@ -9,8 +9,10 @@ from __future__ import annotations
 import asyncio
 
 import msgspec
+import pytest
 
 from libs.bus import Bus
+from libs.client.load import report_load
 from proto import subjects
 from proto.events import Cancelled, Submitted
 from proto.inference import InferenceService, LoadReport
@@ -88,3 +90,14 @@ async def test_a_restarted_placer_rebuilds_its_replicas_and_submits_none_twice(
     )
     assert all(d["reason"].startswith("svc: ") for d in audit)
     await executor.close()
+
+
+async def test_report_load_refuses_an_unsound_report_naming_the_field_before_sending() -> None:
+    class Never:
+        async def publish(self, subject: str, data: bytes) -> None:
+            raise AssertionError("an unsound report was sent")
+
+    with pytest.raises(ValueError, match="rps"):
+        await report_load(Never(), "svc", rps=-1.0, time_s=1.0)
+    with pytest.raises(ValueError, match="service"):
+        await report_load(Never(), "no such id", rps=1.0, time_s=1.0)
