@@ -66,8 +66,14 @@ def _shrink_room_exists(pj, view, by, facts, pc) -> bool:  # type: ignore[no-unt
     return False
 
 
-@settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(cluster(), st.sampled_from([0.5, 1.0, 2.0, 4.0]), st.integers(0, 9))
+# derandomized: the same examples every run, so the count of each kind of plan below is stable
+@settings(
+    max_examples=150,
+    deadline=None,
+    derandomize=True,
+    suppress_health_check=[HealthCheck.too_slow],
+)
+@given(cluster(), st.sampled_from([0.5, 1.0, 1.0, 2.0]), st.integers(0, 9))
 def test_a_burst_plan_never_touches_inference_or_protected_work_and_prefers_shrinks(
     c,  # type: ignore[no-untyped-def]
     gpus: float,
