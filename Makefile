@@ -18,11 +18,17 @@ $(STAMP): $(BIN)/python pyproject.toml
 run: $(STAMP)  ## start NATS, every service, a simulated 10-node cluster and a demo workload
 	$(BIN)/mosaic up --demo
 
+# Two workers (pytest-xdist) for everything but the tests that assert a wall-clock bound (marker
+# `serial`), which then run alone so a neighbour's load cannot break the bound they measure.
+TEST_WORKERS ?= 2
+
 test: $(STAMP)  ## the whole suite except soak tests (CI runs this)
-	$(BIN)/python -m pytest -q
+	$(BIN)/python -m pytest -q -n $(TEST_WORKERS) -m 'not slow and not serial'
+	$(BIN)/python -m pytest -q -m 'serial and not slow'
 
 test-all: $(STAMP)  ## everything, soak tests included
-	$(BIN)/python -m pytest -q -m ''
+	$(BIN)/python -m pytest -q -n $(TEST_WORKERS) -m 'not serial'
+	$(BIN)/python -m pytest -q -m 'serial'
 
 lint: $(STAMP)
 	$(BIN)/ruff check .

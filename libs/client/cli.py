@@ -353,6 +353,10 @@ def sim(
             "factor of median 1 and this log-sigma, seeded by --seed; true runtimes unchanged",
         ),
     ] = 0.0,
+    services: Annotated[
+        Path | None,
+        typer.Option("--services", help="inference services and load curves (libs.sim.services)"),
+    ] = None,
 ) -> None:
     """Replay a trace through the simulator under several policies and compare them."""
     if fill is not None:  # the runner's own command line runs the fill experiment
@@ -405,6 +409,7 @@ def sim(
                 hot=_hot_scenario(hot_nodes, hot_share, hot_heat),
                 base_cfg=_policy(policy_file),
                 estimate_noise=estimate_noise,
+                services=services,
             )
         except (ValueError, FileNotFoundError) as exc:
             raise UsageProblem(str(exc)) from None
@@ -414,6 +419,10 @@ def sim(
     from libs.sim.thermal import summary_line
 
     if (line := summary_line(results)) is not None:
+        out.print(line, highlight=False)
+    from libs.sim.serving import summary_lines
+
+    for line in summary_lines(results):  # inference services (--services)
         out.print(line, highlight=False)
     out.print(f"results in {out_dir}", highlight=False)
 

@@ -34,16 +34,17 @@ from libs.policy import backfill as B
 from libs.policy import filters as F
 from libs.policy import scheduler
 from libs.policy.cadence import BackfillCadence
-from libs.policy.cluster import EPS, RESOURCES, ClusterView
+from libs.policy.cluster import EPS, ClusterView
 from libs.policy.config import PolicyConfig
 from libs.policy.core_moves import MovesMixin
+from libs.policy.core_power import PowerMixin
 from libs.policy.core_scale import ScaleMixin
 from libs.policy.daynight import DayNight
 from libs.policy.decisions import Decisions, MoveOrder, Place
 from libs.policy.fast.protected import ProtectedWaits
 from libs.policy.gang_pass import allocation_of, part_id, part_jobs
 from libs.policy.moves import MoveBook
-from libs.policy.power_state import PowerState, PowerStep
+from libs.policy.power_state import PowerState
 from libs.policy.priority import regime
 from libs.policy.profiles import ProfileTable
 from libs.policy.queue import PendingQueue
@@ -52,6 +53,7 @@ from libs.policy.scaling import Autoscaler
 from libs.policy.scores import is_green
 from libs.policy.stages.heat import HeatMemory
 from libs.policy.types import CycleResult, PendingJob, RunningJob
+from libs.policy.usage import usage_of
 from libs.policy.wait_info import explain_wait
 from libs.policy.wakeups import Wakeups
 from proto.decisions import WaitNumbers
@@ -60,36 +62,8 @@ from proto.jobs import HIGH_PRIORITY, JobSpec
 from proto.ledger import Allocation, node_allocations
 from proto.nodes import NodeSpec
 
-POWER_HOLD = "power"  # the cordon hold of a suspended or booting node
 
-
-def usage_of(alloc: Allocation) -> np.ndarray:
-    """What an allocation holds in ``RESOURCES`` order (GPUs, GPU memory, host memory, CPUs),
-    for dominant-resource fairness: its GPU share on each of its GPUs and the GPU memory it
-    holds on each (a half-GPU job asking 20 GB holds 0.5 GPUs and 20 GB). One definition for
-    the scheduler and the scorer's admission score (the drivers used to count fractions
-    differently)."""
-    if alloc.parts:  # a gang: what it holds on all its nodes
-        return sum((usage_of(a) for a in node_allocations(alloc)), np.zeros(len(RESOURCES)))
-    n = len(alloc.gpu_indices)
-    return np.array(
-        [n * alloc.gpu_share, n * alloc.gpu_mem_gb, alloc.host_mem_gb, alloc.cpus], dtype=float
-    )
-
-
-def tenant_usage(allocations: Iterable[Allocation]) -> dict[str, np.ndarray]:
-    """Per tenant, the sum of its allocations' ``usage_of`` (an allocation without its spec
-    counts for the tenant "default")."""
-    usage: dict[str, np.ndarray] = {}
-    for a in allocations:
-        tenant = a.spec.tenant if a.spec is not None else "default"
-        vec = usage_of(a)
-        cur = usage.get(tenant)
-        usage[tenant] = vec if cur is None else cur + vec
-    return usage
-
-
-class Scheduler(MovesMixin, ScaleMixin):
+class Scheduler(MovesMixin, PowerMixin, ScaleMixin):
     """One cluster's scheduling state and decisions (see the module docstring)."""
 
     def __init__(
@@ -274,47 +248,6 @@ class Scheduler(MovesMixin, ScaleMixin):
         if node_id in self.view.index and self.view.temp_c[self.view.index[node_id]] != temp_c:
             self.view.set_temp(node_id, temp_c)
 
-    def node_resumed(self, node_id: str, now: float) -> None:
-        """A booting node is up: it takes jobs again."""
-        self.power.resumed(self.view.index[node_id], now)
-        self.set_cordoned(node_id, POWER_HOLD, False)
-
-    def power_fact(self, node_id: str, state: str, now: float) -> None:
-        """What a node says of its power ("awake", "asleep", "waking"), where it differs from
-        what this scheduler decided: a node that refused to suspend (it was busy), a node
-        already asleep when this scheduler was built (a placer restart), a node woken by
-        someone else. The scheduler takes the node's word."""
-        i = self.view.index.get(node_id)
-        if i is None:
-            return
-        p = self.power
-        if state == "awake" and (p.suspended[i] or p.resuming[i]):
-            p.suspended[i] = False
-            self.node_resumed(node_id, now)
-        elif state == "asleep" and not (p.suspended[i] or p.resuming[i]):
-            p.suspended[i] = True
-            self.set_cordoned(node_id, POWER_HOLD, True)
-        elif state == "waking" and not p.resuming[i]:
-            p.suspended[i], p.resuming[i] = False, True
-            self.set_cordoned(node_id, POWER_HOLD, True)
-
-    def power_state(self, node_id: str) -> str:
-        """This scheduler's idea of a node's power: "awake", "asleep" or "waking"."""
-        i = self.view.index[node_id]
-        if self.power.resuming[i]:
-            return "waking"
-        return "asleep" if self.power.suspended[i] else "awake"
-
-    def power_reason(self, node_id: str, now: float) -> str:
-        """Why a node is in its power state, in words (``mosaic nodes``, the power commands'
-        audit): "asleep", "waking", or "awake" with the warm reserve's rule when that is what
-        keeps an idle node up (``power_state.PowerState.kept_by_reserve``)."""
-        state = self.power_state(node_id)
-        if state != "awake":
-            return state
-        kept = self.power.kept_by_reserve(self.view.index[node_id], now)
-        return "awake" if kept is None else f"awake: {kept}"
-
     # ----- decisions -----------------------------------------------------------------------
     def schedule_pass(self, now: float) -> list[Place]:
         """One pass: what starts now. Backfill below a blocked head on the cadence
@@ -370,19 +303,6 @@ class Scheduler(MovesMixin, ScaleMixin):
     def next_pass_s(self) -> float | None:
         """When a pass is due without an event (the next backfill), or None."""
         return self._tick_at
-
-    def power_step(self, now: float) -> PowerStep:
-        """Which nodes to suspend and resume now (view indices); the decided nodes are held
-        (cordoned) in the view until ``node_resumed``."""
-        if not self.cfg.power_saving:
-            return PowerStep((), (), None)
-        self._policy_at(now)
-        step = self.power.step(now, self.queue)
-        if step.suspend or step.resume:  # most steps decide nothing
-            ids = self.view.node_ids
-            for i in step.suspend + step.resume:
-                self.set_cordoned(ids[i], POWER_HOLD, True)
-        return step
 
     def could_place_now(self) -> bool:
         """Could any queued request fit somewhere now: the simulator engine's test before a

@@ -44,7 +44,7 @@ from libs.sim.power_saving import RULES as POWER_RULES
 from libs.sim.power_saving import apply_mode, check_mode
 from libs.sim.profile_error import add_profile_args, profile_kwargs
 from libs.sim.services import load_scenario
-from libs.sim.serving import SimServices
+from libs.sim.serving import SimServices, summary_lines
 from libs.sim.sharing import SimSharing, fractional_report
 from libs.sim.state import SimResult
 from libs.sim.thermal import HotNodes, guard_report, sim_thermal_for, summary_line, without_guard
@@ -477,6 +477,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     for part in render_table(results):
         console.print(part)
     if (line := summary_line(results)) is not None:
+        console.print(line, highlight=False)
+    for line in summary_lines(results):  # inference services (--services)
         console.print(line, highlight=False)
     if args.out is not None:
         console.print(f"wrote {args.out / 'results.json'} and plots")

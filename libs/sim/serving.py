@@ -49,6 +49,24 @@ LATE_SHARE = 0.01  # a minute's p99 absorbs this share of late requests
 EPS = 1e-9
 
 
+def summary_lines(results: dict) -> list[str]:
+    """One line per policy of a replay with services (the CLI prints them under its table)."""
+    out = []
+    for name, m in results.get("policies", {}).items():
+        s = m.get("services")
+        if s is None:
+            continue
+        met = s["latency_minutes_met_share"]
+        p50, p99 = s["burst_request_to_capacity_p50_s"], s["burst_request_to_capacity_p99_s"]
+        out.append(
+            f"{name}: latency minutes met {'-' if met is None else f'{met:.2%}'}, "
+            f"request-to-capacity p50/p99 {p50 if p50 is None else round(p50)}/"
+            f"{p99 if p99 is None else round(p99)} s, replicas +{s['replicas_added']} "
+            f"-{s['replicas_stopped']}"
+        )
+    return out
+
+
 class _Standalone:
     """The scaler of a policy without Mosaic's scheduler: the same rule, fed by this module."""
 

@@ -18,12 +18,12 @@ from dataclasses import dataclass
 
 from libs.policy.cluster import ClusterView
 from libs.policy.config import PolicyConfig
-from libs.policy.core import tenant_usage
 from libs.policy.daynight import effective_policy
 from libs.policy.priority import regime, score_arrays
 from libs.policy.profiles import ProfileTable
 from libs.policy.queue import QueueArrays
 from libs.policy.types import PendingJob
+from libs.policy.usage import tenant_usage
 from proto.ledger import Allocation
 from proto.nodes import NodeSpec
 

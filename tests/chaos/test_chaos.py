@@ -41,6 +41,9 @@ from proto.views import TERMINAL_STATES
 from tests.e2e.checker import check, read_stream
 from tests.e2e.conftest import E2E_CLOCK_FACTOR, require_services
 
+# recovery within a wall-clock budget: run alone (make test's serial phase)
+pytestmark = pytest.mark.serial
+
 FAULTS = ("placer", "scorer", "gateway", "executor", "telemetry", "nats")
 RECOVERY_TIMEOUT_S = 90.0
 

@@ -32,6 +32,9 @@ from proto.jobs import JobSpec
 from proto.nodes import NodeSpec
 from tests.e2e.conftest import E2E_CLOCK_FACTOR, require_services, wait_for
 
+# detection to drain within 15 s of wall time: run alone (make test's serial phase)
+pytestmark = pytest.mark.serial
+
 ROOT = Path(__file__).resolve().parents[2]
 THRESHOLD_C = 85.0
 MODEL = "a100-80gb"

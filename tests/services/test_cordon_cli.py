@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from libs.bus import Bus
+from libs.client import cli
 from libs.client.cli import main
 from proto import subjects
 from proto.cordons import Cordon
@@ -35,7 +36,9 @@ async def _mosaic(*args: str) -> int:
 async def test_cordon_and_uncordon_commands_drive_the_api(
     nats_url, bus: Bus, http, capsys, monkeypatch
 ):
-    monkeypatch.setenv("COLUMNS", "200")  # the nodes table is wider than 80 columns
+    # the nodes table is wider than 80 columns; the console's width is fixed when it is made
+    # wherever COLUMNS was set then (pytest-xdist's workers set it), so set the console's own
+    monkeypatch.setattr(cli.out, "width", 200)
     await put_nodes(bus, small_cluster())
     cordons = await bus.kv(subjects.KV_CORDONS, Cordon)
     async with gateway(nats_url) as base:

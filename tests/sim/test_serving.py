@@ -13,7 +13,7 @@ import pytest
 
 from libs.sim.runner import run_simulation
 from libs.sim.services import diurnal, parse_scenario
-from libs.sim.serving import LATE_SHARE, SimServices, _Minutes
+from libs.sim.serving import LATE_SHARE, SimServices, _Minutes, summary_lines
 from libs.sim.sharing import SimSharing
 from libs.sim.state import RUNNING, SimJob
 from tests.sim.helpers import FlatProfiles
@@ -103,6 +103,8 @@ def test_a_replay_scales_up_for_a_burst_and_back_and_keeps_training_apart(
     assert 0.0 < s["latency_minutes_met_share"] <= 1.0
     assert s["inference_gpu_s"] > 0
     assert s["gpu_utilization"] > s["training_gpu_utilization"] > 0
+    (line,) = summary_lines(r)
+    assert line.startswith(f"{policy}: latency minutes met") and f"+{s['replicas_added']}" in line
 
 
 def test_the_pool_is_sized_at_the_densest_packing_that_keeps_the_target(tmp_path) -> None:  # type: ignore[no-untyped-def]
@@ -120,3 +122,28 @@ def test_the_pool_is_sized_at_the_densest_packing_that_keeps_the_target(tmp_path
     BI.write_section("## Inference services beside training (issue 16)\n\nv2\n", page)
     text = page.read_text()
     assert "v2" in text and "v1" not in text and "keep" in text
+
+
+def test_the_shared_pool_keeps_20_percent_fewer_gpus_and_the_same_arrivals(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    from libs.sim import bench_inference as BI
+    from libs.sim.runner import resolve_cluster
+    from libs.sim.trace import Trace, TraceJob
+
+    seed_gpus = sum(n.gpu_count for n in BI.inventory.seed_cluster(BI.GPUS))
+    for pool in (0, 8, 88, 200):
+        path, gpus = BI.shared_pool_cluster(tmp_path, seed_gpus, pool)
+        nodes = resolve_cluster(str(path), None)
+        assert sum(n.gpu_count for n in nodes) == gpus >= seed_gpus
+        assert gpus <= 0.8 * (seed_gpus + pool) or gpus == seed_gpus
+        assert gpus + BI.POOL_NODE_GPUS > 0.8 * (seed_gpus + pool)  # the largest such pool
+    spec = msgspec.structs.replace(parse_scenario(BI.scenario(1.0, 1))[0].service.replica)
+    tr = Trace(
+        name="t",
+        jobs=(
+            TraceJob(spec=msgspec.structs.replace(spec, id="a"), submit_s=0.0),
+            TraceJob(spec=msgspec.structs.replace(spec, id="b", deadline=900.0), submit_s=600.0),
+        ),
+    )
+    out = BI.fixed_arrivals(3.0)(tr)
+    assert [j.submit_s for j in out.jobs] == [0.0, 200.0]
+    assert out.jobs[1].spec.deadline == 500.0  # its 300 s of slack kept
