@@ -184,6 +184,8 @@ def kv_max_bytes(bucket: str) -> int:
 KV_SERVICES = "services"  # service id -> proto.inference.InferenceService (owner: gateway)
 LOAD_PREFIX = "load"  # load.<service>: proto.inference.LoadReport (core NATS, like telemetry)
 LOAD_ALL = "load.*"
+KV_BUCKETS += (KV_SERVICES,)  # created by ensure_topology like every bucket
+KV_MAX_BYTES[KV_SERVICES] = 8 * MIB  # one definition per service
 
 
 def load(service: str) -> str:

@@ -9,6 +9,8 @@ The principles (DESIGN.md rule 6, issue 12):
 
 * only the placer publishes node commands (``node.>``) and writes the ledger and the lease;
 * only the gateway writes cordons (``cordons``, the operator's through the API); the placer reads;
+* likewise service definitions (``services``, issue 16); a job producer (a service or its
+  sidecar) may publish load reports (``load.<service>``), which the placer and gateway read;
 * an executor consumes only the command subjects of the nodes it hosts, by name;
 * a job producer only publishes ``jobs.submit`` / ``jobs.cancel``;
 * only the admin (a test's controller) publishes ``clock.step``; each service acks steps on
@@ -172,7 +174,7 @@ def permissions(user: str, *, nodes: Sequence[str] = ()) -> Permissions:
     if user == PRODUCER:
         # a JetStream publish is a request: the stream's ack comes back to the producer's inbox
         return Permissions(
-            publish=(subjects.SUBJECT_SUBMIT, subjects.SUBJECT_CANCEL),
+            publish=(subjects.SUBJECT_SUBMIT, subjects.SUBJECT_CANCEL, subjects.LOAD_ALL),
             subscribe=(inbox,),
         )
     if user not in SERVICE_USERS:
@@ -191,8 +193,10 @@ def permissions(user: str, *, nodes: Sequence[str] = ()) -> Permissions:
         pub += _kv_write(KV_TENANTS)
         pub += _kv_write(subjects.KV_CORDONS)  # operators cordon through the API (issue 13)
         pub += _kv_read(subjects.KV_PROFILES)  # GET /v1/profiles (issue 15)
+        pub += _kv_write(subjects.KV_SERVICES)  # POST /v1/services (issue 16)
         pub += _obj_store(OBJ_SNAPSHOTS)  # its read models' snapshots
         sub += [subjects.TELEMETRY_ALL, subjects.EXECUTOR_REPORTS_ALL]  # power states
+        sub += [subjects.LOAD_ALL]  # GET /v1/services: each service's newest load report
     elif user == "scorer":
         pub += [lifecycle]  # Queued: the admission score (no queue of its own any more)
         pub += _consume(subjects.STREAM_LIFECYCLE)
@@ -213,8 +217,9 @@ def permissions(user: str, *, nodes: Sequence[str] = ()) -> Permissions:
         pub += _kv_write(subjects.KV_LEDGER) + _kv_write(subjects.KV_LEASES)
         pub += _kv_read(subjects.KV_NODES) + _kv_read(subjects.KV_PROFILES)
         pub += _kv_read(subjects.KV_CORDONS)  # no new placement on a cordoned node
+        pub += _kv_read(subjects.KV_SERVICES)  # the inference services it scales (issue 16)
         pub += _obj_store(OBJ_SNAPSHOTS)  # its tracker's snapshots
-        sub += [subjects.TELEMETRY_ALL, subjects.EXECUTOR_REPORTS_ALL]
+        sub += [subjects.TELEMETRY_ALL, subjects.EXECUTOR_REPORTS_ALL, subjects.LOAD_ALL]
     elif user == "executor":
         pub += [lifecycle]  # Started, Completed, Failed, Checkpointed, ...
         for n in nodes:  # "*": any node (Kubernetes DaemonSets: node names unknown ahead)

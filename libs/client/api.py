@@ -16,8 +16,10 @@ from typing import Any, TypeVar
 import msgspec
 
 from proto.cordons import CordonState
+from proto.inference import InferenceService
 from proto.jobs import JobSpec
 from proto.profiles import ProfilesListing
+from proto.service_views import ServicesListing, ServiceView
 from proto.tenants import TenantCreated, TenantList, TenantView
 from proto.validation import FieldError
 from proto.views import ErrorResponse, JobView, NodeView, SubmitResponse
@@ -115,6 +117,20 @@ class MosaicClient:
         """Admin only: lift the operator's cordon (a label cordon stays: see ``label``)."""
         path = f"/v1/nodes/{urllib.parse.quote(node, safe='')}/uncordon"
         return self._call("POST", path, CordonState)
+
+    def services(self) -> list[ServiceView]:
+        """The inference services the caller may see, each with replicas, load and reason."""
+        return list(self._call("GET", "/v1/services", ServicesListing).services)
+
+    def apply_service(self, svc: InferenceService | dict[str, Any] | bytes) -> ServiceView:
+        """Define or redefine a service (its replicas are the scaler's from then on)."""
+        body = svc if isinstance(svc, bytes) else msgspec.json.encode(svc)
+        return self._call("POST", "/v1/services", ServiceView, body=body)
+
+    def remove_service(self, service_id: str) -> dict[str, Any]:
+        """Remove a service: the placer stops its replicas."""
+        path = f"/v1/services/{urllib.parse.quote(service_id, safe='')}"
+        return self._call("DELETE", path, dict)
 
     def health(self) -> dict[str, Any]:
         return self._call("GET", "/healthz", dict)

@@ -24,6 +24,7 @@ from libs.client.cli_cordon import register as register_cordon
 from libs.client.cli_explain import explain
 from libs.client.cli_policy import register as register_policy
 from libs.client.cli_profiles import register as register_profiles
+from libs.client.cli_services import register as register_services
 from libs.client.cli_tenants import client_for, register
 from libs.client.specs import FlagError, build_spec, server_now
 from libs.client.supervisor import StackError
@@ -45,6 +46,7 @@ register_profiles(app)  # `mosaic profiles` (issue 15)
 app.command()(explain)  # `mosaic explain JOB`
 register_calibrate(app)  # `mosaic calibrate` (issue 15)
 register_policy(app)  # `mosaic policy [--at HH:MM]` (issue 16)
+register_services(app)  # `mosaic services`, `mosaic service apply|rm` (issue 16)
 GatewayOpt = Annotated[str, typer.Option("--gateway", envvar="MOSAIC_GATEWAY", help="gateway URL")]
 
 

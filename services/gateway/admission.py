@@ -59,6 +59,9 @@ def admit(spec: JobSpec, *, now: float, nodes: Sequence[NodeSpec]) -> list[Field
     """
     models = sorted({(n.gpu_model, n.gpu_mem_gb) for n in nodes})
     errs = validate_job(spec, now=now, cluster_models=models)
+    if spec.service:  # only the placer's scaler makes replicas (services.placer.scaling)
+        why = "replicas are added by the scaler: define the service (POST /v1/services)"
+        errs.append(FieldError("service", why))
     if errs or not nodes:
         return errs
     refusal = never_fits(spec, nodes)

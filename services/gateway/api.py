@@ -19,7 +19,15 @@ from prometheus_client import CONTENT_TYPE_LATEST, REGISTRY, generate_latest
 from proto.jobs import JobSpec
 from proto.validation import MAX_COMMAND_BYTES, FieldError, JobRejected
 from proto.views import TERMINAL_STATES, ErrorResponse, JobView, NodeView, SubmitResponse
-from services.gateway import cordon_api, dashboard, metrics, profiles_api, public_page, tenants
+from services.gateway import (
+    cordon_api,
+    dashboard,
+    metrics,
+    profiles_api,
+    public_page,
+    services_api,
+    tenants,
+)
 from services.gateway.admission import admit, parse
 from services.gateway.auth import Principal, caller, middleware
 from services.gateway.httpserver import ConnectionGuard, HttpTimeouts
@@ -383,4 +391,5 @@ def build_app(gw: Gateway, timeouts: HttpTimeouts | None = None) -> web.Applicat
     tenants.add_routes(app)
     cordon_api.add_routes(app)
     profiles_api.add_routes(app)  # GET /v1/profiles (issue 15)
+    services_api.add_routes(app)  # /v1/services (issue 16)
     return app

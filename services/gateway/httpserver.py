@@ -20,8 +20,10 @@ head and then nothing stay open. The guard works with aiohttp's public pieces on
 
 from __future__ import annotations
 
+import argparse
 import asyncio
 import contextlib
+import os
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from http import HTTPStatus
@@ -177,3 +179,47 @@ class _JsonErrorHandler(RequestHandler):
         )
         resp.force_close()
         return resp
+
+
+DEFAULT_HTTP_PORT = 8080
+
+
+def add_http_args(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
+    """``--http-host``/``--http-port``, defaulting to MOSAIC_HTTP_HOST/MOSAIC_HTTP_PORT."""
+    port_text = os.environ.get("MOSAIC_HTTP_PORT") or str(DEFAULT_HTTP_PORT)
+    try:
+        port = int(port_text)
+    except ValueError:
+        raise SystemExit(f"MOSAIC_HTTP_PORT must be a port number, got {port_text!r}") from None
+    parser.add_argument(
+        "--http-host",
+        default=os.environ.get("MOSAIC_HTTP_HOST") or "127.0.0.1",
+        help="address to listen on (env MOSAIC_HTTP_HOST)",
+    )
+    parser.add_argument(
+        "--http-port", type=int, default=port, help="HTTP port (env MOSAIC_HTTP_PORT)"
+    )
+    parser.add_argument(
+        "--admin-token-file",
+        default=os.environ.get("MOSAIC_ADMIN_TOKEN_FILE") or None,
+        help="file holding the admin bearer token (env MOSAIC_ADMIN_TOKEN_FILE)",
+    )
+    parser.add_argument(
+        "--insecure-no-auth",
+        action="store_true",
+        default=os.environ.get("MOSAIC_INSECURE_NO_AUTH") == "1",
+        help="no admin token: every caller is the admin (env MOSAIC_INSECURE_NO_AUTH=1)",
+    )
+    parser.add_argument(
+        "--http-header-timeout-s",
+        type=float,
+        default=HEADER_TIMEOUT_S,
+        help="close a connection without a full request head (or idle) this long",
+    )
+    parser.add_argument(
+        "--http-body-timeout-s",
+        type=float,
+        default=BODY_TIMEOUT_S,
+        help="answer 408 to a request whose body has not arrived within this",
+    )
+    return parser

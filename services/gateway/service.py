@@ -11,7 +11,6 @@ Object Store every ``every_events`` events or ``every_s`` seconds and on a clean
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import os
 from dataclasses import dataclass
@@ -44,6 +43,7 @@ from services.gateway.auth import AuthConfigError, Authenticator, authenticator
 from services.gateway.decisions_view import DecisionsModel
 from services.gateway.httpserver import (
     BODY_TIMEOUT_S,
+    DEFAULT_HTTP_PORT,
     HEADER_TIMEOUT_S,
     GatewayRunner,
     HttpTimeouts,
@@ -57,9 +57,9 @@ from services.gateway.jobs_view import (
 from services.gateway.nodes_view import NodesModel
 from services.gateway.producers import Producers
 from services.gateway.profiles_api import ProfilesModel
+from services.gateway.services_api import ServicesModel
 
 SERVICE = "gateway"
-DEFAULT_HTTP_PORT = 8080
 REPLAY_WAIT_S = 30.0  # serve anyway after this long, with a warning: better late than down
 DUPLICATE_WAIT_S = 2.0  # how long a duplicate submit waits for the read model to show the job
 SNAPSHOT_JOBS = f"{SERVICE}.jobs"  # object names in the snapshots bucket
@@ -114,6 +114,7 @@ class Gateway:
         self.tenants_kv: Any = None
         self.cordons_kv: Any = None  # KV cordons, opened by start (services.gateway.cordon_api)
         self.profiles = ProfilesModel(bus)  # the profiler's table (services.gateway.profiles_api)
+        self.services = ServicesModel()  # inference services (services.gateway.services_api)
         self.config = config or ReadModelConfig()
         self.jobs = JobsModel(
             keep_events=self.config.keep_events,
@@ -165,6 +166,7 @@ class Gateway:
         await ledger_kv.watch(self._on_allocation)
         self.cordons_kv = await cordon_api.follow(self.bus, self.nodes)  # KV cordons (issue 13)
         self.profiles = await ProfilesModel(self.bus).follow()  # KV profiles (issue 15)
+        await self.services.follow(self.bus)  # KV services and load.* (issue 16)
         await self.bus.subscribe(subjects.TELEMETRY_ALL, TelemetrySample, self._on_sample)
         await self.bus.subscribe(subjects.EXECUTOR_REPORTS_ALL, ExecutorReport, self._on_report)
         # tenants before serving: a token issued before a restart must work on the first request
@@ -226,6 +228,7 @@ class Gateway:
     async def _on_decision(self, decision: Decision) -> None:
         self.decisions_handled += 1
         self.decisions.apply(decision)
+        self.services.decision(decision)  # a scale order: its service's last reason
         if (s := self.snapshotters.get(SNAPSHOT_DECISIONS)) is not None:
             s.note()
 
@@ -294,14 +297,13 @@ class Gateway:
         return bool(self.bus.nc.is_connected)
 
     async def caught_up(self) -> bool:
-        """True once every LIFECYCLE message that existed has been folded in (or dead-lettered):
-        the consumer has nothing pending and nothing unacknowledged."""
+        """True once every LIFECYCLE message that existed is folded in (or dead-lettered)."""
         info = await self._lifecycle.sub.consumer_info()
         return info.num_pending == 0 and info.num_ack_pending == 0
 
     async def wait_caught_up(self, timeout_s: float) -> bool:
-        """Wait until the replay of LIFECYCLE is done, so that a duplicate submit is recognised
-        and GET answers the full history from the first request. False after ``timeout_s``."""
+        """Wait until the LIFECYCLE replay is done (a duplicate submit is then recognised and
+        GET answers the full history). False after ``timeout_s``."""
         deadline = asyncio.get_running_loop().time() + timeout_s
         while not await self.caught_up():
             if asyncio.get_running_loop().time() >= deadline:
@@ -328,47 +330,6 @@ async def serve(
     app[GUARD_KEY].watch(runner.server)
     await web.TCPSite(runner, host, port).start()
     return runner
-
-
-def add_http_args(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
-    """``--http-host``/``--http-port``, defaulting to MOSAIC_HTTP_HOST/MOSAIC_HTTP_PORT."""
-    port_text = os.environ.get("MOSAIC_HTTP_PORT") or str(DEFAULT_HTTP_PORT)
-    try:
-        port = int(port_text)
-    except ValueError:
-        raise SystemExit(f"MOSAIC_HTTP_PORT must be a port number, got {port_text!r}") from None
-    parser.add_argument(
-        "--http-host",
-        default=os.environ.get("MOSAIC_HTTP_HOST") or "127.0.0.1",
-        help="address to listen on (env MOSAIC_HTTP_HOST)",
-    )
-    parser.add_argument(
-        "--http-port", type=int, default=port, help="HTTP port (env MOSAIC_HTTP_PORT)"
-    )
-    parser.add_argument(
-        "--admin-token-file",
-        default=os.environ.get("MOSAIC_ADMIN_TOKEN_FILE") or None,
-        help="file holding the admin bearer token (env MOSAIC_ADMIN_TOKEN_FILE)",
-    )
-    parser.add_argument(
-        "--insecure-no-auth",
-        action="store_true",
-        default=os.environ.get("MOSAIC_INSECURE_NO_AUTH") == "1",
-        help="no admin token: every caller is the admin (env MOSAIC_INSECURE_NO_AUTH=1)",
-    )
-    parser.add_argument(
-        "--http-header-timeout-s",
-        type=float,
-        default=HEADER_TIMEOUT_S,
-        help="close a connection without a full request head (or idle) this long",
-    )
-    parser.add_argument(
-        "--http-body-timeout-s",
-        type=float,
-        default=BODY_TIMEOUT_S,
-        help="answer 408 to a request whose body has not arrived within this",
-    )
-    return parser
 
 
 async def main(ctx: Any) -> None:

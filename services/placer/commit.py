@@ -7,6 +7,7 @@ stays the shell: start-up, the lease and the cycle's order of steps.
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -19,11 +20,13 @@ from libs.obs.tracing import span_trace_id
 from libs.policy.config import PolicyConfig
 from libs.policy.core import Scheduler
 from libs.policy.decisions import Decisions, Place
+from libs.policy.profiles import ProfileTable
 from proto import subjects
 from proto.decisions import CandidateScore, Decision
 from proto.ledger import Allocation
+from proto.nodes import NodeSpec
 from services.placer.announce import SERVICE
-from services.placer.cycle import audit_candidates, chosen_only
+from services.placer.cycle import audit_candidates, chosen_only, never_fits_refusal
 from services.placer.feed import PowerFacts, SchedulerFeed
 from services.placer.moves import RESUME_DELAY
 from services.placer.power import NodePower
@@ -48,6 +51,16 @@ class Committer:
     node_power: NodePower
     log: Any
     active: bool  # the Placer's property
+    reconciler: Any  # services.placer.reconcile.Reconciler
+    nodes: dict[str, NodeSpec]
+    temps: dict[str, float]
+    ended_here: set[str]
+    profiles: ProfileTable
+    _nodes_changed: float
+    _pass_due: bool
+    _refuse: Any  # services.placer.announce
+    _publish_placed: Any  # services.placer.announce
+    _publish_run: Any
 
     async def _commit_all(self, sched: Scheduler, decisions: Decisions, before, now: float) -> int:
         """Commit the tick's placements in order; give back any that cannot be committed."""
@@ -166,3 +179,49 @@ class Committer:
             )
         self._unannounced.discard(job)
         return True
+
+    async def _sync_feed(
+        self, down: set[str], now: float, first: Sequence[str] = ()
+    ) -> Scheduler | None:
+        """Bring the scheduler up to date with the placer's facts; refuse what never fits."""
+        settled = time.monotonic() - self._nodes_changed >= self.settings.settle_s
+        # a down node stays in the view, cordoned: nothing lands on it, and a job only it
+        # could hold waits for it instead of being refused as never fitting
+        sched, never = self.feed.sync(
+            nodes=self.nodes,
+            tracker=self.tracker,
+            ledger=self.ledger,
+            gone=self.ended_here,
+            holds=self.node_holds(down, now),
+            temps=self.temps,
+            now=now,
+            settled=settled,
+            power=self.power_facts(),
+            first=first,
+        )
+        self._pass_due |= self.feed.holds_changed  # a released node may take a waiting job
+        for spec in never:
+            if self.active:
+                nodes = list(self.nodes.values())
+                await self._refuse(never_fits_refusal(spec, nodes, self.profiles, self.policy))
+        return sched
+
+    async def _free_ended(self) -> None:
+        """Delete the allocations of jobs that ended or whose attempt was preempted."""
+        for job, alloc in list(self.ledger.items()):
+            if self.tracker.holds_nothing(job, alloc.attempt):
+                await self.ledger_kv.delete(job)
+                del self.ledger[job]
+                self.feed.touch(job)
+                self.log.info("freed", job=job, node=alloc.node, attempt=alloc.attempt)
+
+    async def _announce_unannounced(self) -> None:
+        """Resend Placed and run for commits whose messages failed (same ids: no duplicates)."""
+        for job in list(self._unannounced):
+            alloc = self.ledger.get(job)
+            if alloc is not None and not self.tracker.holds_nothing(job, alloc.attempt):
+                await self._publish_placed(alloc)
+                down = alloc.node in self.reconciler.down
+                if not down and not self.tracker.started_seen(job, alloc.attempt):
+                    await self._publish_run(alloc)
+            self._unannounced.discard(job)

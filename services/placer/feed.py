@@ -17,7 +17,7 @@ ledger and the pending jobs (kept in their queue order); that is rare (nodes joi
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Mapping, Set
+from collections.abc import Mapping, Sequence, Set
 from dataclasses import dataclass
 
 from libs.policy.config import PolicyConfig
@@ -98,9 +98,12 @@ class SchedulerFeed:
         now: float,
         settled: bool,
         power: PowerFacts | None = None,
+        first: Sequence[str] = (),
     ) -> tuple[Scheduler | None, list[JobSpec]]:
         """Bring the scheduler up to date. Returns it (None while no node is known) and the
-        pending jobs no node could ever hold (to refuse; only once the node set ``settled``)."""
+        pending jobs no node could ever hold (to refuse; only once the node set ``settled``).
+        ``first``: touched jobs to queue before the rest, in this order (a scale order's
+        replicas, as the simulator queues them); the rest go in id order."""
         ordered = tuple(nodes[k] for k in sorted(nodes))
         if not ordered:
             self.sched = None
@@ -112,7 +115,8 @@ class SchedulerFeed:
         sched = self.sched
         assert sched is not None
         never: list[JobSpec] = []
-        for job in sorted(self._touched):
+        ahead = [j for j in dict.fromkeys(first) if j in self._touched]
+        for job in ahead + sorted(self._touched.difference(ahead)):
             self._sync_job(sched, job, tracker, ledger, gone, now, settled, never)
         self._touched.clear()
         if settled and not self._never_checked:  # jobs queued while nodes were still joining

@@ -48,7 +48,6 @@ from services.placer.cordons import Cordons
 from services.placer.cycle import (
     INVALID,
     Refuse,
-    never_fits_refusal,
 )
 from services.placer.feed import SchedulerFeed, TouchingSet
 from services.placer.leadership import Leadership
@@ -57,6 +56,7 @@ from services.placer.moves import MoveCommitter
 from services.placer.nodewatch import NodeWatch
 from services.placer.power import OwedPower
 from services.placer.reconcile import Reconciler
+from services.placer.scaling import ScaleDriver
 from services.placer.settings import PlacerSettings, settings_from_args
 from services.placer.snapshot import seed_reconciler, tracker_snapshots
 from services.placer.stepping import run_stepped
@@ -73,7 +73,7 @@ CYCLE_SECONDS = Histogram(
 )
 
 
-class Placer(Committer, MoveCommitter, Announcer, NodeWatch, Cancels):
+class Placer(Committer, MoveCommitter, Announcer, NodeWatch, Cancels, ScaleDriver):
     def __init__(
         self,
         bus: Bus,
@@ -114,6 +114,7 @@ class Placer(Committer, MoveCommitter, Announcer, NodeWatch, Cancels):
         self._cancels: Consumer | None = None
         self._intents: Consumer | None = None
         self._init_moves()  # services.placer.moves
+        self._init_scaling()  # services.placer.scaling: inference services (issue 16)
         self.placed_count = 0  # commits by this replica (tests and logs)
         self._unannounced: set[str] = set()  # committed, but Placed/run not yet published
         self.power_owed = OwedPower()  # decided power commands not yet taken by NODECMD
@@ -148,6 +149,7 @@ class Placer(Committer, MoveCommitter, Announcer, NodeWatch, Cancels):
         await nodes_kv.watch(self._on_node)
         await ProfileFollower(self.bus, self.profiles, self._on_profiles).start()
         self.cordons = await Cordons(on_change=self._on_cordon).start(self.bus)
+        await self._start_scaling()  # KV services and load.* (services.placer.scaling)
         await self.bus.subscribe(subjects.TELEMETRY_ALL, TelemetrySample, self._on_telemetry)
         await self.bus.subscribe(subjects.EXECUTOR_REPORTS_ALL, ExecutorReport, self._on_report)
         t = self.tracker
@@ -196,8 +198,7 @@ class Placer(Committer, MoveCommitter, Announcer, NodeWatch, Cancels):
 
     @property
     def waiting(self) -> Mapping[str, str]:
-        """Job -> why it waits (Slurm-style reason), as last told: the scheduler's own record
-        (``reasons.WaitReasons.told``), so it is never a second copy to keep in step."""
+        """Job -> why it waits, as last told: the scheduler's own record (never a copy)."""
         sched = self.feed.sched
         return sched.why.told if sched is not None else {}
 
@@ -336,28 +337,15 @@ class Placer(Committer, MoveCommitter, Announcer, NodeWatch, Cancels):
                     await self._refuse(Refuse(spec, f"{INVALID}: {describe(errors)}"))
             now = self.clock.now()
             self._take_holds(now)  # the thermal guard's holds, before the holds sync
-            settled = time.monotonic() - self._nodes_changed >= self.settings.settle_s
-            # a down node stays in the view, cordoned: nothing lands on it, and a job only it
-            # could hold waits for it instead of being refused as never fitting
-            sched, never = self.feed.sync(
-                nodes=self.nodes,
-                tracker=self.tracker,
-                ledger=self.ledger,
-                gone=self.ended_here,
-                holds=self.node_holds(down, now),
-                temps=self.temps,
-                now=now,
-                settled=settled,
-                power=self.power_facts(),
-            )
-            for spec in never:
-                if self.active:
-                    nodes = list(self.nodes.values())
-                    await self._refuse(never_fits_refusal(spec, nodes, self.profiles, self.policy))
+            sched = await self._sync_feed(down, now)
             if sched is None:
                 return 0
             await self._answer_intents(sched, now)
-            due = self._pass_due or self.feed.holds_changed
+            added = await self._scale(sched, now)  # the scaler's orders, before the tick
+            if added is not None:  # the added replicas queued in order, the stopped ones gone
+                sched = await self._sync_feed(down, now, added)
+                assert sched is not None
+            due = self._pass_due
             self._pass_due = False
             budget = self.settings.explain_per_cycle
             before = sched.view.copy() if due and budget and len(sched.queue) else None
@@ -376,26 +364,6 @@ class Placer(Committer, MoveCommitter, Announcer, NodeWatch, Cancels):
             LEDGER_SIZE.set(len(self.ledger))
             CYCLE_SECONDS.observe(time.perf_counter() - t0)
             return placed
-
-    async def _free_ended(self) -> None:
-        """Delete the allocations of jobs that ended or whose attempt was preempted."""
-        for job, alloc in list(self.ledger.items()):
-            if self.tracker.holds_nothing(job, alloc.attempt):
-                await self.ledger_kv.delete(job)
-                del self.ledger[job]
-                self.feed.touch(job)
-                self.log.info("freed", job=job, node=alloc.node, attempt=alloc.attempt)
-
-    async def _announce_unannounced(self) -> None:
-        """Resend Placed and run for commits whose messages failed (same ids: no duplicates)."""
-        for job in list(self._unannounced):
-            alloc = self.ledger.get(job)
-            if alloc is not None and not self.tracker.holds_nothing(job, alloc.attempt):
-                await self._publish_placed(alloc)
-                down = alloc.node in self.reconciler.down
-                if not down and not self.tracker.started_seen(job, alloc.attempt):
-                    await self._publish_run(alloc)
-            self._unannounced.discard(job)
 
 
 async def main(ctx: ServiceContext) -> None:

@@ -69,7 +69,9 @@ class FakeExecutor:
             self._done.add(cmd.job_id)
             await self.bus.publish(
                 subjects.lifecycle(cmd.job_id),
-                Cancelled(job_id=cmd.job_id, time=0.0, node=self._nodes[cmd.job_id]),
+                Cancelled(
+                    job_id=cmd.job_id, time=0.0, node=self._nodes[cmd.job_id], reason=cmd.reason
+                ),
                 msg_id=f"cancelled-{cmd.job_id}",
             )
 
