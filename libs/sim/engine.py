@@ -46,6 +46,7 @@ from libs.sim.state import (
     FAILED,
     PENDING,
     RUNNING,
+    TERMINAL,
     Policy,
     SimContext,
     SimJob,
@@ -56,6 +57,7 @@ from proto.nodes import NodeSpec
 ARRIVE, FINISH, OOM, RESUBMIT, RESUMED, POWER, TICK, CKPT = 0, 1, 2, 3, 4, 5, 6, 7
 SAMPLE = 8  # a thermal sample instant (libs.sim.thermal)
 LOAD = 9  # a service's load point, curve end or scale check (libs.sim.serving.SimServices.LOAD)
+STOPPED = 10  # a stopped replica's process is gone: its GPUs are free (libs.sim.serving)
 STANDBY_W_PER_GPU = 0.0  # a powered-down node's GPUs draw nothing (host power not modelled)
 
 
@@ -299,6 +301,8 @@ class Engine:
             return False
         if kind == LOAD:
             return self.services.event(t, idx)  # type: ignore[union-attr]
+        if kind == STOPPED:  # after the instant that stopped it, as the executor's answer
+            return self.services.end_stopped(self.jobs[idx], t)  # type: ignore[union-attr]
         if kind == TICK:
             if self._next_tick <= t:
                 self._next_tick = float("inf")
@@ -351,7 +355,7 @@ class Engine:
 
     def _stale(self, kind: int, idx: int, token: int) -> bool:
         """An attempt's end that no longer stands (the job was moved, or ended otherwise)."""
-        if kind not in (FINISH, OOM, CKPT):
+        if kind not in (FINISH, OOM, CKPT, STOPPED):
             return False
         job = self.jobs[idx]
         if kind == CKPT:
@@ -484,7 +488,7 @@ class Engine:
                 self._account_down(n, t_prev)
             end_idle_w = float(self._node_idle_w[~down].sum() + self._node_standby_w[down].sum())
         for j in self.jobs:
-            if j.terminal_count != 1 or j.state not in (COMPLETED, FAILED):
+            if j.terminal_count != 1 or j.state not in TERMINAL:
                 raise AssertionError(f"job {j.spec.id} ended in state {j.state}")
         if self._progress is not None:
             self._progress(1.0)

@@ -4,8 +4,18 @@
 (``LoadReport``, rate only: ``p99_ms`` is not reported, so the scaler sees what a rate-based
 autoscaler sees); at every instant, before the pass, it asks the scaler for orders and applies
 them as ``tests/policy/test_scale.py``'s driver does: each added replica becomes a job queued
-now (a ``SimJob`` appended to the replay), each stopped one is cancelled (waiting) or stopped
-(running) at once. A replica never completes by itself: the engine plans no finish for it.
+now (a ``SimJob`` appended to the replay). A replica never completes by itself: the engine
+plans no finish for it.
+
+**A stop is applied as the live placer applies it** (``services.placer.scaling``: the cancel
+path), so the two drivers free the same GPUs at the same instants: a waiting replica ends
+``cancelled`` at once; a running one stops serving at the order but keeps its GPUs through the
+instant's pass, moves and power step, as live keeps its ledger entry until the executor
+answers the kill; its end is an engine event (``STOPPED``) at the same Mosaic time (the
+stepped executor answers a kill at once: ``Cancelled`` at the step's time), handled as the
+next instant, which frees the GPUs and passes again, as the placer cycles again once every
+kill of its step is answered (``services.placer.stepping``). Either way the replica ends
+``cancelled``, the reason ``scaled down: <the scaler's reason>``, as live's ``Cancelled``.
 
 Every policy gets the same rule's orders: Mosaic's come from its own ``core.Scheduler``
 (``scale_step``), any other policy's from a ``libs.policy.scaling.Autoscaler`` this module
@@ -40,10 +50,11 @@ import numpy as np
 
 from libs.policy.profiles import REFERENCE_MODEL
 from libs.policy.scaling import Autoscaler, ScaleOrder
-from libs.sim.engine import LOAD
+from libs.sim.engine import LOAD, STOPPED
 from libs.sim.services import ServiceLoad
-from libs.sim.state import COMPLETED, PENDING, RUNNING, SimJob
+from libs.sim.state import CANCELLED, COMPLETED, PENDING, RUNNING, SimJob
 from proto.inference import LoadReport
+from proto.service_views import SCALED_DOWN
 
 LATE_SHARE = 0.01  # a minute's p99 absorbs this share of late requests
 EPS = 1e-9
@@ -128,6 +139,7 @@ class SimServices:
         self.rtc_s: list[float] = []
         self.added = self.stopped = self.unanswered = 0
         self.by_id: dict[str, SimJob] = {}
+        self._stopping: dict[int, str] = {}  # a running replica ordered to stop -> its reason
         self.done = not self.loads
         self._next_check = float("inf")
 
@@ -170,7 +182,7 @@ class SimServices:
             for spec in o.add:
                 self._add(spec, t, o.report_time if up else None)
             for rid in o.stop:
-                self._stop(rid, t)
+                self._stop(rid, t, f"{SCALED_DOWN}: {o.reason}")
         nxt = self.scaler.scale_next_s()
         if nxt is not None and t < nxt < self._next_check:
             self._next_check = nxt
@@ -227,25 +239,38 @@ class SimServices:
             self.asked_at[spec.id] = asked
         e._enqueue(job, t)
 
-    def _stop(self, rid: str, t: float) -> None:
+    def _stop(self, rid: str, t: float, reason: str) -> None:
+        """A stop order: a waiting replica ends now; a running one stops serving now and ends
+        by its ``STOPPED`` event (module docstring)."""
         e, job = self.engine, self.by_id.get(rid)
-        if job is None or job.terminal_count:
+        if job is None or job.terminal_count or job.idx in self._stopping:
             return
         self.stopped += 1
         if self.asked_at.pop(rid, None) is not None:
             self.unanswered += 1
         if job.state == RUNNING:
-            job.token += 1  # no finish or checkpoint of this attempt stands
+            job.token += 1  # no finish or checkpoint of this attempt stands, only its end
             job.ckpt_start_s = -1.0
-            e._stop(job, t)
-        elif job.state == PENDING and job.idx in e.queue:
+            self._stopping[job.idx] = reason
+            self.serving.get(job.spec.service, {}).pop(job.idx, None)  # killed: serves no more
+            e._push(t, STOPPED, job.idx, job.token)
+            return
+        if job.state == PENDING and job.idx in e.queue:
             e._dequeue(job)
             cancel = getattr(e.policy, "cancelled", None)
             if cancel is not None:
                 cancel(job, t)
             if self.own:
                 self.scaler.a.gone(rid)
-        e._terminate(job, COMPLETED, t, "stopped by the scaler")
+        e._terminate(job, CANCELLED, t, reason)
+
+    def end_stopped(self, job: SimJob, t: float) -> bool:
+        """A stopped replica's end (the engine's ``STOPPED``): its GPUs are free; True, so the
+        instant passes again, as on any end."""
+        reason = self._stopping.pop(job.idx)
+        self.engine._stop(job, t)
+        self.engine._terminate(job, CANCELLED, t, reason)
+        return True
 
     # ----- the latency model -------------------------------------------------------------------
     def capacity_rps(self, sid: str) -> float:

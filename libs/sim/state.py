@@ -19,7 +19,8 @@ RUNNING = "running"
 BACKOFF = "backoff"  # failed attempt, waiting to be resubmitted
 COMPLETED = "completed"
 FAILED = "failed"
-TERMINAL = (COMPLETED, FAILED)
+CANCELLED = "cancelled"  # an inference replica the scaler stopped (libs.sim.serving)
+TERMINAL = (COMPLETED, FAILED, CANCELLED)
 
 
 @dataclass(eq=False, slots=True)

@@ -36,6 +36,7 @@ class Cancels:
     tracker: JobTracker
     ended_here: set[str]
     cancelling: set[str]
+    killed_in_cycle: set[str]
     _lock: asyncio.Lock
     _job_span: Callable[..., AbstractContextManager[Span]]  # services.placer.announce
 
@@ -55,6 +56,7 @@ class Cancels:
         job = req.job_id
         if alloc is not None:  # the executor stops it and answers Cancelled
             self.cancelling.add(job)
+            self.killed_in_cycle.add(job)  # services.placer.stepping waits for its answer
             await self.bus.publish(
                 subjects.node_command(alloc.node, "kill"),
                 KillCommand(job_id=job, reason=req.reason[:MAX_REASON]),

@@ -104,6 +104,7 @@ class Placer(Committer, MoveCommitter, Announcer, NodeWatch, Cancels, ScaleDrive
         # Failed/Cancelled we published, before they echo back (each leaves the scheduler)
         self.ended_here: set[str] = TouchingSet(self.feed.touch)
         self.cancelling: set[str] = set()  # running jobs we sent a kill for
+        self.killed_in_cycle: set[str] = set()  # ... of them, those since the last cycle began
         self.next_tick_s: float | None = None  # the next instant the scheduler is owed
         self._pass_due = True  # something happened since the last pass
         self._nodes_changed = time.monotonic()
@@ -325,6 +326,7 @@ class Placer(Committer, MoveCommitter, Announcer, NodeWatch, Cancels, ScaleDrive
             if not self.active:
                 return 0
             t0 = time.perf_counter()
+            self.killed_in_cycle.clear()
             await self._free_ended()
             if time.monotonic() - self._last_purge >= self.settings.purge_every_s:
                 self._last_purge = time.monotonic()

@@ -147,3 +147,62 @@ def test_the_shared_pool_keeps_20_percent_fewer_gpus_and_the_same_arrivals(tmp_p
     out = BI.fixed_arrivals(3.0)(tr)
     assert [j.submit_s for j in out.jobs] == [0.0, 200.0]
     assert out.jobs[1].spec.deadline == 500.0  # its 300 s of slack kept
+
+
+def test_a_stopped_replica_frees_its_gpu_after_the_instant_and_ends_cancelled() -> None:
+    """As the live placer applies a stop (``services.placer.stepping``): the replica stops
+    serving at the order, keeps its GPU through that instant's pass (live: the ledger entry
+    until the executor's answer), frees it by an end of its own at the same Mosaic time, after
+    which the scheduler passes again and the waiting job takes it; the replica ends
+    ``cancelled``, "scaled down: <the scaler's reason>", as live's ``Cancelled`` says."""
+    from libs.policy.config import PolicyConfig
+    from libs.policy.profiles import ProfileTable
+    from libs.sim.baselines.mosaic import Mosaic
+    from libs.sim.engine import simulate
+    from libs.sim.state import CANCELLED
+    from libs.sim.trace import TraceJob
+    from proto.jobs import JobSpec
+    from tests.sim.helpers import node
+
+    class Seen(Mosaic):
+        def attach(self, ctx) -> None:  # type: ignore[no-untyped-def,override]
+            super().attach(ctx)
+            self.passes: list[tuple[float, float, list[str]]] = []  # (now, GPUs held, placed)
+
+        def schedule(self, queue, view, running, now):  # type: ignore[no-untyped-def,override]
+            out = super().schedule(queue, view, running, now)
+            self.passes.append((now, view.allocated_gpus, [j.spec.id for j, _ in out]))
+            return out
+
+    class Instants(SimServices):
+        def __init__(self, *a, **kw) -> None:  # type: ignore[no-untyped-def]
+            super().__init__(*a, **kw)
+            self.seen: list[tuple[float, int, float]] = []  # (t, replicas running, capacity)
+
+        def after(self, t: float) -> None:  # after each instant's pass and moves
+            super().after(t)
+            running = [j for j in self.engine.running.values() if j.spec.service]
+            self.seen.append((t, len(running), self.capacity_rps("chat")))
+
+    nodes = [node("n0", gpus=2)]
+    pts = [[0, 150], [30, 150], [60, 10], [120, 10], [180, 10]]  # two replicas, quiet from 60
+    (sl,) = parse_scenario(_scenario(pts, rps_per_replica=100.0, scale_down_after_s=60.0))
+    profiles = ProfileTable.default().covering(nodes)
+    services = Instants([sl], profiles)
+    policy = Seen(PolicyConfig.default())
+    train = JobSpec(id="train", gpus=1, gpu_mem_gb=8.0, est_runtime_s=600.0)
+    r = simulate([TraceJob(spec=train, submit_s=40.0)], nodes, policy, profiles, services=services)
+    replicas = sorted((j for j in r.jobs if j.spec.service), key=lambda j: j.end_s)
+    assert len(replicas) == 2 and all(j.state == CANCELLED for j in replicas)
+    first, last = replicas
+    assert first.end_s == 120.0 and first.reason.startswith("scaled down: down: 10 req/s")
+    assert last.end_s == 240.0 and last.reason == "scaled down: service removed"
+    # the order's instant: it serves no more but still runs (holds its GPU); then its end, an
+    # instant of its own at the same time, frees it and the pass gives it to the waiting job
+    assert [x[1:] for x in services.seen if x[0] == 120.0] == [(2, 100.0), (1, 100.0)]
+    assert [(held, placed) for now, held, placed in policy.passes if now == 120.0] == [
+        (1.0, ["train"])
+    ]
+    assert next(j for j in r.jobs if j.spec.id == "train").first_start_s == 120.0
+    s = services.report(r.jobs, 2.0, r.t_end_s - r.t0_s)
+    assert s["replicas_added"] == s["replicas_stopped"] == 2 and s["scale_ups_unanswered"] == 0
