@@ -18,6 +18,7 @@ import math
 import msgspec
 
 from proto.jobs import JobSpec
+from proto.subjects import load as load_subject
 
 # a service id (SERVICE_ID: 1-48 characters) leaves room in the 64-character job id for
 # "-<ms hex, 11>-<k, up to 3>"
@@ -109,11 +110,17 @@ def validate_service(svc: InferenceService) -> list[FieldError]:
     return errs
 
 
-def validate_report(report: LoadReport) -> list[FieldError]:
-    """A load report the scaler may act on: a known-shaped service id, finite values."""
+def validate_report(report: LoadReport, subject: str | None = None) -> list[FieldError]:
+    """A load report the scaler may act on: a known-shaped service id, finite values, and,
+    given the ``subject`` it came on, that subject's own service (``load.<service>``): a report
+    speaks for the service its subject names, so a sidecar's report cannot move another
+    service by naming it in its body (who may publish on which subject is another matter:
+    design notes, "Inference services, live")."""
     errs: list[FieldError] = []
     if not SERVICE_ID.fullmatch(report.service):
         errs.append(FieldError("service", "must be 1-48 letters, digits or '_'"))
+    elif subject is not None and subject != load_subject(report.service):
+        errs.append(FieldError("service", f"names {report.service!r}, reported on {subject!r}"))
     _finite(errs, "time", report.time, 0.0, 1e12)
     _finite(errs, "rps", report.rps, 0.0, 1e12)
     if report.p99_ms is not None:

@@ -138,12 +138,18 @@ class Receiver:
         *,
         queue: str | None = None,
         wedged_after_s: float = WEDGED_AFTER_S,
+        with_subject: bool = False,
     ) -> Subscription:
         """Core NATS subscription (no redelivery: for telemetry and pokes). Handlers of one
         subscription run one at a time, in order, in a task of the bus's own. A message that
         does not decode, or whose handler raises, is dead-lettered at once (there is no second
-        delivery). ``type_``: see ``make_decoder``. ``unsubscribe()`` ends it quietly."""
+        delivery). ``type_``: see ``make_decoder``. ``with_subject``: the handler gets
+        ``(subject, value)``, for a wildcard whose subject says something the body must agree
+        with (``load.<service>``). ``unsubscribe()`` ends it quietly."""
         decoder = make_decoder(type_)
+        if with_subject:
+            plain = decoder
+            decoder = lambda subject, data: (subject, plain(subject, data))  # noqa: E731
         sub = await self.nc.subscribe(subject, queue=queue or "")
         self._subs.append(sub)
         name = f"subscribe:{subject}"

@@ -69,12 +69,13 @@ class ServicesModel:
         async def on_service(key: str, svc: InferenceService | None) -> None:
             self.put(key, svc)
 
-        async def on_load(report: LoadReport) -> None:
-            if not refused(bus, "load_report", validate_report(report)):
+        async def on_load(received: tuple[str, LoadReport]) -> None:
+            subject, report = received  # a report speaks for its own subject's service only
+            if not refused(bus, "load_report", validate_report(report, subject)):
                 self.report(report)
 
         await self.kv.watch(on_service)
-        await bus.subscribe(subjects.LOAD_ALL, LoadReport, on_load)
+        await bus.subscribe(subjects.LOAD_ALL, LoadReport, on_load, with_subject=True)
         return self
 
     def put(self, key: str, svc: InferenceService | None) -> None:

@@ -5,8 +5,9 @@ Where the facts come from: a service's definition is the operator's or its tenan
 by the gateway into KV ``services`` (``POST /v1/services``; DESIGN rule 2, as cordons); the
 placer only watches it, like ``cordons.Cordons``. The load is the service's own word, a
 ``LoadReport`` on ``load.<service>`` (core NATS: the newest report wins, as telemetry); one
-that decodes but is unsound (``proto.inference.validate_report``) goes to ``dlq.placer`` like
-one that does not decode, and the placer goes on.
+that decodes but is unsound (``proto.inference.validate_report``: a report on ``load.a`` that
+names service ``b`` included) goes to ``dlq.placer`` like one that does not decode, and the
+placer goes on.
 
 Why the placer publishes a replica's ``Submitted`` itself, and not the gateway: the scaler lives
 in the scheduler the placer runs, and a burst must be answered by the same instant's pass
@@ -98,7 +99,7 @@ class ScaleDriver:
         """Watch KV ``services`` (the current definitions first) and subscribe ``load.*``."""
         kv = await self.bus.kv(subjects.KV_SERVICES, InferenceService)
         self._services_watch = await kv.watch(self._on_service)
-        await self.bus.subscribe(subjects.LOAD_ALL, LoadReport, self._on_load)
+        await self.bus.subscribe(subjects.LOAD_ALL, LoadReport, self._on_load, with_subject=True)
 
     async def _on_service(self, key: str, svc: InferenceService | None) -> None:
         """A definition put or deleted; an unsound one counts as none (its replicas stop)."""
@@ -111,12 +112,14 @@ class ScaleDriver:
         self._scale_dirty.add(key)
         self._kick.set()
 
-    async def _on_load(self, report: LoadReport) -> None:
-        """A load report: kept when it is the newest of its service; wakes the cycle."""
-        errors = validate_report(report)
+    async def _on_load(self, received: tuple[str, LoadReport]) -> None:
+        """A load report (and the subject it came on): kept when it is the newest of its
+        service; wakes the cycle. One for another service than its subject's is unsound."""
+        subject, report = received
+        errors = validate_report(report, subject)
         if errors:
             await self.bus.dead_letter(
-                subjects.LOAD_ALL,
+                subject,
                 msgspec.json.encode(report),
                 f"not a sound LoadReport: {describe(errors)}",
                 pattern=subjects.LOAD_ALL,

@@ -9,8 +9,9 @@ reported on ``load.<service>`` as the NATS user ``producer`` (``libs.client.load
   for training;
 * a latency-class replica is never packed beside a job the interference model says would break
   its target (it takes the other GPU, and a second one waits with reason ``Interference``);
-* bad input: a malformed definition is refused naming the field; a malformed load report goes
-  to ``dlq.placer`` and the placer keeps scaling.
+* bad input: a malformed definition is refused naming the field; a malformed load report, or a
+  sound one on ``load.chat`` that speaks for another service, goes to ``dlq.placer`` and the
+  placer keeps scaling.
 
 Two nodes, each reached only through constraints: ``a0`` (4 A100s) for the burst, ``s0`` (2
 V100s) for sharing. The clock runs 600x (a wall second is ten Mosaic minutes), so the service's
@@ -37,7 +38,7 @@ from libs.policy.stages.share import INTERFERENCE
 from proto import subjects
 from proto.decisions import DeadLetter
 from proto.events import Cancelled, LifecycleEvent, Placed, Preempted, Started
-from proto.inference import InferenceService
+from proto.inference import InferenceService, LoadReport
 from proto.jobs import Elastic, JobSpec
 from proto.nodes import NodeSpec
 from proto.service_views import SCALED_DOWN
@@ -261,6 +262,14 @@ async def test_bad_definitions_and_load_reports_are_refused_and_the_placer_keeps
     await until(lambda: len(bus.dead) >= 2, 10, "two dead letters on dlq.placer")
     assert all(d.subject.startswith("load.") for d in bus.dead[-2:])
     assert "rps" in bus.dead[-1].reason
+    # sound in itself, but on chat's subject for another service: it moves neither
+    other = LoadReport(service="lat", time=1.0, rps=10_000.0)
+    await bus.producer.publish(subjects.load("chat"), msgspec.json.encode(other))
+    await until(lambda: len(bus.dead) >= 3, 10, "the third dead letter on dlq.placer")
+    assert bus.dead[-1].subject == "load.chat" and msgspec.json.decode(bus.dead[-1].data) == (
+        msgspec.to_builtins(other)
+    )
+    assert "service: names 'lat', reported on 'load.chat'" in bus.dead[-1].reason
     # still scaling: a service defined now gets its minimum
     after = msgspec.structs.replace(LAT_REPLICA, constraints=(A100,))
     client.apply_service(
