@@ -21,6 +21,11 @@ class WaitNumbers(msgspec.Struct, frozen=True, kw_only=True):
     score: float
     terms: dict[str, float] = {}
     regime: str = ""
+    # the policy in force at the decision's time (``libs.policy.daynight``): the calendar's
+    # period ("day", "night"; "" with the calendar off) and what it sets, the regime's rank
+    # weights included (``daynight.in_force``: the names ``mosaic policy`` prints)
+    period: str = ""
+    policy: dict[str, float] = {}
     best_node: str | None = None
     lacks: str = ""
     reservation_node: str | None = None

@@ -77,6 +77,13 @@ def _print_wait(w: dict) -> None:
     terms = w.get("terms") or {}
     if terms:
         out.print("  " + "  ".join(f"{k} {v:.3f}" for k, v in terms.items()), highlight=False)
+    policy = w.get("policy") or {}
+    if policy:  # the policy in force then (libs.policy.daynight.in_force, as ``mosaic policy``)
+        out.print(
+            f"policy in force: period {w.get('period') or '(calendar off)'}  "
+            + "  ".join(f"{k} {v:.3f}" for k, v in policy.items()),
+            highlight=False,
+        )
     if w.get("best_node"):
         out.print(f"closest node {w['best_node']}: lacks {w.get('lacks') or '-'}", highlight=False)
     if w.get("expected_start_s") is not None:

@@ -24,6 +24,7 @@ from rich.table import Table
 from libs.policy.calendar import next_switch_s
 from libs.policy.config import REGIMES, PolicyConfig
 from libs.policy.daynight import effective_policy
+from libs.policy.daynight import in_force as period_sets
 
 out = Console()
 
@@ -54,9 +55,9 @@ def moment_at(cfg: PolicyConfig, now_s: float, at: str | None, iso: str | None) 
 
 
 def in_force(cfg: PolicyConfig, time_s: float, label: str) -> dict[str, Any]:
-    """What ``effective_policy`` puts in force at ``time_s``, as plain data."""
+    """What ``effective_policy`` puts in force at ``time_s``, as plain data: the names and
+    values the live placer's wait decisions carry (``daynight.in_force``, ``mosaic explain``)."""
     eff, period = effective_policy(cfg, time_s)
-    shift = eff.calendar.shift()
     zone = ZoneInfo(cfg.calendar.timezone)
     return {
         "label": label,
@@ -64,11 +65,7 @@ def in_force(cfg: PolicyConfig, time_s: float, label: str) -> dict[str, Any]:
         "local_time": dt.datetime.fromtimestamp(time_s, zone).isoformat(timespec="minutes"),
         "period": period or "(calendar off)",
         "weights": {r: eff.weights(r).as_dict() for r in REGIMES},
-        "inference_boost": shift.inference_boost,
-        "training_boost": shift.training_boost,
-        "headroom_share": shift.headroom_share,
-        "w_speed": eff.w_speed,
-        "warm_reserve_frac": eff.warm_reserve_frac,
+        **period_sets(eff),
         "next_switch_s": next_switch_s(cfg.calendar, time_s) if cfg.calendar.enabled else None,
     }
 

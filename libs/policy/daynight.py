@@ -38,6 +38,25 @@ def effective_policy(cfg: PolicyConfig, time_s: float) -> tuple[PolicyConfig, st
     return _apply(cfg, name), name
 
 
+def in_force(eff: PolicyConfig, regime: str | None = None) -> dict[str, float]:
+    """What a period sets in ``eff`` (a config ``effective_policy`` gave), by name: the kind
+    boosts, the headroom share, the speed weight, the warm reserve, and with ``regime`` that
+    load regime's rank weights (``w_fair_share``, ...). One record for the live placer's wait
+    decisions (``WaitNumbers.policy``, what ``mosaic explain`` shows) and ``mosaic policy``, so
+    an operator reads the same names and values in both."""
+    shift = eff.calendar.shift()
+    out = {
+        "inference_boost": shift.inference_boost,
+        "training_boost": shift.training_boost,
+        "headroom_share": shift.headroom_share,
+        "w_speed": eff.w_speed,
+        "warm_reserve_frac": eff.warm_reserve_frac,
+    }
+    if regime is not None:
+        out.update({f"w_{k}": v for k, v in eff.weights(regime).as_dict().items()})
+    return out
+
+
 def _apply(cfg: PolicyConfig, name: str) -> PolicyConfig:
     cal = dataclasses.replace(cfg.calendar, active=name)
     p = cal.shift()

@@ -14,7 +14,7 @@ import numpy as np
 
 from libs.policy import filters as F
 from libs.policy.cluster import EPS
-from libs.policy.daynight import kind_boost
+from libs.policy.daynight import in_force, kind_boost
 from libs.policy.priority import score_arrays
 from libs.policy.queue import QueueArrays
 from libs.policy.types import PendingJob
@@ -82,7 +82,7 @@ def explain_wait(sched: Scheduler, job: PendingJob, now: float) -> WaitNumbers:
     q = sched.queue
     row = q.position(job.spec.id)
     one = QueueArrays.from_jobs([job])
-    cfg, _ = sched.daynight.at(now)  # the day/night period in force, as the pass ranks
+    cfg, period = sched.daynight.at(now)  # the day/night period in force, as the pass ranks
     fresh, terms, reg = score_arrays(
         one,
         now=now,
@@ -115,6 +115,8 @@ def explain_wait(sched: Scheduler, job: PendingJob, now: float) -> WaitNumbers:
         score=round(score, 6),
         terms=shown,
         regime=reg,
+        period=period,
+        policy=in_force(cfg, reg),
         best_node=node,
         lacks=lacks,
         reservation_node=resv_node,

@@ -6,6 +6,13 @@ off by the headroom), training fills the node only down to the headroom and the 
 with reason ``Headroom``, as ``GET /v1/jobs`` says; at 20:00, the configured switch to night
 (the placer owes itself that instant), the waiting training jobs are placed at that very
 instant and the node is full.
+
+The weights in force switch at the hour too, as the live placer says them: a training job that
+arrives at 19:59:59 waits (the headroom), and its wait decision (``mosaic explain``'s record)
+carries the day's period and what it sets; one that arrives at 20:00 waits too (the node is
+full) and its decision carries the night's, each equal to
+``libs.policy.daynight.effective_policy`` at its side of the switch and to what ``mosaic
+policy`` prints for that moment.
 """
 
 from __future__ import annotations
@@ -20,11 +27,13 @@ import pytest
 from libs.bus import Bus
 from libs.bus.server import free_port
 from libs.bus.steps import StepController
+from libs.client.cli_policy import in_force as policy_shown
 from libs.clock import SteppedClock
 from libs.obs.logging import get_logger
 from libs.obs.tracing import setup_tracing
-from libs.policy.daynight import HEADROOM
+from libs.policy.daynight import HEADROOM, effective_policy, in_force
 from libs.policy_io.overrides import apply_overrides
+from proto import subjects
 from proto.events import Placed
 from proto.inference import InferenceService
 from proto.jobs import JobSpec
@@ -149,13 +158,48 @@ async def test_the_switch_to_night_gives_the_inference_headroom_to_training_at_t
         assert all(views[j] == ("pending", HEADROOM) for j in held)
         assert placer.feed.sched.period == "day"
         assert ctl.next_s() == T0 + H  # the placer owes itself the switch to night
-        await ctl.step(T0 + H - 1, decide=True)  # 19:59:59, still day: nothing starts
-        assert len(await placed()) == len(by_day)
-        await ctl.step(T0 + H, decide=True)
+        await ctl.step(T0 + H - 1, decide=True, before_decide=lambda: post("/v1/jobs", LATE))
+        assert len(await placed()) == len(by_day)  # 19:59:59, still day: nothing starts
+        await ctl.step(T0 + H, decide=True, before_decide=lambda: post("/v1/jobs", NIGHT))
         assert placer.feed.sched.period == "night"
         at_night = await placed()
         assert {j: at_night[j] for j in held} == dict.fromkeys(held, T0 + H)
         assert len(at_night) == 8  # the node is full: seven trainers and the replica
+    # the wait decisions of the jobs that came just before and at the switch
+    waits = [*await _wait_decisions(bus, LATE.id), *await _wait_decisions(bus, NIGHT.id)]
+    assert [d["time"] for d in waits] == [T0 + H - 1, T0 + H] and waits[0]["reason"] == HEADROOM
+    cfg = placer.policy
+    for d, period in zip(waits, ("day", "night"), strict=True):
+        w = d["wait"]
+        eff, want = effective_policy(cfg, d["time"])
+        assert (w["period"], want) == (period, period)
+        assert w["policy"] == pytest.approx(in_force(eff, w["regime"]))
+        shown = policy_shown(cfg, d["time"], "at")  # what ``mosaic policy --time`` prints
+        assert shown["period"] == period and shown["weights"][w["regime"]] == pytest.approx(
+            {k[2:]: v for k, v in w["policy"].items() if k.startswith("w_") and k != "w_speed"}
+        )
+        assert {k: shown[k] for k in in_force(eff)} == pytest.approx(
+            {k: w["policy"][k] for k in in_force(eff)}
+        )
+    day, night = waits[0]["wait"]["policy"], waits[1]["wait"]["policy"]
+    changed = {k for k in day if day[k] != pytest.approx(night[k])}
+    assert {"w_speed", "inference_boost", "training_boost", "headroom_share"} <= changed
+    assert night["w_speed"] == pytest.approx(1.5 * day["w_speed"])  # throughput by night
+
+
+LATE = JobSpec(id="late", gpus=1, gpu_mem_gb=8, est_runtime_s=10 * H)  # comes at 19:59:59
+NIGHT = JobSpec(id="night", gpus=1, gpu_mem_gb=8, est_runtime_s=10 * H)  # comes at 20:00
+
+
+async def _wait_decisions(bus: Bus, job: str) -> list[dict]:
+    """The placer's wait decisions for ``job`` with their numbers, in stream order."""
+    info = await bus.js.stream_info(subjects.STREAM_DECISIONS)
+    out = []
+    for seq in range(info.state.first_seq, info.state.last_seq + 1):
+        d = msgspec.json.decode((await bus.js.get_msg(subjects.STREAM_DECISIONS, seq)).data)
+        if d["action"] == "wait" and d["job_id"] == job and d.get("wait"):
+            out.append(d)
+    return out
 
 
 async def _views_show(state, replica: str, held: list[str]) -> dict[str, tuple[str, str]] | None:

@@ -48,3 +48,24 @@ def test_policy_refuses_bad_input_naming_it(capsys) -> None:
     assert "--at" in capsys.readouterr().err
     assert main(["policy", "--set", "calendar.day.hours=noon"]) == 2
     assert "calendar.day.hours" in capsys.readouterr().err
+
+
+def test_mosaic_explain_shows_the_policy_a_wait_decision_was_taken_under(monkeypatch) -> None:
+    """A wait decision's record carries the period and what it sets under ``mosaic policy``'s
+    names (``daynight.in_force``); ``mosaic explain`` prints them."""
+    from rich.console import Console
+
+    from libs.client import cli_explain
+    from libs.policy.config import PolicyConfig
+    from libs.policy.daynight import effective_policy, in_force
+    from libs.policy_io.overrides import apply_overrides
+
+    cfg, _ = apply_overrides(["calendar.enabled=true"], PolicyConfig.default())
+    eff, period = effective_policy(cfg, DAY0 + 21 * 3600)
+    record = in_force(eff, "balanced")
+    assert period == "night" and record["w_speed"] == 1.5 and record["training_boost"] == 0.25
+    assert record["w_fair_share"] == cfg.weights("balanced").fair_share
+    monkeypatch.setattr(cli_explain, "out", Console(record=True, width=400))
+    cli_explain._print_wait({"rank": 1, "queued": 1, "period": period, "policy": record})
+    text = cli_explain.out.export_text()
+    assert "policy in force: period night" in text and "w_speed 1.500" in text
