@@ -27,8 +27,8 @@ test: $(STAMP)  ## the whole suite except soak tests (CI runs this)
 	$(BIN)/python -m pytest -q -m 'serial and not slow'
 
 test-all: $(STAMP)  ## everything, soak tests included
-	$(BIN)/python -m pytest -q -n $(TEST_WORKERS) -m 'not serial'
-	$(BIN)/python -m pytest -q -m 'serial'
+	$(BIN)/python -m pytest -q -n $(TEST_WORKERS) -m 'not serial' --timeout 3600
+	$(BIN)/python -m pytest -q -m 'serial' --timeout 3600
 
 lint: $(STAMP)
 	$(BIN)/ruff check .

@@ -126,7 +126,8 @@ async def test_lease_is_taken_over_after_expiry_and_old_holder_learns(bus: Bus) 
 async def test_renewal_keeps_the_lease(bus: Bus) -> None:
     kv = await bus.kv(subjects.KV_LEASES, LeaseRecord)
     holder = Lease(kv, "placer", "p1", ttl_s=0.6, poll_s=0.05)
-    await holder.acquire()
+    await asyncio.wait_for(holder.acquire(), 10.0)  # a lost connection fails, not hangs
+    assert holder.last_error is None
     other = Lease(kv, "placer", "p2", ttl_s=0.6, poll_s=0.05)
     for _ in range(8):  # well past the ttl
         await asyncio.sleep(0.15)
