@@ -73,3 +73,10 @@ class CancelRequest(msgspec.Struct, frozen=True, kw_only=True):
     job_id: str
     reason: str = "cancelled by user"
     time: float = 0.0
+
+
+def with_changes(spec: JobSpec, **changes: object) -> JobSpec:
+    """``spec`` with ``changes`` (a frozen struct's copy): what the policy uses to derive a
+    job as it runs (a gang's part, a shrunk job, a whole-GPU probe) without importing the
+    wire library itself (``libs/policy`` imports only proto, numpy and numba)."""
+    return msgspec.structs.replace(spec, **changes)

@@ -15,7 +15,6 @@ whole nodes already); the moves never stop one (``stages.preempt.protection``).
 
 from __future__ import annotations
 
-import msgspec
 import numpy as np
 
 from libs.policy import backfill as B
@@ -30,7 +29,7 @@ from libs.policy.stages import gang as G
 from libs.policy.stages import heat as H
 from libs.policy.stages.filter import whole_gpus
 from libs.policy.types import PendingJob, Placement, Refusal, Reservation, RunningJob
-from proto.jobs import JobSpec
+from proto.jobs import JobSpec, with_changes
 from proto.ledger import Allocation, Part, node_allocations
 
 
@@ -150,9 +149,7 @@ def part_jobs(
     CPUs (what ``backfill.Release`` gives back there) under ``part_id``."""
     out = []
     for a in node_allocations(alloc):
-        s = msgspec.structs.replace(
-            spec, id=part_id(spec.id, a.node), host_mem_gb=a.host_mem_gb, cpus=a.cpus
-        )
+        s = with_changes(spec, id=part_id(spec.id, a.node), host_mem_gb=a.host_mem_gb, cpus=a.cpus)
         out.append(RunningJob(s, view.index[a.node], a.gpu_indices, 1.0, expected_end))
     return out
 

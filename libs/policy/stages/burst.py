@@ -39,7 +39,6 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Mapping, Sequence
 
-import msgspec
 import numpy as np
 
 from libs.policy.cluster import EPS, ClusterView
@@ -49,6 +48,7 @@ from libs.policy.stages import preempt as P
 from libs.policy.stages.filter import is_fractional, whole_gpus
 from libs.policy.stages.shrink import shrink_floor
 from libs.policy.types import PendingJob, RunningJob
+from proto.jobs import with_changes
 
 BURST_RULE = "burst-capacity"
 
@@ -73,7 +73,7 @@ def whole_probe(replica: PendingJob) -> PendingJob:
     a plan's fit test does not ask); a GPU the plan empties holds it beside nobody."""
     if not is_fractional(replica.spec):
         return replica
-    spec = msgspec.structs.replace(replica.spec, gpus=1.0)
+    spec = with_changes(replica.spec, gpus=1.0)
     return PendingJob(spec, replica.enqueued_at, replica.attempt, replica.progress)
 
 

@@ -20,9 +20,7 @@ being placed again at its new size: growing in place is not built).
 
 from __future__ import annotations
 
-import msgspec
-
-from proto.jobs import JobSpec
+from proto.jobs import JobSpec, with_changes
 
 
 def shrink_floor(spec: JobSpec) -> int | None:
@@ -63,7 +61,7 @@ def resized(spec: JobSpec, shrink_to: int) -> JobSpec:
     why = size_error(spec, shrink_to)
     if why:
         raise ValueError(f"{spec.id}: {why}")
-    return msgspec.structs.replace(
+    return with_changes(
         spec,
         gpus=float(shrink_to),
         est_runtime_s=resized_runtime_s(spec.est_runtime_s, spec.gpus, shrink_to),
