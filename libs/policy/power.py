@@ -63,6 +63,7 @@ class Demand:
     # their job counts and GPUs per job (``counts_and_needs``)
     _static: list = field(default_factory=list, compare=False, repr=False)
     _counts: list = field(default_factory=list, compare=False, repr=False)
+    _gangs: list = field(default_factory=list, compare=False, repr=False)  # ``gang_specs``
 
     def counts_and_needs(self) -> tuple[np.ndarray, np.ndarray]:
         """(jobs per group, GPUs each job of the group asks), as arrays (kept)."""
@@ -88,6 +89,17 @@ class Demand:
         )
         memo[:] = [view.shape_memo, static]
         return static
+
+    def gang_specs(self, view: ClusterView) -> list[JobSpec]:
+        """The groups' specs that are gangs (``stages.gang.is_gang``, rank order), kept for
+        the last view asked, as ``static_masks`` (a shape's being a gang reads node specs
+        only)."""
+        memo = self._gangs
+        if memo and memo[0] is view.shape_memo:
+            return memo[1]
+        gangs = [spec for spec, _ in self.groups if gang.is_gang(spec, view)]
+        memo[:] = [view.shape_memo, gangs]
+        return gangs
 
     @classmethod
     def of(cls, blocked: Iterable[JobSpec], cap: int) -> Demand:
@@ -175,7 +187,7 @@ def plan(
         EPS,
     )
     resume = woken.tolist()
-    gangs = [spec for spec, _ in blocked.groups if gang.is_gang(spec, view)]
+    gangs = blocked.gang_specs(view)
     if gangs:  # blocked gangs wake and keep whole nodes of one model (stages.gang)
         asleep = suspended.copy()
         asleep[woken] = False  # woken for other jobs: counted as up
