@@ -64,6 +64,7 @@ class Demand:
     _static: list = field(default_factory=list, compare=False, repr=False)
     _counts: list = field(default_factory=list, compare=False, repr=False)
     _gangs: list = field(default_factory=list, compare=False, repr=False)  # ``gang_specs``
+    _gang_needs: list = field(default_factory=list, compare=False, repr=False)  # ``gang_needs``
 
     def counts_and_needs(self) -> tuple[np.ndarray, np.ndarray]:
         """(jobs per group, GPUs each job of the group asks), as arrays (kept)."""
@@ -100,6 +101,21 @@ class Demand:
         gangs = [spec for spec, _ in self.groups if gang.is_gang(spec, view)]
         memo[:] = [view.shape_memo, gangs]
         return gangs
+
+    def gang_needs(
+        self, view: ClusterView, asleep: np.ndarray, resuming: np.ndarray
+    ) -> tuple[list[int], np.ndarray]:
+        """``stages.gang.power_needs`` of the blocked gangs (``gang_specs``), kept for the
+        last view and sleeping nodes asked: it reads node specs and which nodes sleep only,
+        and a kept ``Demand`` is planned again at every power step. (wake, keep: read-only)."""
+        key = (view.shape_memo, asleep.tobytes())
+        memo = self._gang_needs
+        if memo and memo[0][0] is key[0] and memo[0][1] == key[1]:
+            return memo[1]
+        wake, keep = gang.power_needs(self.gang_specs(view), view, asleep, resuming)
+        keep.setflags(write=False)
+        memo[:] = [key, (wake, keep)]
+        return wake, keep
 
     @classmethod
     def of(cls, blocked: Iterable[JobSpec], cap: int) -> Demand:
@@ -191,7 +207,7 @@ def plan(
     if gangs:  # blocked gangs wake and keep whole nodes of one model (stages.gang)
         asleep = suspended.copy()
         asleep[woken] = False  # woken for other jobs: counted as up
-        wake, keep = gang.power_needs(gangs, view, asleep, resuming)
+        wake, keep = blocked.gang_needs(view, asleep, resuming)
         resume += [n for n in wake if n not in resume]
         needed = needed | keep
         down[list(wake)] = False  # (not spare: the gang's, not the warm reserve's)

@@ -420,3 +420,25 @@ def test_free_at_kept_by_the_running_set_is_the_definitions(ops, now):
         for r in sets:
             want = [G.node_free_at(r.on_node(n), now) for n in range(len(view.node_ids))]
             assert free_at(view, r, now).tolist() == want
+
+
+def test_a_kept_demand_plans_blocked_gangs_as_a_fresh_one():
+    """``power.Demand.gang_needs`` (the blocked gangs' power rule kept per sleeping set) gives
+    the plan a fresh ``Demand`` gives, as nodes fall asleep and wake in any order."""
+    from libs.policy import power
+
+    nodes = [labelled(f"a{i}", f"s{i // 2}") for i in range(4)]
+    nodes += [labelled(f"v{i}", None, 4, "v100-32gb") for i in range(4)]
+    view = ClusterView.build(nodes)
+    gangs = [JobSpec(id="g1", gpus=12.0, gpu_mem_gb=8.0), JobSpec(id="g2", gpus=10.0)]
+    kept = power.Demand.of(gangs, CFG.power_demand_cap)
+    rng = np.random.default_rng(15)
+    n = len(view.node_ids)
+    for _ in range(30):
+        suspended = rng.random(n) < 0.5
+        args = dict(
+            idle_s=np.full(n, 1e6), suspended=suspended, resuming=np.zeros(n, dtype=bool),
+            reserved=(), cfg=CFG,
+        )  # fmt: skip
+        fresh = power.Demand.of(gangs, CFG.power_demand_cap)
+        assert power.plan(view, blocked=kept, **args) == power.plan(view, blocked=fresh, **args)

@@ -75,8 +75,8 @@ def per_gpu(spec: JobSpec) -> tuple[float, float]:
 
 
 def gang_width(spec: JobSpec, view: ClusterView) -> int:
-    """The most GPUs one node the job may use has (0: no node it may use)."""
-    ok = f_constraints(spec, view) & f_gpu_memory(spec, view)
+    """The most GPUs one node the job may use (``may_use``) has (0: no node it may use)."""
+    ok = may_use(spec, view)
     return int(view.gpu_total[ok].max()) if ok.any() else 0
 
 
