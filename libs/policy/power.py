@@ -276,12 +276,19 @@ def _refill(
     spare = np.bincount(view.model_idx[spare_mask], minlength=n_models).astype(np.int64)
     short = np.asarray(keep_nodes, dtype=np.int64) - spare
     woken: list[int] = []
-    if not (short > 0).any():
+    missing = int(np.maximum(short, 0).sum())
+    if not missing:
         return spare, woken
-    for k in rank.tolist():
-        m = int(view.model_idx[k])
-        if short[m] > 0 and down[k]:
+    # the still-suspended nodes in rank order (a walk over every node, numpy scalar by
+    # scalar, was most of a plan's time while a reserve was short)
+    left = np.maximum(short, 0).tolist()
+    asleep = rank[down[rank]]
+    for k, m in zip(asleep.tolist(), view.model_idx[asleep].tolist(), strict=True):
+        if left[m] > 0:
             woken.append(k)
-            short[m] -= 1
+            left[m] -= 1
             spare[m] += 1
+            missing -= 1
+            if not missing:  # every model's reserve refilled: the rest wake nothing
+                break
     return spare, woken
