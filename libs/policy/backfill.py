@@ -56,6 +56,7 @@ class RunningSet:
         self._built: dict[int, list[RunningJob]] = {}
         self._first: dict[int, float] | None = None  # node -> earliest expected end, lazily
         self._first_arr: np.ndarray | None = None  # the same per node index, inf where none
+        self._last_arr: np.ndarray | None = None  # ``last_end_array``, lazily
         by_node, node_of = self._by_node, self._node_of
         for r in running:  # the body of ``add``, inlined: built once per pass from a list
             n = r.node_index
@@ -73,6 +74,12 @@ class RunningSet:
             old = self._first.get(r.node_index, float("inf"))
             self._first[r.node_index] = m = min(old, r.expected_end)
             self._set_first(r.node_index, m)
+        last = self._last_arr
+        if last is not None:
+            if r.node_index < len(last):
+                last[r.node_index] = max(last[r.node_index], r.expected_end)
+            else:
+                self._last_arr = None
 
     def remove(self, job_id: str) -> RunningJob:
         n = self._node_of.pop(job_id)
@@ -89,6 +96,13 @@ class RunningSet:
             else:
                 del self._first[n]
                 self._set_first(n, float("inf"))
+        last = self._last_arr
+        if last is not None and n < len(last) and last[n] == r.expected_end:
+            if self._base is not None:  # the base's jobs there: rebuild when next asked
+                self._last_arr = None
+            else:  # the node's last end may have moved earlier: that node only
+                d = self._by_node[n]
+                last[n] = max((j.expected_end for j in d.values()), default=-np.inf)
         return r
 
     def _set_first(self, node: int, end: float) -> None:
@@ -147,6 +161,22 @@ class RunningSet:
                 k = len(first)
                 arr[np.fromiter(first.keys(), np.int64, k)] = np.fromiter(first.values(), float, k)
             self._first_arr = arr
+        return arr
+
+    def last_end_array(self, n_nodes: int) -> np.ndarray:
+        """float[n_nodes]: the last expected end of each node's running jobs (-inf for a node
+        without jobs), when the node is empty (a gang's reservation, ``gang_pass.free_at``);
+        kept up to date by ``add``/``remove`` once built, as ``first_end_array``. Read-only."""
+        arr = self._last_arr
+        if arr is None or len(arr) != n_nodes:
+            if self._base is None:
+                arr = np.full(n_nodes, -np.inf)
+            else:
+                arr = self._base.last_end_array(n_nodes).copy()
+            for n, d in self._by_node.items():
+                if d and n < n_nodes:
+                    arr[n] = max(float(arr[n]), max(r.expected_end for r in d.values()))
+            self._last_arr = arr
         return arr
 
     def first_end(self, node: int) -> float:

@@ -20,14 +20,14 @@ import numpy as np
 from libs.policy import backfill as B
 from libs.policy.cluster import EPS, ClusterView
 from libs.policy.config import PolicyConfig
+from libs.policy.fast.gang_offers import offers_now
 from libs.policy.fast.reservations import running_set
 from libs.policy.fast.shapes import per_shape
-from libs.policy.filters import available
 from libs.policy.placement import PlaceContext, place, to_allocation
 from libs.policy.profiles import ProfileTable
 from libs.policy.stages import gang as G
 from libs.policy.stages import heat as H
-from libs.policy.stages.filter import whole_gpus
+from libs.policy.stages.filter import shape_key, whole_gpus
 from libs.policy.types import PendingJob, Placement, Refusal, Reservation, RunningJob
 from proto.jobs import JobSpec, with_changes
 from proto.ledger import Allocation, Part, node_allocations
@@ -51,9 +51,15 @@ def may_start(pending, q, view: ClusterView) -> bool:
         if not gangs.any():
             return False
         rows = gangs[shape_of]
-        asks = np.array([round(sp.gpus) for sp in specs])[shape_of]
+        asks = per_shape(view, "gang-asks", specs, _asks)[shape_of]
         return bool((rows & (asks <= total)).any())
     return any(G.is_gang(p.spec, view) and round(p.spec.gpus) <= total for p in pending)
+
+
+def _asks(shape_specs: list) -> np.ndarray:
+    """int per request shape: the whole GPUs it asks (memoised per shape list: ``may_start``
+    asks every pass)."""
+    return np.array([round(sp.gpus) for sp in shape_specs], dtype=np.int64)
 
 
 def switches(view: ClusterView) -> np.ndarray:
@@ -75,11 +81,17 @@ def gang_place(
     cfg: PolicyConfig,
     mask: np.ndarray | None = None,
 ) -> G.GangPlacement | None:
-    """Where the gang starts now (cordoned, too hot and ``mask``-ed nodes left out), or None."""
-    usable = available(view, cfg) if mask is None else available(view, cfg) & mask
-    offer = G.offers(spec, view, usable)
+    """Where the gang starts now (cordoned, too hot and ``mask``-ed nodes left out), or None.
+
+    The offers over the available nodes are the view's memo (``fast.gang_offers``, refreshed
+    where nodes changed); a mask only lowers offers, so a shape the available nodes cannot
+    hold is answered from the per-model sums alone, the usual answer on a busy cluster."""
+    now = offers_now(spec, view, cfg)
     k = whole_gpus(spec)
-    if not G.can_hold(k, offer, view):  # the usual answer, without choosing
+    if not now.can_hold(k):
+        return None
+    offer = now.offer.copy() if mask is None else np.where(mask, now.offer, 0)
+    if mask is not None and not G.can_hold(k, offer, view):
         return None
     sw = switches(view)
     plan = G.choose(k, offer, view, sw, runtimes(spec, view, profiles))
@@ -87,8 +99,18 @@ def gang_place(
 
 
 def fits_now(spec: JobSpec, view: ClusterView, cfg: PolicyConfig) -> bool:
-    """``gang_place(...) is not None`` on every node, without the choice."""
-    return G.can_hold(whole_gpus(spec), G.offers(spec, view, available(view, cfg)), view)
+    """``gang_place(...) is not None`` on every node, without the choice (the memo's sums)."""
+    return offers_now(spec, view, cfg).can_hold(whole_gpus(spec))
+
+
+def ever_fits(spec: JobSpec, view: ClusterView) -> bool:
+    """``stages.gang.ever_fits``, memoised per shape on the view's shape memo (it reads node
+    specs only, which never change in a view)."""
+    key = shape_key(spec)
+    hit = view.shape_memo.gang_ever_fits.get(key)
+    if hit is None:
+        hit = view.shape_memo.gang_ever_fits[key] = G.ever_fits(spec, view)
+    return hit
 
 
 def gang_allocation(spec: JobSpec, res: G.GangPlacement, now: float, attempt: int) -> Allocation:
@@ -177,7 +199,7 @@ def try_gang(p, i: int, job: PendingJob, key: tuple) -> None:
         return
     if mask is not None and fits_now(spec, view, p.cfg):
         why = "Reserved"  # it would start on nodes held for a blocked job
-    elif G.ever_fits(spec, view):
+    elif ever_fits(spec, view):
         why = "Resources"
     else:
         why = "GpuCount"
@@ -185,8 +207,11 @@ def try_gang(p, i: int, job: PendingJob, key: tuple) -> None:
 
 
 def free_at(view: ClusterView, rel: B.RunningSet, now: float) -> np.ndarray:
-    """float[N]: when each node is empty (``stages.gang.node_free_at``)."""
-    return np.array([G.node_free_at(rel.on_node(n), now) for n in range(len(view.node_ids))])
+    """float[N]: when each node is empty (``stages.gang.node_free_at``: its last expected end,
+    now if that is past or it is empty), from the running set's last ends, which it keeps as
+    jobs come and go (a walk over every node's jobs per blocked gang was a tenth of a Helios
+    replay; tested equal to the definition, ``tests/policy/test_gangs.py``)."""
+    return np.maximum(rel.last_end_array(len(view.node_ids)), now)
 
 
 def reserve_head(p) -> None:

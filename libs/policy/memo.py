@@ -29,6 +29,7 @@ class ShapeMemo:
     static_mask: dict[tuple, np.ndarray] = field(default_factory=dict)  # filters.static_mask
     request_row: dict[tuple, np.ndarray] = field(default_factory=dict)  # filters._request_row
     ever_fits: dict[tuple, bool] = field(default_factory=dict)  # filters.can_ever_fit
+    gang_ever_fits: dict[tuple, bool] = field(default_factory=dict)  # gang_pass.ever_fits
     models_of_shape: dict[tuple, np.ndarray] = field(default_factory=dict)  # shapes.present_models
     # per slow-model code: bool[N] nodes it does not hold off (fast.codes.fast_nodes)
     fast_nodes: dict[int, np.ndarray] = field(default_factory=dict)
@@ -54,3 +55,6 @@ class ViewMemo:
     reservation_extra: dict[str, tuple] = field(default_factory=dict)
     # backfill.reserve: shape key -> node -> (node_gen, running ends, earliest start)
     earliest_start: dict[tuple, dict] = field(default_factory=dict)
+    # fast.gang_offers.offers_now: (shape key, thermal_max_c) -> ShapeOffers (refreshed where
+    # node_gen moved)
+    gang_offers: dict[tuple, Any] = field(default_factory=dict)

@@ -63,6 +63,8 @@ class Demand:
     # their job counts and GPUs per job (``counts_and_needs``)
     _static: list = field(default_factory=list, compare=False, repr=False)
     _counts: list = field(default_factory=list, compare=False, repr=False)
+    _gangs: list = field(default_factory=list, compare=False, repr=False)  # ``gang_specs``
+    _gang_needs: list = field(default_factory=list, compare=False, repr=False)  # ``gang_needs``
 
     def counts_and_needs(self) -> tuple[np.ndarray, np.ndarray]:
         """(jobs per group, GPUs each job of the group asks), as arrays (kept)."""
@@ -88,6 +90,32 @@ class Demand:
         )
         memo[:] = [view.shape_memo, static]
         return static
+
+    def gang_specs(self, view: ClusterView) -> list[JobSpec]:
+        """The groups' specs that are gangs (``stages.gang.is_gang``, rank order), kept for
+        the last view asked, as ``static_masks`` (a shape's being a gang reads node specs
+        only)."""
+        memo = self._gangs
+        if memo and memo[0] is view.shape_memo:
+            return memo[1]
+        gangs = [spec for spec, _ in self.groups if gang.is_gang(spec, view)]
+        memo[:] = [view.shape_memo, gangs]
+        return gangs
+
+    def gang_needs(
+        self, view: ClusterView, asleep: np.ndarray, resuming: np.ndarray
+    ) -> tuple[list[int], np.ndarray]:
+        """``stages.gang.power_needs`` of the blocked gangs (``gang_specs``), kept for the
+        last view and sleeping nodes asked: it reads node specs and which nodes sleep only,
+        and a kept ``Demand`` is planned again at every power step. (wake, keep: read-only)."""
+        key = (view.shape_memo, asleep.tobytes())
+        memo = self._gang_needs
+        if memo and memo[0][0] is key[0] and memo[0][1] == key[1]:
+            return memo[1]
+        wake, keep = gang.power_needs(self.gang_specs(view), view, asleep, resuming)
+        keep.setflags(write=False)
+        memo[:] = [key, (wake, keep)]
+        return wake, keep
 
     @classmethod
     def of(cls, blocked: Iterable[JobSpec], cap: int) -> Demand:
@@ -175,11 +203,11 @@ def plan(
         EPS,
     )
     resume = woken.tolist()
-    gangs = [spec for spec, _ in blocked.groups if gang.is_gang(spec, view)]
+    gangs = blocked.gang_specs(view)
     if gangs:  # blocked gangs wake and keep whole nodes of one model (stages.gang)
         asleep = suspended.copy()
         asleep[woken] = False  # woken for other jobs: counted as up
-        wake, keep = gang.power_needs(gangs, view, asleep, resuming)
+        wake, keep = blocked.gang_needs(view, asleep, resuming)
         resume += [n for n in wake if n not in resume]
         needed = needed | keep
         down[list(wake)] = False  # (not spare: the gang's, not the warm reserve's)
@@ -248,12 +276,19 @@ def _refill(
     spare = np.bincount(view.model_idx[spare_mask], minlength=n_models).astype(np.int64)
     short = np.asarray(keep_nodes, dtype=np.int64) - spare
     woken: list[int] = []
-    if not (short > 0).any():
+    missing = int(np.maximum(short, 0).sum())
+    if not missing:
         return spare, woken
-    for k in rank.tolist():
-        m = int(view.model_idx[k])
-        if short[m] > 0 and down[k]:
+    # the still-suspended nodes in rank order (a walk over every node, numpy scalar by
+    # scalar, was most of a plan's time while a reserve was short)
+    left = np.maximum(short, 0).tolist()
+    asleep = rank[down[rank]]
+    for k, m in zip(asleep.tolist(), view.model_idx[asleep].tolist(), strict=True):
+        if left[m] > 0:
             woken.append(k)
-            short[m] -= 1
+            left[m] -= 1
             spare[m] += 1
+            missing -= 1
+            if not missing:  # every model's reserve refilled: the rest wake nothing
+                break
     return spare, woken

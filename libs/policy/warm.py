@@ -29,7 +29,9 @@ its baseline's), so the reserve is the same wherever the rule runs.
 
 from __future__ import annotations
 
+import bisect
 import math
+from collections import deque
 
 import numpy as np
 
@@ -97,6 +99,15 @@ class WarmHistory:
         self._win = [0] * n_models
         self._win_gpus = [0.0] * n_models
         self._head = [0] * n_models  # entries before this have aged out
+        # the reserve's two statistics kept as entries come and age out, so a recompute
+        # reads them instead of scanning the history (``_reserve``): the bursts from
+        # ``_head`` on, sorted (the quantile is one index), and the high-priority starts
+        # from ``_head`` on that no later high-priority start is at least as wide as, as
+        # (entry number, GPUs), widest first (the head-room is the first); an entry number
+        # counts from the model's first start (``_dropped``: entries compacted away)
+        self._sorted: list[list[float]] = [[] for _ in range(n_models)]
+        self._widest: list[deque[tuple[int, float]]] = [deque() for _ in range(n_models)]
+        self._dropped = [0] * n_models
         self._version = [0] * n_models  # bumped by each start on the model
         # per model: (version, valid from, valid until) of its ``_detail``
         self._valid: list[tuple[int, float, float] | None] = [None] * n_models
@@ -117,10 +128,16 @@ class WarmHistory:
             win = 0.0  # an empty window: no rounding left over from the sums
         win += float(gpus)
         self._win[model], self._win_gpus[model] = lo, win
+        widest = self._widest[model]
+        if high:
+            while widest and widest[-1][1] <= gpus:  # never the widest again while gpus is in
+                widest.pop()
+            widest.append((self._dropped[model] + len(t), float(gpus)))
         t.append(float(now))
         g.append(float(gpus))
         self._hi[model].append(bool(high))
         self._burst[model].append(win)
+        bisect.insort(self._sorted[model], win)
         self._version[model] += 1
 
     def keep(self, now: float) -> tuple[np.ndarray, float]:
@@ -146,34 +163,41 @@ class WarmHistory:
         horizon = now - self.cfg.warm_history_s
         t = self._t[m]
         h = self._head[m]
+        sorted_b, burst = self._sorted[m], self._burst[m]
         while h < len(t) and t[h] <= horizon:
+            del sorted_b[bisect.bisect_left(sorted_b, burst[h])]  # aged out: its burst goes
             h += 1
+        widest = self._widest[m]
+        while widest and widest[0][0] < self._dropped[m] + h:
+            widest.popleft()
         cut = min(h, self._win[m])  # the burst window may still need aged-out starts
         if cut > 1024 and cut * 2 > len(t):  # compact: the aged-out part is most of the list
             del t[:cut], self._g[m][:cut], self._hi[m][:cut], self._burst[m][:cut]
             h -= cut
             self._win[m] -= cut
+            self._dropped[m] += cut
         self._head[m] = h
         if h == len(t):
             self._detail[m] = (0, 0.0, 0.0)
             self._valid[m] = (self._version[m], now, math.inf)
             return
-        self._detail[m] = self._reserve(m, h)
+        self._detail[m] = self._reserve(m)
         self._valid[m] = (self._version[m], now, t[h] + self.cfg.warm_history_s)
 
-    def _reserve(self, m: int, h: int) -> tuple[int, float, float]:
-        """``reserve_nodes`` of model ``m``'s starts from ``h`` on, from the bursts kept as
-        they were appended (tested equal: ``tests/policy/test_warm.py``)."""
+    def _reserve(self, m: int) -> tuple[int, float, float]:
+        """``reserve_nodes`` of model ``m``'s starts from ``_head`` on, from the bursts kept as
+        they were appended, sorted, and the widest high-priority start kept as starts come
+        and age out: two reads, not a pass over the history (tested equal:
+        ``tests/policy/test_warm.py``)."""
         cfg = self.cfg
         if not cfg.warm_reserve:
             return 0, 0.0, 0.0
-        b = self._burst[m][h:]
+        b = self._sorted[m]  # the bursts of the starts from ``h`` on, ascending
         k = max(0, math.ceil(cfg.warm_quantile * len(b) - EPS) - 1)
-        burst = float(np.partition(np.asarray(b), k)[k])
+        burst = float(b[k])  # the k-th smallest, as ``reserve_nodes``' partition gives
         head = 0.0
-        if cfg.warm_high_headroom:
-            g = self._g[m]
-            head = max((g[j] for j, hi in enumerate(self._hi[m][h:], h) if hi), default=0.0)
+        if cfg.warm_high_headroom and self._widest[m]:
+            head = self._widest[m][0][1]
         nodes = math.ceil((burst + head) / max(float(self.node_gpus[m]), 1.0) - EPS)
         return max(cfg.warm_min_nodes, nodes), burst, head
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import itertools
 
+import msgspec
 import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -353,3 +354,91 @@ def view_alloc(spec, placement, now):
     from libs.policy.gang_pass import allocation_of
 
     return allocation_of(spec, placement, now, 1)[0]
+
+
+@settings(max_examples=60, deadline=None)
+@given(busy_clusters(), st.data())
+def test_gang_offers_memo_follows_the_definition_as_nodes_change(case, data):
+    """``fast.gang_offers`` (offers kept on the view, refreshed only at nodes whose
+    ``node_gen`` moved) gives, after starts, ends, cordons and temperature changes, the
+    definition's offers over the available nodes and its ``can_hold`` per GPU count."""
+    from libs.policy.fast.gang_offers import offers_now
+    from libs.policy.filters import available
+
+    view, spec = case
+    one = [_one_node(f"x{i}", nid, 1, 16.0) for i, nid in enumerate(view.node_ids)]
+    held: list = []
+    for step in data.draw(st.lists(st.integers(0, 3), max_size=12), label="steps"):
+        i = data.draw(st.integers(0, len(view.node_ids) - 1), label="node")
+        nid = view.node_ids[i]
+        if step == 0 and view.whole_free[i] == view.gpu_total[i]:  # a start on a free node
+            view.allocate(one[i])
+            held.append(one[i])
+        elif step == 1 and held:  # an end
+            view.release(held.pop())
+        elif step == 2:
+            view.set_cordoned(nid, not view.cordoned[i])
+        else:
+            view.set_temp(nid, data.draw(st.sampled_from([40.0, CFG.thermal_max_c + 5.0])))
+        if not data.draw(st.booleans(), label="ask now"):  # changes pile up: a wide refresh
+            continue
+        memo = offers_now(spec, view, CFG)
+        want = G.offers(spec, view, available(view, CFG))
+        assert memo.offer.tolist() == want.tolist()
+        sums = np.bincount(view.model_idx, weights=want, minlength=len(view.models))
+        for k in {1, round(spec.gpus), *(int(x) + d for x in sums for d in (0, 1))}:
+            assert memo.can_hold(k) == G.can_hold(k, want, view)
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    st.lists(st.tuples(st.integers(0, 4), st.floats(0.0, 100.0), st.booleans()), max_size=25),
+    st.floats(0.0, 100.0),
+)
+def test_free_at_kept_by_the_running_set_is_the_definitions(ops, now):
+    """``gang_pass.free_at`` (the running set's last ends, kept as jobs start and end, also on
+    a pass's overlay over a base set) is ``stages.gang.node_free_at`` of every node."""
+    from libs.policy import backfill as B
+    from libs.policy.gang_pass import free_at
+    from libs.policy.types import RunningJob
+
+    view = ClusterView.build([labelled(f"n{i}", None) for i in range(5)])
+    spec = JobSpec(id="j", gpus=1.0, gpu_mem_gb=1.0)
+    base = B.RunningSet()
+    sets, own = [base], [[]]  # each set's own jobs (an overlay removes only its own)
+    for k, (node, end, drop) in enumerate(ops):
+        rel, mine = sets[-1], own[-1]
+        if drop and mine:  # an end, the oldest of the set's own jobs
+            rel.remove(mine.pop(0))
+        else:
+            rel.add(RunningJob(msgspec.structs.replace(spec, id=f"j{k}"), node, (0,), 1.0, end))
+            mine.append(f"j{k}")
+        if k == len(ops) // 2:  # the rest goes on a pass's overlay
+            free_at(view, base, now)  # built on the base first, so the overlay copies it
+            sets.append(B.RunningSet([], base=base))
+            own.append([])
+        for r in sets:
+            want = [G.node_free_at(r.on_node(n), now) for n in range(len(view.node_ids))]
+            assert free_at(view, r, now).tolist() == want
+
+
+def test_a_kept_demand_plans_blocked_gangs_as_a_fresh_one():
+    """``power.Demand.gang_needs`` (the blocked gangs' power rule kept per sleeping set) gives
+    the plan a fresh ``Demand`` gives, as nodes fall asleep and wake in any order."""
+    from libs.policy import power
+
+    nodes = [labelled(f"a{i}", f"s{i // 2}") for i in range(4)]
+    nodes += [labelled(f"v{i}", None, 4, "v100-32gb") for i in range(4)]
+    view = ClusterView.build(nodes)
+    gangs = [JobSpec(id="g1", gpus=12.0, gpu_mem_gb=8.0), JobSpec(id="g2", gpus=10.0)]
+    kept = power.Demand.of(gangs, CFG.power_demand_cap)
+    rng = np.random.default_rng(15)
+    n = len(view.node_ids)
+    for _ in range(30):
+        suspended = rng.random(n) < 0.5
+        args = dict(
+            idle_s=np.full(n, 1e6), suspended=suspended, resuming=np.zeros(n, dtype=bool),
+            reserved=(), cfg=CFG,
+        )  # fmt: skip
+        fresh = power.Demand.of(gangs, CFG.power_demand_cap)
+        assert power.plan(view, blocked=kept, **args) == power.plan(view, blocked=fresh, **args)

@@ -231,3 +231,31 @@ def test_history_keeps_the_reserve_of_the_definition(starts, q, history_s):
         check(clock)
     for later in (history_s / 3, history_s / 2, history_s, 2 * history_s):
         check(clock + later)
+
+
+def test_history_keeps_the_definition_over_a_long_replay_with_compaction():
+    """A few thousand starts in bursts and lulls, so aged-out starts are compacted away many
+    times (the kept sorted bursts and widest high-priority starts drop them too): at every
+    instant asked the reserve is ``reserve_nodes``' of the starts then within the history."""
+    rng = np.random.default_rng(13)
+    cfg = dataclasses.replace(CFG, warm_history_s=900.0, resume_s=300.0, warm_quantile=0.8)
+    view = ClusterView.build(_cluster(2, 2))
+    h = WarmHistory(view, cfg)
+    a100 = view.models.index("a100-80gb")
+    n = 4000
+    dt = np.where(rng.random(n) < 0.02, 2000.0, rng.exponential(1.5, n))  # a lull now and then
+    t = np.cumsum(dt)
+    g = rng.choice([0.5, 1.0, 2.0, 4.0, 8.0], n)
+    hi = rng.random(n) < 0.1
+    last = 0.0
+    for j in range(n):
+        h.started(a100, float(g[j]), bool(hi[j]), float(t[j]))
+        if j % 7 == 0 or dt[min(j + 1, n - 1)] > 1000.0:  # often, and before every lull
+            now = last = max(last, float(t[j]) + float(rng.uniform(0.0, 5.0)))  # in order
+            inside = t[: j + 1] > now - cfg.warm_history_s
+            want = reserve_nodes(
+                t[: j + 1], g[: j + 1], hi[: j + 1], now=now, node_gpus=8.0, cfg=cfg
+            )
+            h.keep(now)
+            assert h._detail[a100] == (want if inside.any() else (0, 0.0, 0.0)), j
+    assert h._dropped[a100] > 0  # compaction happened

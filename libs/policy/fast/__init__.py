@@ -1,8 +1,8 @@
 """Fast paths of the pass, apart from the definitions they compute (``libs.policy.stages``):
 compiled loops (numba), one module per stage (``guard``, ``groups``, ``rank``, ``fit``, ``score``,
 ``power``, ``reserve``; re-exported here, read as ``K.<name>``), and memoised paths (``walk``,
-``screen``, ``codes``, ``shapes``, ``epochs``, ``reservations``), each tested against its
-definition. They import the definitions, never the other way."""
+``screen``, ``codes``, ``shapes``, ``epochs``, ``reservations``, ``gang_offers``), each tested
+against its definition. They import the definitions, never the other way."""
 
 from libs.policy.fast.compile import compiled
 from libs.policy.fast.fit import (

@@ -75,8 +75,8 @@ def per_gpu(spec: JobSpec) -> tuple[float, float]:
 
 
 def gang_width(spec: JobSpec, view: ClusterView) -> int:
-    """The most GPUs one node the job may use has (0: no node it may use)."""
-    ok = f_constraints(spec, view) & f_gpu_memory(spec, view)
+    """The most GPUs one node the job may use (``may_use``) has (0: no node it may use)."""
+    ok = may_use(spec, view)
     return int(view.gpu_total[ok].max()) if ok.any() else 0
 
 
@@ -109,6 +109,19 @@ def may_use(spec: JobSpec, view: ClusterView) -> np.ndarray:
     return hit
 
 
+def empty_offers(spec: JobSpec, view: ClusterView) -> np.ndarray:
+    """``offers(spec, view, every node, empty=True)``: what each node could give once empty
+    (memoised per shape on the view's shape memo: it reads node specs only; read-only). A
+    reservation and the power rule ask it of every blocked gang, every pass."""
+    key = ("gang-empty-offers", shape_key(spec))
+    hit = view.shape_memo.per_shape.get(key)
+    if hit is None:
+        hit = offers(spec, view, np.ones(len(view.node_ids), dtype=bool), empty=True)
+        hit.setflags(write=False)
+        view.shape_memo.per_shape[key] = hit
+    return hit
+
+
 def can_hold(k: int, offer: np.ndarray, view: ClusterView) -> bool:
     """Some model's offers add up to ``k`` GPUs: exactly when ``choose`` finds a plan."""
     per_model = np.bincount(view.model_idx, weights=offer, minlength=len(view.models))
@@ -119,15 +132,29 @@ def offers(spec: JobSpec, view: ClusterView, usable: np.ndarray, *, empty: bool 
     """int[N]: the whole GPUs each node can give one part of ``spec`` now (``empty``: once
     nothing runs there), its free host memory and CPUs permitting; 0 where it may not
     (``usable`` False, another model than asked, too little GPU memory per GPU)."""
-    host, cpu = per_gpu(spec)
-    gpus = (view.gpu_total if empty else view.whole_free).astype(np.int64)
+    gpus = view.gpu_total if empty else view.whole_free
     host_free = view.host_mem_gb if empty else view.host_mem_free_gb
     cpus_free = view.cpus if empty else view.cpus_free
+    return node_offers(spec, gpus, host_free, cpus_free, usable & may_use(spec, view))
+
+
+def node_offers(
+    spec: JobSpec,
+    gpus: np.ndarray,
+    host_free_gb: np.ndarray,
+    cpus_free: np.ndarray,
+    ok: np.ndarray,
+) -> np.ndarray:
+    """int[n]: ``offers`` for any n nodes given their whole free GPUs, free host memory and
+    CPUs, and whether the job may go there (``ok``): the rule node by node (the memo that
+    refreshes only the nodes that changed, ``fast.gang_offers``, applies it to one node)."""
+    host, cpu = per_gpu(spec)
+    out = np.asarray(gpus).astype(np.int64)
     if host > EPS:
-        gpus = np.minimum(gpus, np.floor((host_free + EPS) / host).astype(np.int64))
+        out = np.minimum(out, np.floor((host_free_gb + EPS) / host).astype(np.int64))
     if cpu > EPS:
-        gpus = np.minimum(gpus, np.floor((cpus_free + EPS) / cpu).astype(np.int64))
-    return np.where(usable & may_use(spec, view), np.maximum(gpus, 0), 0)
+        out = np.minimum(out, np.floor((cpus_free + EPS) / cpu).astype(np.int64))
+    return np.where(ok, np.maximum(out, 0), 0)
 
 
 def _fill(k: int, nodes: Sequence[int], offer: np.ndarray) -> Plan:
@@ -218,8 +245,7 @@ def placement_of(plan: Plan, view: ClusterView, sw: np.ndarray) -> GangPlacement
 def ever_fits(spec: JobSpec, view: ClusterView) -> bool:
     """Some model's nodes, all empty, could hold the gang (per-part host memory and CPUs
     included)."""
-    offer = offers(spec, view, np.ones(len(view.node_ids), dtype=bool), empty=True)
-    return can_hold(whole_gpus(spec), offer, view)
+    return can_hold(whole_gpus(spec), empty_offers(spec, view), view)
 
 
 def node_free_at(r: Sequence[RunningJob], now: float) -> float:
@@ -238,7 +264,7 @@ def reservation(
     from that start; [] when none could. The earliest start wins, then the fewest nodes.
     Locality is not asked of a reservation (the gang is placed by ``choose`` when it starts;
     the reserved nodes only stop small jobs from starving it)."""
-    cap = offers(spec, view, usable, empty=True)
+    cap = np.where(usable, empty_offers(spec, view), 0)  # offers(..., usable, empty=True)
     k = whole_gpus(spec)
     best: tuple[tuple[float, int], list[int]] | None = None
     for m in range(len(view.models)):
@@ -274,10 +300,9 @@ def power_needs(
     wake: list[int] = []
     keep = np.zeros(len(view.node_ids), dtype=bool)
     taken = np.zeros(len(view.node_ids), dtype=bool)
-    every = np.ones(len(view.node_ids), dtype=bool)
     for spec in specs:
         k = whole_gpus(spec)
-        cap = np.where(taken, 0, offers(spec, view, every, empty=True))
+        cap = np.where(taken, 0, empty_offers(spec, view))
         best: tuple[tuple[int, int], list[int], np.ndarray] | None = None
         for m in range(len(view.models)):
             of_m = (view.model_idx == m) & (cap > 0)
