@@ -172,10 +172,7 @@ class MoveBook:
         cfg: PolicyConfig,
     ) -> list[MoveOrder]:
         """The priority-protection rule's moves for this pass (``stages.preempt``), ordered."""
-        movers = {
-            i: [r for jid, r in d.items() if jid not in self.moving] for i, d in self.movers.items()
-        }
-        soon = soon_free(view, running, now, _ends_bound(cfg))
+        movers, soon = self._candidates(view, running, now, cfg)
         plan = P.priority_plan(blocked, movers, self.movable_gpus, soon, view, self.facts, now, cfg)
         return [] if plan is None else self._orders(plan, now, cfg)
 
@@ -188,12 +185,19 @@ class MoveBook:
         cfg: PolicyConfig,
     ) -> list[MoveOrder]:
         """The burst rule's moves for one blocked replica of ``blocked`` (``stages.burst``)."""
+        movers, soon = self._candidates(view, running, now, cfg)
+        plan = B.burst_plan(blocked, movers, soon, view, self.facts, now, cfg)
+        return [] if plan is None else self._orders(plan, now, cfg)
+
+    def _candidates(
+        self, view: ClusterView, running: RunningSet, now: float, cfg: PolicyConfig
+    ) -> tuple[dict[int, list], np.ndarray]:
+        """What every rule plans on: per node the running jobs not already moving, and the
+        whole GPUs free within the resume bound (``stages.resume.whole_free_within``)."""
         movers = {
             i: [r for jid, r in d.items() if jid not in self.moving] for i, d in self.movers.items()
         }
-        soon = soon_free(view, running, now, _ends_bound(cfg))
-        plan = B.burst_plan(blocked, movers, soon, view, self.facts, now, cfg)
-        return [] if plan is None else self._orders(plan, now, cfg)
+        return movers, soon_free(view, running, now, _ends_bound(cfg))
 
     def _orders(self, plan: P.PriorityPlan, now: float, cfg: PolicyConfig) -> list[MoveOrder]:
         """A plan's moves, recorded as ordered (``order``)."""
