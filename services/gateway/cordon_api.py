@@ -20,14 +20,14 @@ from proto.cordons import MAX_REASON_CHARS, Cordon, CordonRequest, CordonState, 
 from proto.validation import FieldError
 from services.gateway.auth import caller
 from services.gateway.nodes_view import NodesModel
+from services.gateway.responses import error_response, gateway_of, json_response
 
 if TYPE_CHECKING:
-    from services.gateway.service import Gateway
+    pass
 
 MAX_BODY_BYTES = 4096
 CORDON_ROUTE = "/v1/nodes/{id}/cordon"  # both in services.gateway.auth.ADMIN_ROUTES
 UNCORDON_ROUTE = "/v1/nodes/{id}/uncordon"
-_encoder = msgspec.json.Encoder()
 
 
 async def follow(bus: Any, nodes: NodesModel) -> TypedKV[Cordon]:
@@ -66,20 +66,6 @@ def parse_request(body: bytes) -> CordonRequest | list[FieldError]:
     return errors or CordonRequest(reason=reason.strip())
 
 
-def _json(obj: Any, status: int = 200) -> web.Response:
-    return web.Response(body=_encoder.encode(obj), status=status, content_type="application/json")
-
-
-def _error(status: int, message: str, errors: list[FieldError] | tuple[()] = ()) -> web.Response:
-    return _json({"error": message, "errors": tuple(errors)}, status)
-
-
-def _gateway(request: web.Request) -> Gateway:
-    from services.gateway.api import GATEWAY_KEY
-
-    return request.app[GATEWAY_KEY]
-
-
 def state(nodes: NodesModel, node_id: str) -> CordonState:
     """Whether ``node_id`` is cordoned now, by the operator's record or by a label."""
     spec = nodes.specs.get(node_id)
@@ -98,34 +84,34 @@ def _refusal(request: web.Request, node_id: str, known: bool) -> web.Response | 
     line), 404 for a node the gateway does not know."""
     who = caller(request)
     if who is None or not who.admin:
-        return _error(403, "cordon and uncordon are for the admin")
+        return error_response(403, "cordon and uncordon are for the admin")
     if not known:
-        return _error(404, f"unknown node {node_id[:64]!r}")
+        return error_response(404, f"unknown node {node_id[:64]!r}")
     return None
 
 
 async def cordon_node(request: web.Request) -> web.Response:
     """200 ``CordonState``. Cordoning a cordoned node replaces its reason (and time)."""
-    gw = _gateway(request)
+    gw = gateway_of(request)
     node_id = request.match_info["id"]
     if (refusal := _refusal(request, node_id, node_id in gw.nodes.specs)) is not None:
         return refusal
     parsed = parse_request(await request.read())
     if isinstance(parsed, list):
-        return _error(400, "invalid cordon request", parsed)
+        return error_response(400, "invalid cordon request", parsed)
     who = caller(request)
     assert who is not None
     record = Cordon(node=node_id, by=who.name, reason=parsed.reason, time=gw.clock.now())
     await gw.cordons_kv.put(node_id, record)
     gw.nodes.put_cordon(node_id, record)
     gw.log.info("node_cordoned", node=node_id, by=who.name, reason=parsed.reason)
-    return _json(state(gw.nodes, node_id))
+    return json_response(state(gw.nodes, node_id))
 
 
 async def uncordon_node(request: web.Request) -> web.Response:
     """200 ``CordonState``; idempotent. A node that is gone from KV ``nodes`` but still has a
     cordon record may be uncordoned (to clean up); a label cordon stays (``label`` True)."""
-    gw = _gateway(request)
+    gw = gateway_of(request)
     node_id = request.match_info["id"]
     known = node_id in gw.nodes.specs or node_id in gw.nodes.cordons
     if (refusal := _refusal(request, node_id, known)) is not None:
@@ -135,7 +121,7 @@ async def uncordon_node(request: web.Request) -> web.Response:
         gw.nodes.put_cordon(node_id, None)
         who = caller(request)
         gw.log.info("node_uncordoned", node=node_id, by=who.name if who else "?")
-    return _json(state(gw.nodes, node_id))
+    return json_response(state(gw.nodes, node_id))
 
 
 def add_routes(app: web.Application) -> None:

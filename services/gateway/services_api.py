@@ -39,6 +39,7 @@ from proto.validation import SERVICE_ID, FieldError
 from proto.views import TERMINAL_STATES
 from services.gateway.admission import never_fits
 from services.gateway.auth import Principal, caller
+from services.gateway.responses import error_response, gateway_of, json_response
 
 if TYPE_CHECKING:
     from services.gateway.service import Gateway
@@ -50,7 +51,6 @@ DEFAULT_TENANT = "default"
 _FIELDS = set(InferenceService.__struct_fields__)
 _REPLICA_FIELDS = set(JobSpec.__struct_fields__)
 _decoder = msgspec.json.Decoder(InferenceService)
-_encoder = msgspec.json.Encoder()
 
 
 class ServicesModel:
@@ -153,70 +153,56 @@ def parse_service(body: bytes) -> InferenceService | list[FieldError]:
     return validate_service(svc) or svc
 
 
-def _json(obj: Any, status: int = 200) -> web.Response:
-    return web.Response(body=_encoder.encode(obj), status=status, content_type="application/json")
-
-
-def _error(status: int, message: str, errors: list[FieldError] | tuple[()] = ()) -> web.Response:
-    return _json({"error": message, "errors": tuple(errors)}, status)
-
-
-def _gateway(request: web.Request) -> Gateway:
-    from services.gateway.api import GATEWAY_KEY
-
-    return request.app[GATEWAY_KEY]
-
-
 def _as_caller(svc: InferenceService, who: Principal) -> InferenceService | web.Response:
     """The definition as the caller may make it (see the module docstring)."""
     replica = svc.replica
     if who.tenant is not None:
         if replica.tenant not in (who.tenant, DEFAULT_TENANT):
             why = f"this token defines services for tenant {who.tenant!r} only"
-            return _error(403, "tenant mismatch", [FieldError("replica.tenant", why)])
+            return error_response(403, "tenant mismatch", [FieldError("replica.tenant", why)])
         replica = msgspec.structs.replace(replica, tenant=who.tenant)
     if replica.command is not None and not who.may_run_commands:
         why = f"tenant {who.name!r} may not run commands (an admin grants may_run_commands)"
-        return _error(403, "command not allowed", [FieldError("replica.command", why)])
+        return error_response(403, "command not allowed", [FieldError("replica.command", why)])
     return msgspec.structs.replace(svc, replica=replica)
 
 
 async def apply_service(request: web.Request) -> web.Response:
     """201 ``ServiceView`` for a new service, 200 for a redefinition; 400 naming each field."""
-    gw = _gateway(request)
+    gw = gateway_of(request)
     who = caller(request)
     if who is None:
-        return _error(401, "no caller")
+        return error_response(401, "no caller")
     parsed = parse_service(await request.read())
     if isinstance(parsed, list):
-        return _error(400, "invalid service", parsed)
+        return error_response(400, "invalid service", parsed)
     svc = _as_caller(parsed, who)
     if isinstance(svc, web.Response):
         return svc
     nodes = list(gw.nodes.specs.values())
     refusal = never_fits(msgspec.structs.replace(svc.replica, id="probe"), nodes) if nodes else None
     if refusal is not None:
-        return _error(
+        return error_response(
             400, "invalid service", [FieldError(f"replica.{refusal.field}", refusal.reason)]
         )
     old = gw.services.defs.get(svc.id)
     if old is not None and not who.sees(old.replica.tenant):
         why = f"service id {svc.id!r} is in use; choose another"
-        return _error(409, "service id in use", [FieldError("id", why)])
+        return error_response(409, "service id in use", [FieldError("id", why)])
     await gw.services.kv.put(svc.id, svc)
     gw.services.put(svc.id, svc)  # this replica answers reads at once; others by the watch
     gw.log.info("service_defined", service=svc.id, by=who.name, replaced=old is not None)
-    return _json(gw.services.view(gw, svc), 200 if old is not None else 201)
+    return json_response(gw.services.view(gw, svc), 200 if old is not None else 201)
 
 
 def _visible(request: web.Request, sid: str) -> InferenceService | None:
-    svc = _gateway(request).services.defs.get(sid)
+    svc = gateway_of(request).services.defs.get(sid)
     who = caller(request)
     return svc if svc is not None and who is not None and who.sees(svc.replica.tenant) else None
 
 
 async def list_services(request: web.Request) -> web.Response:
-    gw = _gateway(request)
+    gw = gateway_of(request)
     who = caller(request)
     live = gw.services.replicas(gw)
     shown = [
@@ -224,29 +210,29 @@ async def list_services(request: web.Request) -> web.Response:
         for _, svc in sorted(gw.services.defs.items())
         if who is not None and who.sees(svc.replica.tenant)
     ]
-    return _json(ServicesListing(services=tuple(shown)))
+    return json_response(ServicesListing(services=tuple(shown)))
 
 
 async def get_service(request: web.Request) -> web.Response:
     sid = request.match_info["id"]
     svc = _visible(request, sid)
     if svc is None:
-        return _error(404, f"unknown service {sid[:64]!r}")
-    gw = _gateway(request)
-    return _json(gw.services.view(gw, svc))
+        return error_response(404, f"unknown service {sid[:64]!r}")
+    gw = gateway_of(request)
+    return json_response(gw.services.view(gw, svc))
 
 
 async def remove_service(request: web.Request) -> web.Response:
     """200; the placer stops every replica (each ends Cancelled, "scaled down: ...")."""
     sid = request.match_info["id"]
     if not SERVICE_ID.fullmatch(sid) or _visible(request, sid) is None:
-        return _error(404, f"unknown service {sid[:64]!r}")
-    gw = _gateway(request)
+        return error_response(404, f"unknown service {sid[:64]!r}")
+    gw = gateway_of(request)
     await gw.services.kv.delete(sid)
     gw.services.put(sid, None)
     who = caller(request)
     gw.log.info("service_removed", service=sid, by=who.name if who else "?")
-    return _json({"service": sid, "status": "deleted"})
+    return json_response({"service": sid, "status": "deleted"})
 
 
 def add_routes(app: web.Application) -> None:

@@ -8,7 +8,7 @@ it at once, so the caller can use (or has lost) the token on the very next reque
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import msgspec
 from aiohttp import web
@@ -24,43 +24,29 @@ from proto.tenants import (
 )
 from proto.validation import FieldError
 from services.gateway.auth import new_token, token_sha256
+from services.gateway.responses import error_response, gateway_of, json_response
 
 if TYPE_CHECKING:
-    from services.gateway.service import Gateway
+    pass
 
 MAX_BODY_BYTES = 4096
 _create_decoder = msgspec.json.Decoder(TenantCreate)
-_encoder = msgspec.json.Encoder()
-
-
-def _json(obj: Any, status: int = 200) -> web.Response:
-    return web.Response(body=_encoder.encode(obj), status=status, content_type="application/json")
-
-
-def _error(status: int, message: str, errors: tuple[FieldError, ...] = ()) -> web.Response:
-    return _json({"error": message, "errors": errors}, status)
-
-
-def _gateway(request: web.Request) -> Gateway:
-    from services.gateway.api import GATEWAY_KEY
-
-    return request.app[GATEWAY_KEY]
 
 
 async def create_tenant(request: web.Request) -> web.Response:
     """201 ``{"tenant", "token", "may_run_commands"}``; 409 when the name exists (a second
     create must not silently replace the token someone already holds)."""
-    gw = _gateway(request)
+    gw = gateway_of(request)
     body = await request.read()  # bounded by the app's client_max_size
     if len(body) > MAX_BODY_BYTES:
-        return _error(413, f"body over {MAX_BODY_BYTES} bytes")
+        return error_response(413, f"body over {MAX_BODY_BYTES} bytes")
     try:
         req = _create_decoder.decode(body)
     except (msgspec.DecodeError, msgspec.ValidationError) as exc:
-        return _error(400, "invalid tenant", (FieldError("body", str(exc)),))
+        return error_response(400, "invalid tenant", (FieldError("body", str(exc)),))
     if not TENANT_NAME.match(req.name):
         reason = "must be 1-64 characters of letters, digits, '-' or '_'"
-        return _error(400, "invalid tenant", (FieldError("name", reason),))
+        return error_response(400, "invalid tenant", (FieldError("name", reason),))
     token = new_token()
     record = TenantRecord(
         name=req.name,
@@ -71,34 +57,36 @@ async def create_tenant(request: web.Request) -> web.Response:
     try:
         await gw.tenants_kv.create(req.name, record)
     except KeyExists:
-        return _error(409, f"tenant {req.name!r} exists; delete it first to issue a new token")
+        return error_response(
+            409, f"tenant {req.name!r} exists; delete it first to issue a new token"
+        )
     gw.auth.put(req.name, record)
     gw.log.info("tenant_created", tenant=req.name, may_run_commands=req.may_run_commands)
-    return _json(
+    return json_response(
         TenantCreated(tenant=req.name, token=token, may_run_commands=req.may_run_commands), 201
     )
 
 
 async def list_tenants(request: web.Request) -> web.Response:
     """Every tenant, without its token (nor the hash: nothing here helps to impersonate)."""
-    gw = _gateway(request)
+    gw = gateway_of(request)
     views = [
         TenantView(name=r.name, created_at=r.created_at, may_run_commands=r.may_run_commands)
         for _, r in sorted(gw.auth.tenants.items())
     ]
-    return _json(TenantList(tenants=views))
+    return json_response(TenantList(tenants=views))
 
 
 async def delete_tenant(request: web.Request) -> web.Response:
     """Revoke the tenant's token. Its jobs stay (history; the admin still sees them)."""
-    gw = _gateway(request)
+    gw = gateway_of(request)
     name = request.match_info["name"]
     if name not in gw.auth.tenants or not TENANT_NAME.match(name):
-        return _error(404, f"unknown tenant {name!r}")
+        return error_response(404, f"unknown tenant {name!r}")
     await gw.tenants_kv.delete(name)
     gw.auth.put(name, None)
     gw.log.info("tenant_deleted", tenant=name)
-    return _json({"tenant": name, "status": "deleted"})
+    return json_response({"tenant": name, "status": "deleted"})
 
 
 def add_routes(app: web.Application) -> None:
