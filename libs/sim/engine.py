@@ -38,13 +38,29 @@ from typing import Any
 import numpy as np
 
 from libs.sim.cluster import EPS, SimCluster
+from libs.sim.engine_jobs import JobTransitions
+from libs.sim.engine_power import PowerAccounting
+from libs.sim.event_kinds import (
+    ARRIVE,
+    CKPT,
+    FINISH,
+    LOAD,
+    OOM,
+    POWER,
+    RESUBMIT,
+    RESUMED,
+    SAMPLE,
+    STOPPED,
+    TICK,
+)
 from libs.sim.failures import FailureModel
 from libs.sim.moves import Mover
+from libs.sim.runtimes import runtime_matrix
+from libs.sim.samples import Samples, fragmentation
 from libs.sim.state import (
     BACKOFF,
     COMPLETED,
     FAILED,
-    PENDING,
     RUNNING,
     TERMINAL,
     Policy,
@@ -54,10 +70,6 @@ from libs.sim.state import (
 )
 from proto.nodes import NodeSpec
 
-ARRIVE, FINISH, OOM, RESUBMIT, RESUMED, POWER, TICK, CKPT = 0, 1, 2, 3, 4, 5, 6, 7
-SAMPLE = 8  # a thermal sample instant (libs.sim.thermal)
-LOAD = 9  # a service's load point, curve end or scale check (libs.sim.serving.SimServices.LOAD)
-STOPPED = 10  # a stopped replica's process is gone: its GPUs are free (libs.sim.serving)
 STANDBY_W_PER_GPU = 0.0  # a powered-down node's GPUs draw nothing (host power not modelled)
 
 
@@ -65,39 +77,7 @@ class StuckSimulation(RuntimeError):
     """Jobs wait, nothing runs and nothing will happen: the policy refuses placeable work."""
 
 
-def runtime_matrix(trace_jobs: Sequence[Any], models: list[str], profiles: Any) -> np.ndarray:
-    """R[j, m]: runtime of job j on models[m] (trace figure first, profile otherwise).
-
-    Profile runtimes are ``est_runtime_s / speed(model, class)`` for every job at once; only jobs
-    whose trace measured per-model runtimes are looked at one by one. The truth: a noisy
-    estimate's factor (``TraceJob.est_factor``) is divided out.
-    """
-    n = len(trace_jobs)
-    out = np.empty((n, len(models)))
-    classes = sorted({tj.spec.workload_class for tj in trace_jobs})
-    cls_pos = {c: i for i, c in enumerate(classes)}
-    if n:
-        est = np.array(
-            [tj.spec.est_runtime_s / getattr(tj, "est_factor", 1.0) for tj in trace_jobs],
-            dtype=float,
-        )
-        cls = np.array([cls_pos[tj.spec.workload_class] for tj in trace_jobs], dtype=np.int64)
-        for m, model in enumerate(models):
-            speeds = np.array([float(profiles.speed(model, c)) for c in classes])
-            out[:, m] = est / speeds[cls]
-    for j, tj in enumerate(trace_jobs):
-        if tj.runtime_by_model:
-            for m, model in enumerate(models):
-                r = tj.runtime_by_model.get(model)
-                if r is not None:
-                    out[j, m] = r
-    if not np.all(np.isfinite(out)) or np.any(out <= 0):
-        bad = int(np.argwhere(~np.isfinite(out) | (out <= 0))[0][0])
-        raise ValueError(f"job {trace_jobs[bad].spec.id}: runtime must be a positive number")
-    return out
-
-
-class Engine:
+class Engine(JobTransitions, PowerAccounting):
     """One run of one policy over one trace on one cluster."""
 
     def __init__(
@@ -181,115 +161,6 @@ class Engine:
     def _push(self, t: float, kind: int, job: int, token: int = 0) -> None:
         self._seq += 1
         heapq.heappush(self._heap, (t, self._seq, kind, job, token))
-
-    def _enqueue(self, job: SimJob, now: float) -> None:
-        job.state = PENDING
-        job.enqueue_s = now
-        self.queue[job.idx] = job
-        self._need[job.spec.gpus] += 1
-        key = (job.spec.gpus, job.spec.gpu_mem_gb)
-        n = self._shapes[key]
-        if not n:
-            self._shape_order = None
-        self._shapes[key] = n + 1
-        self.pending_gpus += job.spec.gpus
-        self.policy.enqueued(job, now)
-        if self.services is not None:
-            self.services.queued(job)
-
-    def _dequeue(self, job: SimJob) -> None:
-        del self.queue[job.idx]
-        self._need[job.spec.gpus] -= 1
-        if self._need[job.spec.gpus] == 0:
-            del self._need[job.spec.gpus]
-        key = (job.spec.gpus, job.spec.gpu_mem_gb)
-        self._shapes[key] -= 1
-        if self._shapes[key] == 0:
-            del self._shapes[key]
-            self._shape_order = None
-        self.pending_gpus -= job.spec.gpus
-
-    def _terminate(self, job: SimJob, state: str, now: float, reason: str = "") -> None:
-        if job.terminal_count:
-            raise AssertionError(f"job {job.spec.id} reached a terminal state twice")
-        job.terminal_count += 1
-        self.finished += 1
-        job.state = state
-        job.end_s = now
-        job.reason = reason
-
-    def _start(self, job: SimJob, allocs: list, now: float) -> None:
-        if job.state != PENDING or job.idx not in self.queue:
-            raise AssertionError(f"policy {self.policy.name} started job {job.spec.id} twice")
-        if not allocs:
-            raise AssertionError(f"policy {self.policy.name} gave job {job.spec.id} no resources")
-        got = sum(a.gpu_share * len(a.gpu_indices) for a in allocs)
-        if abs(got - job.spec.gpus) > 1e-6 and not (job.spec.gpus < 1 and len(allocs) == 1):
-            raise AssertionError(
-                f"policy {self.policy.name} gave job {job.spec.id} {got} GPUs, not {job.spec.gpus}"
-            )
-        self._dequeue(job)
-        fits = True
-        if self._power is not None:
-            for a in allocs:
-                n = self._node_idx[a.node]
-                if self._down_since[n] == self._down_since[n] or self._up_at[n] == self._up_at[n]:
-                    raise AssertionError(
-                        f"{self.policy.name} placed {job.spec.id} on a node "
-                        f"that is not up ({a.node})"
-                    )
-        for a in allocs:
-            fits &= self.cluster.allocate(a)
-        job.attempts += 1
-        job.allocs = list(allocs)
-        job.wait_s += now - job.enqueue_s
-        if job.first_start_s < 0:
-            job.first_start_s = now
-        job.start_s = now
-        if len(allocs) == 1:  # one node (every gang that fits a node)
-            job.model = self._node_model[allocs[0].node]
-            slowest = job.runtime_s[self._model_pos[job.model]]
-        else:  # a gang over several nodes runs at its slowest GPU
-            slowest = max(job.runtime_s[self._model_pos[self._node_model[a.node]]] for a in allocs)
-            job.model = max(
-                (self._node_model[a.node] for a in allocs),
-                key=lambda m: job.runtime_s[self._model_pos[m]],
-            )
-        job.attempt_full_s = float(slowest)
-        Mover.started(job, now)
-        job.state = RUNNING
-        job.token += 1
-        self.running[job.idx] = job
-        if not job.spec.service:  # a replica serves until the scaler stops it (libs.sim.serving)
-            left_s = float(slowest) * (1 - job.progress)
-            duration, job.oom = self.failures.attempt_duration_s(left_s, fits)
-            self._push(now + duration, OOM if job.oom else FINISH, job.idx, job.token)
-        self.policy.started(job, now)
-        if self.services is not None:
-            self.services.started(job, now)
-        if self._thermal is not None:
-            self._thermal.started(job, now)
-        if self.sharing is not None:
-            self.sharing.started(job, now)
-
-    def _stop(self, job: SimJob, now: float) -> None:
-        """Release an attempt's resources and account its GPU time and energy."""
-        dur = now - job.start_s
-        if self.sharing is not None:
-            self.sharing.stopped(job, now)
-        for a in job.allocs:
-            self.cluster.release(a)
-            gpus = a.gpu_share * len(a.gpu_indices)
-            job.energy_active_j += (
-                gpus * self._extra_w[(job.spec.workload_class, self._node_model[a.node])] * dur
-            )
-            job.attained_gpu_s += gpus * dur
-        job.run_s += dur
-        del self.running[job.idx]
-        self.policy.ended(job, now)
-        if self.services is not None:
-            self.services.ended(job)
-        job.allocs = []
 
     def _handle(self, t: float, kind: int, idx: int, token: int) -> bool:
         """Apply one event; True when it may let a policy place something."""
@@ -401,11 +272,7 @@ class Engine:
             self._thermal.start(t0)
         last_submit = max((j.submit_s for j in self.jobs), default=t0)
         step = max(1.0, (last_submit - t0) / max(1, self._samples))
-        s_t: list[float] = []
-        s_util: list[float] = []
-        s_q: list[int] = []
-        s_frag: list[float] = []
-        next_sample = t0
+        samples = Samples(t0, step)
         t_prev = t0
         alloc_gpu_s = busy_s = busy_alloc = 0.0
         cap = self.cluster.capacity_gpus
@@ -472,12 +339,9 @@ class Engine:
                     f"policy {self.policy.name}: {len(self.queue)} jobs pending, none running, "
                     f"and the pass placed nothing at t={t:.0f}"
                 )
-            if t >= next_sample:
-                s_t.append(t)
-                s_util.append(self.cluster.allocated_gpus / cap)
-                s_q.append(len(self.queue))
-                s_frag.append(self._fragmentation())
-                next_sample = t + step
+            if samples.due(t):
+                frag = fragmentation(self.cluster, self._shapes, len(self.queue))
+                samples.take(t, self.cluster.allocated_gpus / cap, len(self.queue), frag)
                 if self._progress is not None and self.finished - done_report > n_jobs // 100:
                     done_report = self.finished
                     self._progress(min(0.999, self.finished / n_jobs))
@@ -502,10 +366,7 @@ class Engine:
             alloc_gpu_s=alloc_gpu_s,
             busy_s=busy_s,
             busy_alloc_gpu_s=busy_alloc,
-            samples_t=np.array(s_t),
-            samples_util=np.array(s_util),
-            samples_queue=np.array(s_q),
-            samples_frag=np.array(s_frag),
+            **samples.arrays(),
             events=events,
             passes=passes,
             wall_s=time.perf_counter() - wall0,
@@ -515,55 +376,6 @@ class Engine:
             end_idle_power_w=end_idle_w,
             preempted_non_checkpointable=self._mover.refused_non_checkpointable,
         )
-
-    # ----- power saving (policies with power_step) -----------------------------------------
-    def _power_step(self, t: float) -> None:
-        suspend, resume, next_s = self._power(t)  # type: ignore[misc]
-        c = self.cluster
-        for nid in suspend:
-            n = self._node_idx[nid]
-            if c._whole_free[n] < c.gpu_count[n] or self._down_since[n] == self._down_since[n]:
-                raise AssertionError(f"{self.policy.name} suspended {nid}: busy or already down")
-            self._down_since[n] = t
-        for nid in resume:
-            n = self._node_idx[nid]
-            if self._down_since[n] != self._down_since[n]:
-                raise AssertionError(f"{self.policy.name} resumed {nid}, which is not suspended")
-            self._account_down(n, t)
-            self._up_at[n] = t + float(self.policy.resume_s)  # type: ignore[attr-defined]
-            self._push(self._up_at[n], RESUMED, n)
-        if self._next_power <= t:  # it has passed: the next one is taken whatever it is
-            self._next_power = float("inf")
-        if next_s is not None and next_s > t and next_s < self._next_power - 1e-9:
-            self._next_power = next_s
-            self._push(next_s, POWER, 0)
-
-    def _account_down(self, n: int, t: float) -> None:
-        dur = t - float(self._down_since[n])
-        self.idle_saved_j += (self._node_idle_w[n] - self._node_standby_w[n]) * dur
-        self.node_suspend_s += dur
-        self._down_since[n] = np.nan
-
-    def _fragmentation(self) -> float:
-        """Share of free GPU capacity that no pending job could use (memory-aware), or NaN."""
-        c = self.cluster
-        free_share = c.free_share.sum(axis=1)
-        total_free = float(free_share.sum())
-        if not self.queue or total_free < 1e-6:
-            return float("nan")
-        free_whole = c.free_whole()
-        max_frac = c.free_share.max(axis=1)
-        spare_mem = (c.gpu_mem_gb[:, None] - c.mem_used_gb).max(axis=1)
-        usable = np.zeros(len(c.nodes), dtype=bool)
-        widest = int(c.gpu_count.max())
-        for gpus, mem in self._shapes:
-            if gpus < 1.0:
-                usable |= (max_frac >= gpus - EPS) & (spare_mem >= mem - EPS)
-            elif gpus <= widest:
-                usable |= (free_whole >= gpus) & (c.gpu_mem_gb >= mem - EPS)
-            elif free_whole.sum() >= gpus:
-                usable |= (free_whole > 0) & (c.gpu_mem_gb >= mem - EPS)
-        return float(free_share[~usable].sum() / total_free)
 
 
 def simulate(

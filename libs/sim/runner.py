@@ -34,7 +34,7 @@ from libs.sim import bounds as B
 from libs.sim import metrics as M
 from libs.sim.baselines import make_policy, parse_policies
 from libs.sim.cluster import SimCluster
-from libs.sim.engine import Engine, runtime_matrix
+from libs.sim.engine import Engine
 from libs.sim.failures import FailureModel
 from libs.sim.fill_cli import add_fill_args
 from libs.sim.load import LOAD_BASES, LOAD_DEFINITIONS, effective_capacity, scaled_deadline
@@ -43,6 +43,7 @@ from libs.sim.power_saving import MODES as POWER_MODES
 from libs.sim.power_saving import RULES as POWER_RULES
 from libs.sim.power_saving import apply_mode, check_mode
 from libs.sim.profile_error import add_profile_args, profile_kwargs
+from libs.sim.runtimes import runtime_matrix
 from libs.sim.services import load_scenario
 from libs.sim.serving import SimServices, summary_lines
 from libs.sim.sharing import SimSharing, fractional_report

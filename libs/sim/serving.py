@@ -50,7 +50,7 @@ import numpy as np
 
 from libs.policy.profiles import REFERENCE_MODEL
 from libs.policy.scaling import Autoscaler, ScaleOrder
-from libs.sim.engine import LOAD, STOPPED
+from libs.sim.event_kinds import LOAD, STOPPED
 from libs.sim.services import ServiceLoad
 from libs.sim.state import CANCELLED, COMPLETED, PENDING, RUNNING, SimJob
 from proto.inference import LoadReport

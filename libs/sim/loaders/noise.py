@@ -3,7 +3,7 @@
 A trace's ``est_runtime_s`` is the job's true runtime on the reference GPU, so a policy that
 reads it is clairvoyant. ``noisy_estimates`` multiplies each job's estimate by a lognormal
 factor ``exp(sigma * z)``, ``z ~ N(0, 1)``, and records the factor on the job
-(``TraceJob.est_factor``); the engine's truth (``engine.runtime_matrix``) and the metrics' work
+(``TraceJob.est_factor``); the engine's truth (``runtimes.runtime_matrix``) and the metrics' work
 figure divide it back out, so only the policy's view changes.
 
 **Median one, not mean one.** ``log factor`` has mean 0: a job is as likely to be
