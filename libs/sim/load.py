@@ -6,6 +6,7 @@ capacity the demand is measured against), quoted in ``results.json`` and by the 
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 
 import numpy as np
@@ -45,3 +46,48 @@ def scaled_deadline(spec, submit_s: float, scale: float):
     import msgspec
 
     return msgspec.structs.replace(spec, deadline=submit_s / scale + (spec.deadline - submit_s))
+
+
+def scale_to_load(
+    jobs: list,
+    rt: np.ndarray,
+    models: list[str],
+    nodes: Sequence[NodeSpec],
+    load: float | None,
+    basis: str,
+) -> tuple[list, dict]:
+    """The trace's jobs with arrivals compressed (or stretched) so the offered demand is
+    ``load`` of the ``basis`` capacity (None: as recorded), deadlines keeping their slack;
+    and the ``results.json`` record of the load (natural, scale, offered, both bases)."""
+    import msgspec
+
+    capacity = float(sum(n.gpu_count for n in nodes))
+    submit = np.array([j.submit_s for j in jobs])
+    span = float(submit.max() - submit.min())
+    req = np.array([j.spec.gpus for j in jobs])
+    demand = float((req * rt.min(axis=1)).sum())
+    eff_capacity = effective_capacity(req, rt, models, nodes)
+    basis_capacity = capacity if basis == "fastest" else eff_capacity
+    natural = demand / (basis_capacity * span) if span > 0 else math.inf
+    scale = 1.0
+    if load is not None and span > 0:
+        scale = load / natural
+        jobs = [
+            msgspec.structs.replace(
+                j, spec=scaled_deadline(j.spec, j.submit_s, scale), submit_s=j.submit_s / scale
+            )
+            for j in jobs
+        ]
+    record = {
+        "natural_demand_over_capacity": natural,
+        "arrival_scale": scale,
+        "offered_demand_over_capacity": natural * scale,
+        "basis": basis,
+        "definition": LOAD_DEFINITIONS[basis],
+        "effective_capacity_gpus": eff_capacity,
+        "offered_demand_over_gpus": demand / (capacity * span) * scale if span > 0 else None,
+        "offered_demand_over_effective_capacity": (
+            demand / (eff_capacity * span) * scale if span > 0 else None
+        ),
+    }
+    return jobs, record

@@ -14,8 +14,6 @@ a policy's figures are the same whether it runs alone or beside others; so is th
 
 from __future__ import annotations
 
-import argparse
-import dataclasses
 import json
 import math
 import sys
@@ -24,73 +22,27 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-import msgspec
 import numpy as np
 
 from libs.policy import inventory
 from libs.policy.profiles import ProfileTable
-from libs.policy_io.cluster_file import load_cluster_file
-from libs.sim import bounds as B
 from libs.sim import metrics as M
 from libs.sim.baselines import make_policy, parse_policies
 from libs.sim.cluster import SimCluster
-from libs.sim.engine import Engine
+from libs.sim.clusters import resolve_cluster
 from libs.sim.failures import FailureModel
-from libs.sim.fill_cli import add_fill_args
-from libs.sim.load import LOAD_BASES, LOAD_DEFINITIONS, effective_capacity, scaled_deadline
-from libs.sim.loaders.noise import add_noise_args, check_sigma, noise_report, noisy_estimates
-from libs.sim.power_saving import MODES as POWER_MODES
+from libs.sim.load import LOAD_BASES, scale_to_load
+from libs.sim.loaders.noise import check_sigma, noise_report, noisy_estimates
+from libs.sim.policy_run import PolicyRun
 from libs.sim.power_saving import RULES as POWER_RULES
 from libs.sim.power_saving import apply_mode, check_mode
-from libs.sim.profile_error import add_profile_args, profile_kwargs
+from libs.sim.profile_error import profile_kwargs
+from libs.sim.runner_args import runner_parser
 from libs.sim.runtimes import runtime_matrix
 from libs.sim.services import load_scenario
-from libs.sim.serving import SimServices, summary_lines
-from libs.sim.sharing import SimSharing, fractional_report
+from libs.sim.serving import summary_lines
 from libs.sim.state import SimResult
-from libs.sim.thermal import HotNodes, guard_report, sim_thermal_for, summary_line, without_guard
-from proto.nodes import NodeSpec
-
-CLUSTERS = (
-    "seed",
-    "openb",
-    "demo",
-    "gavel",
-    "counts:MODEL=GPUS,...",
-    "MODEL=GPUS,...",
-    "FILE.json",
-)
-
-
-def resolve_cluster(name: str, gpus: int | None, trace: Any = None) -> list[NodeSpec]:
-    """A cluster by name: seed (sized by ``gpus``), openb (the trace's inventory), demo, gavel
-    (Gavel's 36 V100 + 36 P100 + 36 K80, nodes of up to 8 GPUs), counts (``v100=36,p100=36``
-    with or without ``counts:``), or a cluster JSON file."""
-    key = name.strip()
-    if key == "seed":
-        if not gpus or gpus <= 0:
-            raise ValueError("cluster 'seed' needs --gpus N (N > 0)")
-        return inventory.seed_cluster(gpus)
-    if key == "demo":
-        return inventory.demo_cluster()
-    if key == "gavel":
-        from libs.sim.loaders.gavel_recipe import CLUSTER, GPUS_PER_NODE
-
-        return inventory.from_counts(CLUSTER, gpus_per_node=GPUS_PER_NODE)
-    if key == "openb":
-        if trace is None or not trace.nodes:
-            raise ValueError("cluster 'openb' needs a trace that carries its inventory (openb)")
-        return list(trace.nodes)
-    if key.startswith("counts:"):
-        return inventory.from_counts(key.removeprefix("counts:"))
-    if "=" in key and not key.endswith(".json"):
-        return inventory.from_counts(key)
-    path = Path(key)
-    if path.suffix == ".json" or path.exists():
-        if not path.is_file():
-            raise FileNotFoundError(f"cluster file not found: {path}")
-        return load_cluster_file(path.read_bytes())
-    raise ValueError(f"unknown cluster {name!r}; known: {', '.join(CLUSTERS)}")
+from libs.sim.thermal import HotNodes, summary_line
 
 
 def _feasible(trace_jobs, nodes) -> tuple[list[int], Counter]:
@@ -214,22 +166,7 @@ def run_simulation(
         raise ValueError("no job of the trace fits this cluster")
     rt = runtime_matrix(jobs, models, profiles)
     capacity = float(sum(n.gpu_count for n in nodes))
-    submit = np.array([j.submit_s for j in jobs])
-    span = float(submit.max() - submit.min())
-    req = np.array([j.spec.gpus for j in jobs])
-    demand = float((req * rt.min(axis=1)).sum())
-    eff_capacity = effective_capacity(req, rt, models, nodes)
-    basis_capacity = capacity if load_basis == "fastest" else eff_capacity
-    natural = demand / (basis_capacity * span) if span > 0 else math.inf
-    scale = 1.0
-    if load is not None and span > 0:
-        scale = load / natural
-        jobs = [
-            msgspec.structs.replace(
-                j, spec=scaled_deadline(j.spec, j.submit_s, scale), submit_s=j.submit_s / scale
-            )
-            for j in jobs
-        ]
+    jobs, load_record = scale_to_load(jobs, rt, models, nodes, load, load_basis)
     # after the truth (runtimes, load) is fixed: only what the policies are told changes
     jobs = noisy_estimates(jobs, estimate_noise, seed)
     results: dict[str, Any] = {
@@ -241,18 +178,7 @@ def run_simulation(
         "jobs": len(jobs),
         "dropped_jobs": sum(dropped.values()),
         "dropped_reasons": dict(dropped),
-        "load": {
-            "natural_demand_over_capacity": natural,
-            "arrival_scale": scale,
-            "offered_demand_over_capacity": natural * scale,
-            "basis": load_basis,
-            "definition": LOAD_DEFINITIONS[load_basis],
-            "effective_capacity_gpus": eff_capacity,
-            "offered_demand_over_gpus": demand / (capacity * span) * scale if span > 0 else None,
-            "offered_demand_over_effective_capacity": (
-                demand / (eff_capacity * span) * scale if span > 0 else None
-            ),
-        },
+        "load": load_record,
         "tariff_usd_per_kwh": tariff_usd_per_kwh,
         "failure_model": vars(failures or FailureModel()),
         "overrides": overrides_set,
@@ -265,68 +191,21 @@ def run_simulation(
     }
     runs = keep_runs if keep_runs is not None else ({} if out_dir is not None else None)
     idle_w = sum(profiles.idle_power_w(n.gpu_model) * n.gpu_count for n in nodes)
-    bounds_done = False
     # build every policy first: each imports its code now, so one run uses one version of it
     built = {n: make_policy(n, **(policy_kwargs or {}).get(n, {})) for n in names}
     built = {n: apply_mode(n, p, power_saving, cfg) for n, p in built.items()}
+    setup = PolicyRun(
+        jobs, nodes, profiles, rt, models, capacity, idle_w, cfg, failures, hot, interference,
+        loads, tariff_usd_per_kwh,
+    )  # fmt: skip
     for name in names:
-        policy = built[name]
         cb = (lambda f, _n=name: progress(_n, f)) if progress is not None else None
-        thermal = sim_thermal_for(policy, nodes, hot)
-        sharing = SimSharing() if interference else None  # shared GPUs run slower (issue 16)
-        served = SimServices(loads, profiles, sharing) if loads else None
-        engine = Engine(
-            jobs,
-            nodes,
-            policy,
-            profiles,
-            failures=failures,
-            runtimes=rt,
-            progress=cb,
-            thermal=thermal,
-            checkpoint_cost_s=cfg.preempt.checkpoint_cost_s,  # one cost for every policy
-            sharing=sharing,
-            services=served,
-        )
-        if not bounds_done:
-            results["bounds"] = B.compute(engine.jobs, models, capacity, idle_w, profiles)
-            bounds_done = True
-        run = engine.run()
-        if served is not None:  # the training figures count training jobs only
-            span_s = run.t_end_s - run.t0_s
-            report = served.report(run.jobs, capacity, span_s)
-            run = dataclasses.replace(run, jobs=[j for j in run.jobs if not j.spec.service])
-        m = M.compute(run, tariff_usd_per_kwh)
-        if served is not None:
-            m["services"] = report
-        m["bound_violations"] = B.check(run, m, results["bounds"])
-        m["power_saving"] = getattr(policy, "power_step", None) is not None and (
-            getattr(getattr(policy, "cfg", None), "power_saving", True)
-        )
-        if (report := getattr(policy, "profile_report", lambda: None)()) is not None:
-            m["profiles"] = report  # --profile-error / --profile-learning (issue 15)
-        if thermal is not None:
-            m["thermal"] = thermal.totals.as_dict()
-        m["fractional"] = fractional_report(run.jobs, sharing)
+        m, run, guard = setup.run(built[name], results, cb)
         results["policies"][name] = m
-        off = without_guard(policy) if hot is not None and thermal is not None else None
-        if off is not None:  # the same run without the guard: what the guard avoided
-            off_thermal = sim_thermal_for(off, nodes, hot)
-            Engine(
-                jobs,
-                nodes,
-                off,
-                profiles,
-                failures=failures,
-                runtimes=rt,
-                thermal=off_thermal,
-                checkpoint_cost_s=cfg.preempt.checkpoint_cost_s,
-                sharing=SimSharing() if interference else None,
-            ).run()
-            results["thermal"] = guard_report(hot, nodes, thermal, off_thermal)
+        if guard is not None:
+            results["thermal"] = guard
         if runs is not None:
             runs[name] = run
-        del engine
     window = M.energy_window_s(results["bounds"])
     results["energy_window"] = {"energy_window_s": window, "rule": M.ENERGY_WINDOW_RULE}
     results["policies"] = {n: M.rewindow(m, window) for n, m in results["policies"].items()}
@@ -347,83 +226,8 @@ def _policy_diff(cfg: Any) -> dict[str, Any]:
     return policy_diff(cfg)
 
 
-def add_hot_args(ap: argparse.ArgumentParser) -> None:
-    """The hot-node scenario's flags (``libs.sim.thermal.HotNodes``)."""
-    ap.add_argument("--hot-nodes", default=None, help="nodes that run hot, e.g. a100-0,a100-1")
-    ap.add_argument("--hot-share", type=float, default=None, help="or this share of the nodes")
-    ap.add_argument("--hot-heat", type=float, default=None, help="their heat factor (1.5)")
-
-
 def main(argv: Sequence[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(
-        prog="python -m libs.sim.runner", description="Replay a trace under several policies."
-    )
-    ap.add_argument(
-        "--trace",
-        default="philly",
-        help="philly, chronus, openb, helios, gavel:FILE, synthetic[:N]",
-    )
-    ap.add_argument("--cluster", default="seed", help=", ".join(CLUSTERS))
-    ap.add_argument("--gpus", type=int, default=1024, help="size of the seed cluster")
-    ap.add_argument(
-        "--policies",
-        default=None,
-        help="default fifo,drf,tiresias,gavel,mosaic; also gavel-fifo, las, and NAME-np without "
-        "preemption (libs.sim.baselines) (with --fill: random,bestfit,fgd,mosaic,mosaic+defrag)",
-    )
-    add_fill_args(ap)
-    ap.add_argument("--out", type=Path, default=None, help="folder for results.json and plots")
-    ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--max-jobs", type=int, default=None)
-    ap.add_argument(
-        "--load",
-        type=float,
-        default=None,
-        help="scale arrivals to this offered demand / capacity (e.g. 0.9)",
-    )
-    ap.add_argument(
-        "--load-basis",
-        choices=LOAD_BASES,
-        default="fastest",
-        help="capacity --load is measured against: every GPU as one fastest GPU, or each GPU "
-        "at its speed relative to the fastest (effective)",
-    )
-    ap.add_argument(
-        "--throughputs",
-        type=Path,
-        default=None,
-        help="Gavel simulation_throughputs.json (for gavel:FILE traces)",
-    )
-    ap.add_argument("--traces-dir", type=Path, default=None)
-    ap.add_argument(
-        "--power-saving",
-        choices=POWER_MODES,
-        default="mosaic",
-        help="who may suspend idle nodes: mosaic only (default), all policies by the same "
-        "rule, or none",
-    )
-    ap.add_argument(
-        "--tariff",
-        type=float,
-        default=M.DEFAULT_TARIFF_USD_PER_KWH,
-        help="energy price, USD per kWh",
-    )
-    add_hot_args(ap)
-    add_profile_args(ap)
-    add_noise_args(ap)
-    ap.add_argument("--policy-file", type=Path, default=None, help="policy.json (calibrate)")
-    ap.add_argument(
-        "--no-interference",
-        action="store_true",
-        help="co-located fractions run at full speed (libs.sim.sharing off); the policy's own "
-        "rule is --set share_interference=false",
-    )
-    ap.add_argument(
-        "--services",
-        type=Path,
-        default=None,
-        help="inference services and their load curves (JSON, libs.sim.services)",
-    )
+    ap = runner_parser()
     args = ap.parse_args(argv)
     from rich.console import Console
     from rich.progress import Progress
