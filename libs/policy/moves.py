@@ -186,13 +186,15 @@ class MoveBook:
         running: RunningSet,
         now: float,
         cfg: PolicyConfig,
+        speed: np.ndarray | None = None,
     ) -> list[MoveOrder]:
-        """The burst rule's moves for one blocked replica of ``blocked`` (``stages.burst``)."""
+        """The burst rule's moves for one blocked replica of ``blocked`` (``stages.burst``);
+        ``speed``: the view's speed table, so a stopped victim resumes no slower."""
         movers = {
             i: [r for jid, r in d.items() if jid not in self.moving] for i, d in self.movers.items()
         }
         soon = soon_free(view, running, now, _ends_bound(cfg))
-        plan = B.burst_plan(blocked, movers, soon, view, self.facts, now, cfg)
+        plan = B.burst_plan(blocked, movers, soon, view, self.facts, now, cfg, speed)
         return [] if plan is None else self._orders(plan, now, cfg)
 
     def _orders(self, plan: P.PriorityPlan, now: float, cfg: PolicyConfig) -> list[MoveOrder]:
