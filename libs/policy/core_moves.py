@@ -24,6 +24,7 @@ import numpy as np
 from libs.policy.decisions import MoveOrder
 from libs.policy.placement import to_allocation
 from libs.policy.queue import COLUMNS
+from libs.policy.scores import ModelTables
 from libs.policy.stages import preempt as P
 from libs.policy.types import CycleResult, PendingJob, Placement
 
@@ -110,8 +111,9 @@ class MovesMixin:
         blocked = [pj for j in waiting if j not in made and (pj := self.queue.get(j)) is not None]
         blocked.sort(key=lambda pj: (-pj.spec.priority, pj.enqueued_at, pj.spec.id))
         out: list[MoveOrder] = []
+        speed = ModelTables.build(self.view, self.profiles).speed  # victims resume no slower
         for pj in blocked[:BLOCKED_LOOKED_AT]:
-            moves = self.moves.plan_burst([pj], self.view, self.running, now, self.cfg)
+            moves = self.moves.plan_burst([pj], self.view, self.running, now, self.cfg, speed)
             if moves:
                 out += moves
                 self._hold_rooms()

@@ -183,10 +183,12 @@ class MoveBook:
         running: RunningSet,
         now: float,
         cfg: PolicyConfig,
+        speed: np.ndarray | None = None,
     ) -> list[MoveOrder]:
-        """The burst rule's moves for one blocked replica of ``blocked`` (``stages.burst``)."""
+        """The burst rule's moves for one blocked replica of ``blocked`` (``stages.burst``);
+        ``speed``: the view's speed table, so a stopped victim resumes no slower."""
         movers, soon = self._candidates(view, running, now, cfg)
-        plan = B.burst_plan(blocked, movers, soon, view, self.facts, now, cfg)
+        plan = B.burst_plan(blocked, movers, soon, view, self.facts, now, cfg, speed)
         return [] if plan is None else self._orders(plan, now, cfg)
 
     def _candidates(

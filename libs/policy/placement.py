@@ -38,6 +38,7 @@ from libs.policy.scores import (
     temps_unknown,
 )
 from libs.policy.stages import heat as H
+from libs.policy.stages import pack as PK
 from libs.policy.stages import score as S
 from libs.policy.stages import share as SH
 from libs.policy.stages.frag import Workload
@@ -148,9 +149,18 @@ def place(
         s_frag, frag_slots = S.s_frag(spec, view, nodes, Workload.of(cfg.frag_workload))
         total = (total * wsum + cfg.w_frag * s_frag) / (wsum + cfg.w_frag)
         best = pick(total)
-    if view.heat_risky.any() and H.heat_averse(spec, cfg):  # stages.heat: no stuck job there
+    risky = view.heat_risky.any() and H.heat_averse(spec, cfg)
+    if risky:  # stages.heat: no stuck job there
         total = H.avoid_risky(total, view.heat_risky[nodes])
         best = pick(total)
+    if PK.applies(spec):  # stages.pack: a service replica goes fast enough, packed
+        best = PK.replica_pick(
+            PK.fast_enough(spec, ctx.tables.speed[view.model_idx[nodes], cls_i]),
+            view.heat_risky[nodes] if risky else np.zeros(len(nodes), dtype=bool),
+            PK.joinable(spec, gpu_free[nodes], view.gpu_mem_free_gb[nodes]),
+            view.whole_free[nodes],
+            total,
+        )
     n = int(nodes[best])
     if frag_slots is not None and frac and gpu_free[n, frag_slots[best][0]] > 0:
         gpu_idx: tuple[int, ...] = frag_slots[best]

@@ -283,7 +283,8 @@ def write_section(text: str, doc: Path) -> None:
     at = page.find(title)
     if at >= 0:
         nxt = page.find("\n## ", at + len(title))
-        page = page[:at] + text + (page[nxt + 1 :] if nxt >= 0 else "")
+        rest = "\n" + page[nxt + 1 :] if nxt >= 0 else ""  # the blank line before the next
+        page = page[:at] + text.rstrip("\n") + "\n" + rest
     else:
         page = page.rstrip("\n") + "\n\n" + text
     doc.write_text(page)

@@ -147,10 +147,12 @@ def _training(jid: str, prio: int, gpus: int = 8, **kw) -> JobSpec:  # type: ign
     return JobSpec(id=jid, gpus=gpus, priority=prio, **BUSY, **kw)
 
 
-def _sched(elastic_min: int, cfg: PolicyConfig = CFG) -> Scheduler:
+def _sched(elastic_min: int, cfg: PolicyConfig = CFG, same_speed_room: bool = False) -> Scheduler:
     """n0: an elastic job (priority 3), n1: a checkpointable one (priority 0), both 8 GPUs of
-    32 GB; t0: a T4 node (16 GB, too small for a replica) with 8 GPUs free."""
+    32 GB; t0: a T4 node (16 GB, too small for a replica) with 8 GPUs free; with
+    ``same_speed_room``, n2: a V100 node of 16 GB GPUs (too small for a replica), free too."""
     ns = [node_spec("n0", 8), node_spec("n1", 8), node_spec("t0", 8, "t4", 16.0)]
+    ns += [node_spec("n2", 8, mem=16.0)] if same_speed_room else []
     s = Scheduler(ns, cfg=cfg, profiles=ProfileTable.default(), now=0.0)
     e = _training("e", 3, elastic=Elastic(min_gpus=elastic_min, max_gpus=8))
     for spec, node in ((e, "n0"), (_training("c", 0, checkpointable=True), "n1")):
@@ -208,17 +210,26 @@ def _e() -> JobSpec:
 
 
 def test_without_a_shrink_the_lowest_priority_checkpointable_job_stops_with_a_room() -> None:
-    s = _sched(elastic_min=8)  # min 8 of 8: it may not shrink
+    s = _sched(elastic_min=8, same_speed_room=True)  # min 8 of 8: it may not shrink
     s.define_service(SVC)
     (move,) = _burst(s, 1000.0).moves
-    assert (move.job_id, move.shrink_to, move.to_node) == ("c", 0, "t0")  # resumes on the T4s
+    assert (move.job_id, move.shrink_to, move.to_node) == ("c", 0, "n2")  # a V100, as it ran
+
+
+def test_a_stopped_victim_resumes_no_slower_than_it_ran() -> None:
+    """Only the T4s are free: c (on a V100) would finish there at half speed, so the burst
+    stops nobody (stages.resume.no_slower) and the replica waits."""
+    s = _sched(elastic_min=8)
+    s.define_service(SVC)
+    assert _burst(s, 1000.0).moves == ()
 
 
 def test_the_burst_respects_the_resume_bound_and_its_switch() -> None:
-    s = _sched(elastic_min=8)
-    s.start_job("f", _alloc(_training("f", 9), "t0", range(8)), _training("f", 9), 0.0)
+    s = _sched(elastic_min=8, same_speed_room=True)
+    f = _training("f", 9)
+    s.start_job("f", _alloc(f, "n2", range(8)), f, 0.0)
     s.define_service(SVC)
-    assert _burst(s, 1000.0).moves == ()  # the T4s are full: c could not resume, not stopped
+    assert _burst(s, 1000.0).moves == ()  # n2 is full: c could not resume, not stopped
     off = dataclasses.replace(CFG, preempt=dataclasses.replace(CFG.preempt, burst_enabled=False))
     s = _sched(elastic_min=2, cfg=off)
     s.define_service(SVC)

@@ -12,7 +12,11 @@ the same instant's pass places what fits. Capacity is taken in this order:
    are those the share stage refused.
 3. **Stopping checkpointable training jobs**: they save, wait again first in line, and must be
    able to resume elsewhere within ``PreemptConfig.resume_bound_s`` (``resume_rooms``), the
-   promise every move keeps.
+   promise every move keeps, on a GPU model no slower for them than the one they leave
+   (``stages.resume.no_slower``): a room on a T4 let a job of weeks stopped on an A100 finish
+   there at half speed (Philly 500 with the issue-16 service, seed 1: the 9 stopped 1-GPU
+   jobs, most resumed on T4s, lost 1,709 h of JCT between them, a quarter of what the service
+   cost training). No such room: nobody is stopped and the replica waits.
 
 A waiting replica ranks ahead of training (``service_boost``, ``service_rank_boost``): it never
 ends, so it could never backfill below a blocked training job's reservation.
@@ -158,11 +162,13 @@ def burst_plan(
     facts: Mapping[str, P.MoveFacts],
     now: float,
     cfg: PolicyConfig,
+    speed: np.ndarray | None = None,
 ) -> P.PriorityPlan | None:
     """The burst rule (module docstring) for the first replica of ``blocked`` (rank order) that
     some node's plan can make room for, or None. ``movers``: per node index, the running jobs
     that could ever move (``moves.could_ever_move``) and are not being moved; ``soon_free``:
-    ``stages.preempt.whole_free_within`` the resume bound."""
+    ``stages.preempt.whole_free_within`` the resume bound; ``speed`` (float[M, C], the view's
+    ``scores.ModelTables.speed``): a stopped victim resumes no slower than it ran."""
     pc = cfg.preempt
     if not pc.burst_enabled or not movers:
         return None
@@ -190,7 +196,7 @@ def burst_plan(
             stopped = [r for r, keep in victims if not keep]  # a shrunk one resumes on node i
             if room_total - soon_free[i] < sum(P.gpus_held(r) for r in stopped) - EPS:
                 continue
-            rooms = P.resume_rooms(stopped, view, soon_free, cfg, exclude=i)
+            rooms = P.resume_rooms(stopped, view, soon_free, cfg, exclude=i, speed=speed)
             if rooms is None:
                 continue
             rooms.update({r.spec.id: i for r, keep in victims if keep})

@@ -6,6 +6,8 @@ expected to end within the bound. ``whole_free_within`` is that room per node, a
 ``resume_rooms`` hands each victim its own share of it (so two victims never count the same
 GPUs). Every rule that moves jobs reads these: priority protection (``stages.preempt``),
 burst capacity (``stages.burst``), the defragmenter and the thermal guard's migrations.
+A rule may also ask that a victim resume no slower than it ran (``no_slower``: the burst rule,
+whose victims would otherwise finish a long job on a slow GPU).
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ import numpy as np
 from libs.policy.cluster import EPS, ClusterView
 from libs.policy.config import PolicyConfig
 from libs.policy.filters import static_mask
+from libs.policy.scores import CLASS_INDEX
 from libs.policy.stages.filter import frac_slot_ok, is_fractional, whole_gpus
 from libs.policy.stages.heat import heat_averse
 from libs.policy.types import RunningJob
@@ -50,6 +53,14 @@ def whole_free_within(
     return soon
 
 
+def no_slower(job: RunningJob, view: ClusterView, speed: np.ndarray) -> np.ndarray:
+    """bool[N]: nodes whose GPU model runs ``job``'s class at least as fast as the node it
+    runs on (``speed``: float[M, C], ``scores.ModelTables.speed`` of the view's models)."""
+    c = CLASS_INDEX.get(job.spec.workload_class, CLASS_INDEX["other"])
+    per_model = speed[:, c]
+    return per_model[view.model_idx] >= per_model[view.model_idx[job.node_index]] - EPS
+
+
 def resume_rooms(
     victims: Sequence[RunningJob],
     view: ClusterView,
@@ -58,6 +69,7 @@ def resume_rooms(
     *,
     exclude: int | None = None,
     avoid: np.ndarray | None = None,
+    speed: np.ndarray | None = None,
 ) -> dict[str, int] | None:
     """Where each of ``victims`` starts again (job id -> node index), so that all of them can
     resume within the bound if moved now; None when one cannot. Never the node a victim leaves
@@ -65,7 +77,8 @@ def resume_rooms(
     victim, widest first, takes its room from
     ``soon_free`` (``whole_free_within``), best fit, so two victims never count the same GPUs;
     a fractional one needs a GPU slot with its share free now, or a whole GPU. The scheduler
-    holds these rooms for the victims while they save (``core.Scheduler``'s room holds)."""
+    holds these rooms for the victims while they save (``core.Scheduler``'s room holds).
+    With ``speed`` (float[M, C]), each victim's room is ``no_slower`` than where it runs."""
     soon = soon_free.copy()
     avail = ~view.cordoned & ~(view.temp_c >= cfg.thermal_max_c)
     if exclude is not None:
@@ -76,6 +89,8 @@ def resume_rooms(
     for v in sorted(victims, key=lambda r: (-gpus_held(r), r.spec.id)):
         spec = v.spec
         ok = avail & static_ok(spec, view)
+        if speed is not None:
+            ok &= no_slower(v, view, speed)
         ok[v.node_index] = False
         if is_fractional(spec):
             slot = np.flatnonzero(ok & frac_slot_ok(spec, view).any(axis=1))
