@@ -118,7 +118,11 @@ async def test_places_every_job_and_never_overallocates(nats_url):
         placed = [e for e in evs if isinstance(e, Placed)]
         assert len(placed) == 1, job
         assert sum(is_terminal(e) for e in evs) == 1, job
-        assert isinstance(evs[-1], Completed), job
+        # the scorer's score announcements (Queued) race a 0.4 s job: one may land after its
+        # end, which every read model ignores (an ended job ignores every later event); every
+        # event that changes a job's state comes before its end
+        changes = [e for e in evs if not isinstance(e, Queued)]
+        assert isinstance(changes[-1], Completed), job
         if specs[job].gpu_mem_gb > 16:
             assert not placed[0].node.startswith("t4"), job
         if specs[job].constraints == ("t4",):
@@ -291,7 +295,11 @@ async def test_sigkilled_placer_restarts_without_losing_or_repeating(nats_url):
         evs = per[job]
         assert sum(isinstance(e, Placed) for e in evs) == 1, job
         assert sum(is_terminal(e) for e in evs) == 1, job
-        assert isinstance(evs[-1], Completed), job
+        # the scorer's score announcements (Queued) race a 0.4 s job: one may land after its
+        # end, which every read model ignores (an ended job ignores every later event); every
+        # event that changes a job's state comes before its end
+        changes = [e for e in evs if not isinstance(e, Queued)]
+        assert isinstance(changes[-1], Completed), job
     assert {r.allocation.job_id for r in executor.runs} == ids
     assert len(executor.runs) == len(ids)
     assert checker.problems == []
