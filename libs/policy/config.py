@@ -107,13 +107,13 @@ class PolicyConfig:
     weights_balanced: RegimeWeights = field(default_factory=_balanced)
     weights_high: RegimeWeights = field(default_factory=_high)
     # score added per hour waited (unbounded: starvation freedom). 0.025/h: a priority-0 job
-    # outranks a fresh priority-9 one of the same length after at most 36 h of waiting (scores
-    # of fresh jobs lie in (0, 1] before the shortness term), any fresh job after
-    # (1 + w_short) / aging_per_h = 440 h. Measured on Philly (effective load 0.8): 0.05 let aging swamp priority on
-    # long queues; on the first 10k jobs 0.01 / 0.025 / 0.05 gave high-priority mean wait
-    # 4,460 / 5,512 / 6,500 s and lowest-class p99 wait 130k / 51k / 73k s (fifo: 54,866 s
-    # and 197k s). The lowest class's MAX wait (~470k s) is set by 8-GPU A100-only jobs
-    # waiting for a whole node to drain, not by aging.
+    # outranks a fresh priority-9 one of the same length after at most 36 h of waiting (scores of
+    # fresh jobs lie in (0, 1] before the shortness term), any fresh job after (1 + w_short) /
+    # aging_per_h = 440 h. Measured on Philly (effective load 0.8): 0.05 let aging swamp priority on
+    # long queues; on the first 10k jobs 0.01 / 0.025 / 0.05 gave high-priority mean wait 4,460 /
+    # 5,512 / 6,500 s and lowest-class p99 wait 130k / 51k / 73k s (fifo: 54,866 s and 197k s). The
+    # lowest class's MAX wait (~470k s) is set by 8-GPU A100-only jobs waiting for a whole node to
+    # drain, not by aging.
     aging_per_h: float = 0.025
     urgency_scale_s: float = 3600.0  # slack at which urgency has fallen to 1/e
     urgency_missed: float = 1.0  # urgency of a job whose deadline can no longer be met
