@@ -10,6 +10,7 @@ import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from libs.policy import gang_pass as GP
 from libs.policy.backfill import RunningSet, _earliest_start_jobs, reserve
 from libs.policy.cadence import BackfillCadence
 from libs.policy.cluster import ClusterView
@@ -154,15 +155,16 @@ def test_backfill_never_delays_the_reservation_and_never_overallocates(case):
         return
     head = next(j for j in pending if j.spec.id == res.reservation.job_id)
     rank_pos = {pending[int(i)].spec.id: k for k, i in enumerate(res.rank.order)}
-    started = [
-        RunningJob(
+    started = [  # a gang started by the pass holds a part on each of its nodes
+        rj
+        for j, p in res.assignments
+        for rj in GP.running_of(
+            GP.allocation_of(j.spec, p, 0.0, j.attempt)[0],
             j.spec,
-            p.node_index,
-            p.gpu_indices,
-            p.gpu_share,
+            p,
+            v,
             P.runtime_s(j.spec, v.models[v.model_idx[p.node_index]]),
         )
-        for j, p in res.assignments
     ]
     # jobs ranked above the head legitimately start first; the reservation is made after them
     pre = [r for r in started if rank_pos[r.spec.id] < rank_pos[head.spec.id]]
@@ -223,15 +225,16 @@ def test_backfill_never_delays_any_of_several_reservations(case, k):
     assert len({r.job_id for r in resv}) <= k  # a gang's one reservation holds several nodes
     assert len({r.node_index for r in resv}) == len(resv)
     by_id = {j.spec.id: j for j in pending}
-    started = [
-        RunningJob(
+    started = [  # a gang started by the pass holds a part on each of its nodes
+        rj
+        for j, p in res.assignments
+        for rj in GP.running_of(
+            GP.allocation_of(j.spec, p, 0.0, j.attempt)[0],
             j.spec,
-            p.node_index,
-            p.gpu_indices,
-            p.gpu_share,
+            p,
+            v,
             P.runtime_s(j.spec, v.models[v.model_idx[p.node_index]]),
         )
-        for j, p in res.assignments
     ]
     rel = RunningSet([*running, *started])
     for r in resv:
