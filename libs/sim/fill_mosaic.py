@@ -21,6 +21,7 @@ from collections.abc import Sequence
 
 from libs.policy.config import PolicyConfig
 from libs.policy.core import Scheduler
+from libs.policy.daynight import DayNight
 from libs.policy.profiles import ProfileTable
 from libs.policy.stages.defrag import fits, plan_moves
 from libs.policy.stages.frag import Workload, cpu_only_node
@@ -52,6 +53,9 @@ class MosaicFill(FillPolicy):
         super().learn(work)
         self.cfg = dataclasses.replace(self.cfg, frag_workload=work.as_config())
         self.core.cfg = self.cfg
+        # the pass reads the config in force from the day/night calendar, built on the config
+        # it was given: without a new one the target workload never reached the score
+        self.core.daynight = DayNight(self.cfg)
 
     def place(self, spec: JobSpec, now: float) -> bool:
         if spec.gpus <= 0:
