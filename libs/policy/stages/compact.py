@@ -14,8 +14,8 @@ For a blocked job asking ``s`` of one GPU (a fraction, or one whole GPU: ``s`` =
   cordoned or too hot), a GPU with less than ``s`` free whose movable fractional jobs
   (``movable``) hold enough that, once they leave, ``s`` is free, with the node's CPUs and host
   memory (its free ones plus the leavers') enough for the job.
-* Leavers on a target: its movable fractional jobs, largest share first, until ``s`` is free
-  (the fewest moves).
+* Leavers on a target: its movable fractional jobs of a shape some hole elsewhere holds now
+  (others could go nowhere), largest share first, until ``s`` is free (the fewest moves).
 * Cost of a target: (highest priority moved, moves, lost work, share moved), smallest first;
   the first ``cfg.defrag.candidate_nodes`` targets are tried in that order and the first
   whose every leaver finds a hole wins (a bound on the plan's cost).
@@ -36,7 +36,14 @@ from libs.policy.cluster import EPS, ClusterView
 from libs.policy.config import PolicyConfig
 from libs.policy.stages import share as SH
 from libs.policy.stages.defrag_room import Pair, Work, fits, lost_work_s, move_in_view, undo
-from libs.policy.stages.filter import STATIC, f_cordon, f_thermal, is_fractional, whole_gpus
+from libs.policy.stages.filter import (
+    STATIC,
+    f_cordon,
+    f_thermal,
+    is_fractional,
+    shape_key,
+    whole_gpus,
+)
 from libs.policy.types import RunningJob
 from proto.jobs import JobSpec
 
@@ -87,12 +94,22 @@ def targets(
     for _, rule in STATIC:
         ok &= rule(spec, v)
     ok &= f_cordon(spec, v) & f_thermal(spec, v, cfg)
+    has_hole: dict[tuple, bool] = {}  # per shape: whether some hole holds it (a prefilter)
+
+    def may_leave(r: RunningJob) -> bool:
+        key = shape_key(r.spec)
+        if key not in has_hole:
+            has_hole[key] = hole_for(r, v, cfg, r.node_index) is not None
+        return has_hole[key]
+
     out: list[Target] = []
     for n in np.flatnonzero(ok).tolist():
         free = v.gpu_free[n]
         if not (free[: int(v.gpu_total[n])] < need - EPS).any():
             continue  # a GPU holds the share already: CPUs or memory block it, not holes
-        movers = [r for r in work.on_node.get(n, ()) if _fraction(r) and movable(r)]
+        movers = [
+            r for r in work.on_node.get(n, ()) if _fraction(r) and movable(r) and may_leave(r)
+        ]
         if not movers:
             continue
         cpus, host = float(v.cpus_free[n]), float(v.host_mem_free_gb[n])
