@@ -3,8 +3,9 @@ pod, as in the replay adapter (``libs.sim.baselines.mosaic``): queue it, run a p
 placement, report the start; a pod the pass does not place is cancelled (it fails, as in FGD's
 experiment). ``mosaic+defrag`` then asks the defragmenter's plan
 (``libs.policy.stages.defrag.plan_moves``, the definition the live defragmenter calls) for
-moves, applies them (each moved pod: ``end_job`` then ``start_job`` at its destination, counted
-as a migration with its checkpoint cost, ``cfg.defrag.checkpoint_cost_s``) and passes again.
+moves (its per-node plan, or its compaction rule, ``stages.compact``), applies them (each
+moved pod: ``end_job`` then ``start_job`` at its destination, counted as a migration with its
+checkpoint cost, ``cfg.defrag.checkpoint_cost_s``) and passes again.
 
 Movable pods: QoS BE and Burstable (``checkpointable`` in ``load_fill_pods``); LS and
 Guaranteed never move. The scheduler holds no job without a GPU, so a CPU-only pod is placed by

@@ -106,7 +106,7 @@ def targets(
     for n in np.flatnonzero(ok).tolist():
         free = v.gpu_free[n]
         if not (free[: int(v.gpu_total[n])] < need - EPS).any():
-            continue  # a GPU holds the share already: CPUs or memory block it, not holes
+            continue  # every GPU holds the share already: CPUs or memory block it, not holes
         movers = [
             r for r in work.on_node.get(n, ()) if _fraction(r) and movable(r) and may_leave(r)
         ]
