@@ -3,8 +3,9 @@ pod, as in the replay adapter (``libs.sim.baselines.mosaic``): queue it, run a p
 placement, report the start; a pod the pass does not place is cancelled (it fails, as in FGD's
 experiment). ``mosaic+defrag`` then asks the defragmenter's plan
 (``libs.policy.stages.defrag.plan_moves``, the definition the live defragmenter calls) for
-moves, applies them (each moved pod: ``end_job`` then ``start_job`` at its destination, counted
-as a migration with its checkpoint cost, ``cfg.defrag.checkpoint_cost_s``) and passes again.
+moves (its per-node plan, or its compaction rule, ``stages.compact``), applies them (each
+moved pod: ``end_job`` then ``start_job`` at its destination, counted as a migration with its
+checkpoint cost, ``cfg.defrag.checkpoint_cost_s``) and passes again.
 
 Movable pods: QoS BE and Burstable (``checkpointable`` in ``load_fill_pods``); LS and
 Guaranteed never move. The scheduler holds no job without a GPU, so a CPU-only pod is placed by
@@ -21,6 +22,7 @@ from collections.abc import Sequence
 
 from libs.policy.config import PolicyConfig
 from libs.policy.core import Scheduler
+from libs.policy.daynight import DayNight
 from libs.policy.profiles import ProfileTable
 from libs.policy.stages.defrag import fits, plan_moves
 from libs.policy.stages.frag import Workload, cpu_only_node
@@ -52,6 +54,9 @@ class MosaicFill(FillPolicy):
         super().learn(work)
         self.cfg = dataclasses.replace(self.cfg, frag_workload=work.as_config())
         self.core.cfg = self.cfg
+        # the pass reads the config in force from the day/night calendar, built on the config
+        # it was given: without a new one the target workload never reached the score
+        self.core.daynight = DayNight(self.cfg)
 
     def place(self, spec: JobSpec, now: float) -> bool:
         if spec.gpus <= 0:

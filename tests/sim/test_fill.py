@@ -99,6 +99,18 @@ def test_defrag_moves_a_movable_half_to_free_a_gpu():
             assert p.allocated_gpus() == pytest.approx(2.0)
 
 
+def test_mosaic_passes_score_with_the_learnt_workload():
+    # the pass takes its config from the day/night calendar: the learnt target workload must
+    # be in the config in force, or FGD's term is silently off
+    from libs.policy.stages.frag import Workload
+
+    p = make_fill_policy("mosaic")
+    p.attach([node("a", 1, 64)], seed=0, cfg=CFG)
+    work = Workload.learn([pod("x", 0.5), pod("y", 1.0)])
+    p.learn(work)
+    assert p.core._policy_at(1.0).frag_workload == work.as_config()
+
+
 def _alloc(jid: str, share: float, node_id: str):
     from proto.ledger import Allocation
 

@@ -49,6 +49,7 @@ import numpy as np
 
 from libs.policy.cluster import EPS, ClusterView
 from libs.policy.config import PolicyConfig
+from libs.policy.stages.compact import compaction
 from libs.policy.stages.defrag_room import (
     Pair,
     Work,
@@ -269,6 +270,20 @@ def _plan_one(work: Work, job: PendingJob, ctx: tuple, budget: int) -> _Plan | N
     return best
 
 
+def _compact(work: Work, spec: JobSpec, ctx: tuple, budget: int) -> _Plan | None:
+    """No node can be cleared for ``spec``: the compaction rule (``stages.compact``), as a
+    plan."""
+    now, cfg, movable, _ = ctx
+    got = compaction(work, spec, now=now, cfg=cfg, movable=movable, budget=budget)
+    if got is None:
+        return None
+    node, moved = got
+    v = work.view
+    why = f"compacts fractions off {v.node_ids[node]} for {ctx[3]}"
+    moves = [_move(b, a, v, ctx, why) for b, a in moved]
+    return _Plan((0,), moves, node)
+
+
 def plan_moves(
     view: ClusterView,
     running: Sequence[RunningJob],
@@ -306,7 +321,8 @@ def plan_moves(
         budget = max_moves - len(out)
         if budget <= 0 or v.gpu_free.sum() < float(spec.gpus) - EPS:
             continue  # not enough free in total: moving jobs cannot make room
-        plan = _plan_one(work, job, (now, cfg, may_move, spec.id), budget)
+        ctx = (now, cfg, may_move, spec.id)
+        plan = _plan_one(work, job, ctx, budget) or _compact(work, spec, ctx, budget)
         if plan is None or not plan.moves:
             continue
         by_id = {r.spec.id: r for rs in work.on_node.values() for r in rs}
