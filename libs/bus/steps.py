@@ -225,6 +225,11 @@ class StepController:
             before = after
         raise StepTimeout(first, ["(never quiet)"])
 
+    def next_of(self, participant: str) -> float | None:
+        """When ``participant`` said (its last ack) it has something due next, or None."""
+        ack = self._acks.get(participant)
+        return None if ack is None else ack.next_s
+
     def next_s(self) -> float | None:
         """The earliest time a participant said it has something due at (last acks)."""
         due = [a.next_s for a in self._acks.values() if a.next_s is not None]

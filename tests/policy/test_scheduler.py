@@ -19,7 +19,7 @@ from libs.policy.placement import to_allocation
 from libs.policy.profiles import ProfileTable
 from libs.policy.queue import PendingQueue
 from libs.policy.scheduler import schedule
-from libs.policy.stages.gang import is_gang, node_free_at
+from libs.policy.stages.gang import PART_SEP, is_gang, node_free_at
 from libs.policy.types import PendingJob, Placement, RunningJob
 from libs.sim.perf import bench_schedule
 from proto.jobs import JobSpec
@@ -167,7 +167,7 @@ def test_backfill_never_delays_the_reservation_and_never_overallocates(case):
         )
     ]
     # jobs ranked above the head legitimately start first; the reservation is made after them
-    pre = [r for r in started if rank_pos[r.spec.id] < rank_pos[head.spec.id]]
+    pre = [r for r in started if rank_pos[r.spec.id.split(PART_SEP)[0]] < rank_pos[head.spec.id]]
     for r in pre:
         before.allocate(_alloc(before, r))
     again = _reserve(head, before, [*running, *pre])

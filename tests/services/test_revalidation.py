@@ -199,7 +199,9 @@ async def test_the_executor_dead_letters_an_unsound_run_command(nats_url, tmp_pa
         got = await poll(letters)
         await poll(lambda: asyncio.sleep(0, ("r-1", 1) in executor.accepted))
     finally:
-        await executor.shutdown()
+        # bounded: it hung once (300 s, fresh clone, two workers compiling) with no stack of
+        # where; a hang here now fails in 30 s and says it was the shutdown
+        await asyncio.wait_for(executor.shutdown(), 30.0)
         await ex_bus.close()
     reasons = sorted(d.reason for d in got)
     assert "runtime_s" in reasons[1] and "allocation.spec.gpus" in reasons[0], reasons
