@@ -43,6 +43,7 @@ from libs.sim.services import load_scenario
 from libs.sim.serving import summary_lines
 from libs.sim.state import SimResult
 from libs.sim.thermal import HotNodes, summary_line
+from proto.nodes import NodeSpec
 
 
 def _feasible(trace_jobs, nodes) -> tuple[list[int], Counter]:
@@ -139,12 +140,7 @@ def run_simulation(
             policy_kwargs[name] = {"cfg": cfg, **policy_kwargs.get(name, {})}
 
     names = parse_policies(policies)
-    check_mode(power_saving)
-    check_sigma(estimate_noise)
-    if load is not None and not (math.isfinite(load) and load > 0):
-        raise ValueError(f"load must be a positive number, got {load}")
-    if load_basis not in LOAD_BASES:
-        raise ValueError(f"load_basis must be one of {LOAD_BASES}, got {load_basis!r}")
+    _check_options(power_saving, estimate_noise, load, load_basis)
     tr = load_trace(
         trace, traces_dir=traces_dir, seed=seed, max_jobs=max_jobs, throughputs=throughputs
     )
@@ -155,7 +151,6 @@ def run_simulation(
     if not tr.jobs:
         raise ValueError(f"trace {trace!r} has no jobs")
     nodes = resolve_cluster(cluster, gpus, tr)
-    loads = load_scenario(services) if services is not None else []
     profiles = ProfileTable.default()
     for n in nodes:
         profiles = profiles.estimate_for(n)
@@ -169,7 +164,39 @@ def run_simulation(
     jobs, load_record = scale_to_load(jobs, rt, models, nodes, load, load_basis)
     # after the truth (runtimes, load) is fixed: only what the policies are told changes
     jobs = noisy_estimates(jobs, estimate_noise, seed)
-    results: dict[str, Any] = {
+    results = _header(
+        trace, cluster, nodes, seed, jobs, dropped, load_record, tariff_usd_per_kwh, failures,
+        overrides_set, power_saving, base_cfg, noise_report(jobs, estimate_noise, seed), tr,
+    )  # fmt: skip
+    runs = keep_runs if keep_runs is not None else ({} if out_dir is not None else None)
+    idle_w = sum(profiles.idle_power_w(n.gpu_model) * n.gpu_count for n in nodes)
+    # build every policy first: each imports its code now, so one run uses one version of it
+    built = {n: make_policy(n, **(policy_kwargs or {}).get(n, {})) for n in names}
+    built = {n: apply_mode(n, p, power_saving, cfg) for n, p in built.items()}
+    loads = load_scenario(services) if services is not None else []
+    setup = PolicyRun(
+        jobs, nodes, profiles, rt, models, capacity, idle_w, cfg, failures, hot, interference,
+        loads, tariff_usd_per_kwh,
+    )  # fmt: skip
+    for name in names:
+        cb = (lambda f, _n=name: progress(_n, f)) if progress is not None else None
+        m, run, guard = setup.run(built[name], results, cb)
+        results["policies"][name] = m
+        if guard is not None:
+            results["thermal"] = guard
+        if runs is not None:
+            runs[name] = run
+    return _finish(results, runs, out_dir)
+
+
+def _header(
+    trace: str, cluster: str, nodes: Sequence[NodeSpec], seed: int, jobs: list, dropped: Counter,
+    load_record: dict, tariff_usd_per_kwh: float, failures: FailureModel | None,
+    overrides_set: dict, power_saving: str, base_cfg: Any, noise: dict, tr: Any,
+) -> dict[str, Any]:  # fmt: skip
+    """``results.json`` before any policy ran: what was replayed, on what, under which rules."""
+    capacity = float(sum(n.gpu_count for n in nodes))
+    return {
         "trace": trace,
         "cluster": cluster,
         "cluster_description": inventory.describe(nodes),
@@ -184,28 +211,28 @@ def run_simulation(
         "overrides": overrides_set,
         "power_saving": {"mode": power_saving, "rule": POWER_RULES[power_saving]},
         "base_policy": None if base_cfg is None else _policy_diff(base_cfg),
-        "estimate_noise": noise_report(jobs, estimate_noise, seed),
+        "estimate_noise": noise,
         "assumptions": list(tr.assumptions),
         "bounds": {},
         "policies": {},
     }
-    runs = keep_runs if keep_runs is not None else ({} if out_dir is not None else None)
-    idle_w = sum(profiles.idle_power_w(n.gpu_model) * n.gpu_count for n in nodes)
-    # build every policy first: each imports its code now, so one run uses one version of it
-    built = {n: make_policy(n, **(policy_kwargs or {}).get(n, {})) for n in names}
-    built = {n: apply_mode(n, p, power_saving, cfg) for n, p in built.items()}
-    setup = PolicyRun(
-        jobs, nodes, profiles, rt, models, capacity, idle_w, cfg, failures, hot, interference,
-        loads, tariff_usd_per_kwh,
-    )  # fmt: skip
-    for name in names:
-        cb = (lambda f, _n=name: progress(_n, f)) if progress is not None else None
-        m, run, guard = setup.run(built[name], results, cb)
-        results["policies"][name] = m
-        if guard is not None:
-            results["thermal"] = guard
-        if runs is not None:
-            runs[name] = run
+
+
+def _check_options(
+    power_saving: str, estimate_noise: float, load: float | None, load_basis: str
+) -> None:
+    """Refuse, before any trace is read, the options no replay can run with."""
+    check_mode(power_saving)
+    check_sigma(estimate_noise)
+    if load is not None and not (math.isfinite(load) and load > 0):
+        raise ValueError(f"load must be a positive number, got {load}")
+    if load_basis not in LOAD_BASES:
+        raise ValueError(f"load_basis must be one of {LOAD_BASES}, got {load_basis!r}")
+
+
+def _finish(results: dict, runs: dict | None, out_dir: Path | None) -> dict:
+    """Every policy's energy over the one window, finite numbers only, and with ``out_dir``
+    the plots and ``results.json`` written there."""
     window = M.energy_window_s(results["bounds"])
     results["energy_window"] = {"energy_window_s": window, "rule": M.ENERGY_WINDOW_RULE}
     results["policies"] = {n: M.rewindow(m, window) for n, m in results["policies"].items()}
