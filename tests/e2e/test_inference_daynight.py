@@ -29,8 +29,6 @@ from libs.bus.server import free_port
 from libs.bus.steps import StepController
 from libs.client.cli_policy import in_force as policy_shown
 from libs.clock import SteppedClock
-from libs.obs.logging import get_logger
-from libs.obs.tracing import setup_tracing
 from libs.policy.daynight import HEADROOM, effective_policy, in_force
 from libs.policy_io.overrides import apply_overrides
 from proto import subjects
@@ -40,9 +38,9 @@ from proto.jobs import JobSpec
 from services.executor.service import main as executor_main
 from services.gateway.service import main as gateway_main
 from services.placer.service import Placer
-from services.placer.settings import PlacerSettings
 from tests.services._gateway_auth import ADMIN, admin_token_file
 from tests.services._scorer_util import lifecycle_events, poll, put_nodes, start_in_process
+from tests.services._stepped_placer import stepped_placer
 from tests.services.test_gateway import _healthy
 from tests.sim.helpers import node
 
@@ -86,29 +84,15 @@ async def live(nats_url: str, tmp_path) -> AsyncIterator[tuple[Bus, Placer, Step
             step_name="executor",
         ),
     ]  # fmt: skip
-    pbus = await Bus.connect(nats_url, "placer")
-    settings = PlacerSettings(
-        holder="live", tick_s=0.5, debounce_s=0.0, settle_s=0.0, power_saving=False
-    )
-    log, tracer = get_logger(service="placer"), setup_tracing("placer")
-    placer = Placer(pbus, SteppedClock(epoch=T0), log, tracer, settings, policy=cfg)
-    await placer.start()
-    stop = asyncio.Event()
-    task = asyncio.create_task(placer.run(stop))
-    ctl = StepController(bus, ["executor", "placer"], timeout_s=30)
-    await ctl.start()
     base = f"http://127.0.0.1:{port}"
     try:
-        async with aiohttp.ClientSession(headers=ADMIN) as http:
-            await poll(lambda: _healthy(http, base), timeout_s=30)
-        await poll(lambda: asyncio.sleep(0, placer.active and len(placer.nodes) == 1))
-        yield bus, placer, ctl, base
+        async with stepped_placer(bus, nats_url, cfg, T0) as (placer, ctl):
+            async with aiohttp.ClientSession(headers=ADMIN) as http:
+                await poll(lambda: _healthy(http, base), timeout_s=30)
+            await poll(lambda: asyncio.sleep(0, placer.active and len(placer.nodes) == 1))
+            yield bus, placer, ctl, base
     finally:
-        stop.set()
-        await task
         codes = [await s.close() for s in services]
-        await ctl.stop()
-        await pbus.close()
         await bus.close()
     assert codes == [0, 0]
 
