@@ -228,7 +228,15 @@ class TypedKV(Generic[T]):
         (the watch has no redelivery); either way the watch goes on. The watch is a health
         check of the bus (``kv-watch:<bucket>:<key>``): it fails if the task ends other than
         by ``stop()``, or one change is in the handler longer than ``wedged_after_s``.
+
+        Caught up means: the entry with nothing pending after it was handled, or, when the
+        bucket held nothing under ``key`` as the watch began, nats-py's initial-values marker.
+        The marker alone is not trusted when something is there: it is decided from consumer
+        info taken while the first messages may be in flight, and can come before them (seen
+        under load: ``watch()`` returned before the current value was handled), as ``items``
+        found before.
         """
+        expect_current = await self._holds_any(key)
         watcher = await self.raw.watch(key)
         log = self.bus.log.bind(bucket=self.bucket)
         caught_up = asyncio.Event()
@@ -239,21 +247,24 @@ class TypedKV(Generic[T]):
             initial = True
             try:
                 async for e in watcher:
-                    if e is None:
+                    if e is None:  # the marker: trusted only over an empty bucket (docstring)
+                        if initial and not expect_current:
+                            initial = False
+                            caught_up.set()
+                        continue
+                    if not initial or include_current:
+                        monitor.begin()
+                        try:
+                            await self._deliver(e, handler, log)
+                        except asyncio.CancelledError:
+                            raise
+                        except Exception as exc:  # a bug here must not end the watch
+                            log.exception("kv_watch_entry_failed", key=e.key, error=repr(exc))
+                        finally:
+                            monitor.end()
+                    if initial and not e.delta:  # the last current value: caught up
                         initial = False
                         caught_up.set()
-                        continue
-                    if initial and not include_current:
-                        continue
-                    monitor.begin()
-                    try:
-                        await self._deliver(e, handler, log)
-                    except asyncio.CancelledError:
-                        raise
-                    except Exception as exc:  # a bug here must not end the watch
-                        log.exception("kv_watch_entry_failed", key=e.key, error=repr(exc))
-                    finally:
-                        monitor.end()
                 monitor.ended("the watcher stopped")
             finally:
                 caught_up.set()  # never leave watch() waiting on a loop that is gone
@@ -266,6 +277,15 @@ class TypedKV(Generic[T]):
         except TimeoutError:
             log.warning("kv_watch_catch_up_slow", timeout_s=CATCH_UP_TIMEOUT_S)
         return handle
+
+    async def _holds_any(self, key: str) -> bool:
+        """Whether the bucket holds any message under ``key`` (a value or a delete marker):
+        the whole stream's count for ``>``, a subject-filtered count otherwise."""
+        stream = f"KV_{self.bucket}"
+        if key == ">":
+            return (await self.bus.js.stream_info(stream)).state.messages > 0
+        info = await self.bus.js.stream_info(stream, subjects_filter=f"$KV.{self.bucket}.{key}")
+        return bool(info.state.subjects)
 
     async def _deliver(
         self, e: Any, handler: Callable[[str, T | None], Awaitable[None]], log: Any

@@ -94,6 +94,78 @@ async def test_watch_sees_current_values_updates_and_deletes(bus: Bus) -> None:
     await only_new.stop()
 
 
+class _MarkerFirst:
+    """A real watcher whose initial-values marker comes before the entries (the race nats-py's
+    consumer-info check allows), made certain instead of rare."""
+
+    def __init__(self, real) -> None:  # type: ignore[no-untyped-def]
+        self.real = real
+
+    async def stop(self) -> None:
+        await self.real.stop()
+
+    async def __aiter__(self):  # type: ignore[no-untyped-def]
+        yield None
+        async for e in self.real:
+            if e is not None:
+                yield e
+
+
+async def test_watch_waits_for_the_current_values_when_the_marker_races_ahead(
+    bus: Bus, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    kv = await bus.kv(subjects.KV_NODES, NodeSpec)
+    for k in range(3):
+        await kv.put(f"n{k}", _node(f"n{k}"))
+    raw_watch = kv.raw.watch
+
+    async def marker_first(key: str, **kw):  # type: ignore[no-untyped-def]
+        real = await raw_watch(key, **kw)
+        await asyncio.sleep(0.2)  # the entries are late
+        return _MarkerFirst(real)
+
+    monkeypatch.setattr(kv.raw, "watch", marker_first)
+    seen: list[str] = []
+
+    async def on_change(key: str, value: NodeSpec | None) -> None:
+        seen.append(key)
+
+    watch = await kv.watch(on_change)
+    assert seen == ["n0", "n1", "n2"]
+    await watch.stop()
+    fresh: list[str] = []
+
+    async def on_fresh(key: str, value: NodeSpec | None) -> None:
+        fresh.append(key)
+
+    only_new = await kv.watch(on_fresh, include_current=False)
+    await kv.put("n1", _node("n1", 2))
+    await wait_for(lambda: fresh == ["n1"], what="the update alone, no current value")
+    await only_new.stop()
+
+
+async def test_watch_of_one_key_returns_at_once_when_absent_and_after_it_when_present(
+    bus: Bus,
+) -> None:
+    kv = await bus.kv(subjects.KV_NODES, NodeSpec)
+    await kv.put("other", _node("other"))
+    seen: list[str] = []
+
+    async def on_change(key: str, value: NodeSpec | None) -> None:
+        seen.append(key)
+
+    loop = asyncio.get_running_loop()
+    t0 = loop.time()
+    absent = await kv.watch(on_change, key="missing")
+    assert seen == [] and loop.time() - t0 < 5.0  # the marker is trusted: nothing was there
+    await kv.put("missing", _node("missing"))
+    await wait_for(lambda: seen == ["missing"], what="the key's first value")
+    await absent.stop()
+    present = await kv.watch(on_change, key="other")
+    assert seen == ["missing", "other"]
+    await present.stop()
+
+
 async def test_lease_second_holder_waits_until_release(bus: Bus) -> None:
     kv = await bus.kv(subjects.KV_LEASES, LeaseRecord)
     first = Lease(kv, "placer", "p1", ttl_s=2.0, poll_s=0.05)
