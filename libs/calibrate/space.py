@@ -57,6 +57,8 @@ BOUNDS: dict[str, Bound] = {
     "aging_per_h": Bound(0.005, 0.2, log=True),
     "urgency_scale_s": Bound(600.0, 6 * H, log=True),
     "urgency_missed": Bound(0.0, 2.0),
+    "w_short": Bound(0.0, 20.0),  # 0: runtime-blind order (before issue 15's fix)
+    "short_scale_s": Bound(600.0, 24 * H, log=True),
     # --- placement score ---
     "w_speed": Bound(0.1, 10.0, log=True),
     "speed_runtime_scale_s": Bound(1 * H, 24 * H, log=True),

@@ -107,15 +107,31 @@ class PolicyConfig:
     weights_balanced: RegimeWeights = field(default_factory=_balanced)
     weights_high: RegimeWeights = field(default_factory=_high)
     # score added per hour waited (unbounded: starvation freedom). 0.025/h: a priority-0 job
-    # outranks a fresh priority-9 one after at most 36 h of waiting (scores of fresh jobs lie
-    # in (0, 1]). Measured on Philly (effective load 0.8): 0.05 let aging swamp priority on
-    # long queues; on the first 10k jobs 0.01 / 0.025 / 0.05 gave high-priority mean wait
-    # 4,460 / 5,512 / 6,500 s and lowest-class p99 wait 130k / 51k / 73k s (fifo: 54,866 s
-    # and 197k s). The lowest class's MAX wait (~470k s) is set by 8-GPU A100-only jobs
-    # waiting for a whole node to drain, not by aging.
+    # outranks a fresh priority-9 one of the same length after at most 36 h of waiting (scores of
+    # fresh jobs lie in (0, 1] before the shortness term), any fresh job after (1 + w_short) /
+    # aging_per_h = 440 h. Measured on Philly (effective load 0.8): 0.05 let aging swamp priority on
+    # long queues; on the first 10k jobs 0.01 / 0.025 / 0.05 gave high-priority mean wait 4,460 /
+    # 5,512 / 6,500 s and lowest-class p99 wait 130k / 51k / 73k s (fifo: 54,866 s and 197k s). The
+    # lowest class's MAX wait (~470k s) is set by 8-GPU A100-only jobs waiting for a whole node to
+    # drain, not by aging.
     aging_per_h: float = 0.025
     urgency_scale_s: float = 3600.0  # slack at which urgency has fallen to 1/e
     urgency_missed: float = 1.0  # urgency of a job whose deadline can no longer be met
+    # Shortest remaining time first (stages.rank: + w_short x short_scale_s / (short_scale_s +
+    # remaining runtime on the fastest model), added beside aging, not multiplied by the
+    # priority). Issue 15: without it the order ignored runtime, and on full Philly (seed
+    # cluster, effective load 0.8, every policy with power saving) jobs under 1 h (88% of the
+    # jobs) waited 4.4 h on average for 0.35 h of run; mean JCT 15.8 h against drf's 10.1 h.
+    # 10 > any fresh job's other score (<= 1): a job's expected length leads its place, its
+    # priority and fair share order jobs of similar length, and aging still wins in the end
+    # (a job that waited 400 h outranks every fresh one). 4 h (speed_runtime_scale_s' scale):
+    # jobs of minutes and of an hour rank close, a day-long job well below. Measured on the
+    # first 20k Philly jobs (mean JCT / high-priority wait / deadlines met): 0 -> 10.22 h /
+    # 2.28 h / 57.9%; w 1, 1 h -> 8.12 / 1.82 / 68.8%; w 5, 12 h -> 6.29 / 0.87 / 80.7%;
+    # w 10, 4 h -> 6.17 / 1.07 / 80.8%; w 20, 4 h -> 6.12 / 1.13 / 80.4%; multiplied by the
+    # priority instead (w 10, 4 h) -> 6.75 / 0.75 / 67.9%. See docs/benchmarks.md, issue 15.
+    w_short: float = 10.0
+    short_scale_s: float = 4 * 3600.0
     # --- placement (libs.policy.placement) ---
     w_speed: float = 1.0
     # the speed weight grows with the job's length: w_speed x max(1, est runtime / this), so a
@@ -308,6 +324,8 @@ class PolicyConfig:
             raise ValueError("aging_per_h must be > 0 (otherwise a job may wait forever)")
         if self.urgency_scale_s <= 0:
             raise ValueError("urgency_scale_s must be > 0")
+        if not (self.w_short >= 0 and self.short_scale_s > 0):
+            raise ValueError("need w_short >= 0 and short_scale_s > 0")
         if not self.rerank_interval_s >= 0:
             raise ValueError("rerank_interval_s must be >= 0")
         if not 0.0 <= self.green_speed_relief <= 1.0:

@@ -237,8 +237,8 @@ def score_arrays(
         score_settings(now, cfg, w),
     )
     boost = rank_boost(q.inference, cfg)  # the day/night shift, a replica's rank (burst)
-    scores = out[5] if boost is None else out[5] + boost
-    return scores, dict(zip(TERMS, out[:5], strict=True)), reg
+    scores = out[-1] if boost is None else out[-1] + boost
+    return scores, dict(zip(TERMS, out[:-1], strict=True)), reg
 
 
 def rank_boost(inference: np.ndarray, cfg: PolicyConfig) -> np.ndarray | None:

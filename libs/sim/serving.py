@@ -156,7 +156,8 @@ class SimServices:
             engine._push(end, self.LOAD, -2)
 
     def event(self, t: float, idx: int) -> bool:
-        """A load point (``idx`` >= 0), a curve's end (-2) or a scale check (-1)."""
+        """A load point (``idx`` >= 0), a curve's end (-2) or a scale check (-1); never wakes
+        the pass by itself (False)."""
         if idx >= 0:
             _, sid, k = self.points[idx]
             sl, m = self.loads[sid], self.minutes[sid]
@@ -172,7 +173,11 @@ class SimServices:
                     self.minutes[sid].k = -1
                     self.scaler.remove_service(sid)
             self.done = all(end <= t for end, _ in self.ends)
-        return True
+        # a report alone frees nothing and queues nothing: the scaler's orders (``step``) wake
+        # the pass when they add or stop replicas, as the live placer's cycle does (a load
+        # report there sets no pass due); waking here gave the simulator passes at load
+        # instants the live placer never ran, and so a different backfill cadence
+        return False
 
     def step(self, t: float) -> bool:
         """The scaler's orders at ``t``, applied (before the pass); True when any changed."""

@@ -66,9 +66,11 @@ class StopsRecorded(SimServices):
         super()._stop(rid, t, reason)
 
 
+# shorter than every waiting training job (300 s and up), so it leads the queue: the rank is
+# shortest-first (stages.rank, issue 15), and this job must take the freed GPUs at that instant
 LATE = JobSpec(
     id="w-late", priority=9, gpus=4, gpu_mem_gb=40.0, host_mem_gb=32.0, cpus=8.0,
-    workload_class="cnn", est_runtime_s=600.0,
+    workload_class="cnn", est_runtime_s=120.0,
 )  # fmt: skip
 
 

@@ -459,7 +459,7 @@ def score_arrays_numpy(q, *, now, load, tenant_usage, cap, cfg, best):
         q.prio, q.es, q.enq, q.est, q.prog, q.deadline, dom[q.tenant], float(n), best[q.cls],
         score_settings(now, cfg, w),
     )  # fmt: skip
-    return out[5], dict(zip(TERMS, out[:5], strict=True))
+    return out[-1], dict(zip(TERMS, out[:-1], strict=True))
 
 
 @settings(max_examples=200, deadline=None)
@@ -484,7 +484,12 @@ def test_priority_terms_bit_for_bit_as_numpy(specs, used, load, data):
     cap = np.array(data.draw(st.sampled_from([[64.0, 512.0, 0.0, 256.0], [0.0] * 4, [8.0] * 4])))
     models = ["A100-80GB", "T4-16GB"]
     now = data.draw(f)
-    cfg = dataclasses.replace(CFG, aging_per_h=data.draw(st.sampled_from([0.05, 1.0, 7.0])))
+    cfg = dataclasses.replace(
+        CFG,
+        aging_per_h=data.draw(st.sampled_from([0.05, 1.0, 7.0])),
+        w_short=data.draw(st.sampled_from([0.0, 2.5, 10.0])),
+        short_scale_s=data.draw(st.sampled_from([600.0, 14400.0])),
+    )
     got, terms, _ = score_arrays(
         q,
         now=now,

@@ -94,8 +94,8 @@ def test_aging_lifts_any_waiting_job_above_any_fresh_one(p_old, p_new, es_old, e
         est_runtime_s=10.0,
     )
     usage = {"a": 90.0, "b": 90.0, "c": 0.0}
-    # the bound: a fresh job scores at most 1, aging adds aging_per_h per hour
-    wait_s = 3600.0 / CFG.aging_per_h + 3600.0
+    # the bound: a fresh job scores at most 1 + w_short, aging adds aging_per_h per hour
+    wait_s = 3600.0 * (1.0 + CFG.w_short) / CFG.aging_per_h + 3600.0
     now = 10_000_000.0
     r = _rank(
         [PendingJob(old, now - wait_s), PendingJob(fresh, now)], now=now, load=load, usage=usage
@@ -109,6 +109,30 @@ def test_high_load_protects_critical_jobs():
     usage = {"a": 60.0, "b": 0.0}
     assert _rank([crit, low], load=0.2, usage=usage).order[0] == 1  # fairness first when idle
     assert _rank([crit, low], load=0.9, usage=usage).order[0] == 0  # priority when busy
+
+
+def test_a_shorter_job_ranks_first_and_the_term_is_bounded():
+    # shortest remaining time first (issue 15): same job, same wait, only the length differs
+    def job(i, est, prio=5, prog=0.0):
+        return PendingJob(JobSpec(id=f"j{i}", est_runtime_s=est, priority=prio), 0.0, progress=prog)
+
+    lengths = [86_400.0 * 5, 600.0, 3 * 3600.0, 60.0]
+    r = _rank([job(i, e) for i, e in enumerate(lengths)], load=0.9)
+    assert [int(i) for i in r.order] == [3, 1, 2, 0]
+    short = r.terms["short"]
+    assert ((short > 0) & (short <= 1)).all()
+    # remaining work counts: a long job nine tenths done ranks like a short one
+    done = _rank([job(0, 36_000.0, prog=0.9), job(1, 7200.0)], load=0.9)
+    assert done.order[0] == 0
+    # length leads priority: a lowest-priority 10-minute job before a top-priority 2-day one
+    mixed = _rank([job(0, 2 * 86_400.0, prio=9), job(1, 600.0, prio=0)], load=0.9)
+    assert mixed.order[0] == 1
+    # ... and with w_short 0 the order is runtime-blind again (priority first when busy)
+    blind = dataclasses.replace(CFG, w_short=0.0)
+    mixed0 = _rank([job(0, 2 * 86_400.0, prio=9), job(1, 600.0, prio=0)], load=0.9, cfg=blind)
+    assert mixed0.order[0] == 0
+    with pytest.raises(ValueError):
+        dataclasses.replace(CFG, short_scale_s=0.0)
 
 
 def test_queue_columns_equal_list():

@@ -27,6 +27,9 @@ from tests.policy.strategies import busy_view, jobs, node_spec
 
 P = ProfileTable.default()
 CFG = PolicyConfig.default()
+# the hand cases' order by priority alone (no shortness term, stages.rank): the job named
+# "head" leads though the jobs below it are shorter, which is what they test backfill against
+BLIND = dataclasses.replace(CFG, w_short=0.0)
 
 
 def _run(view: ClusterView, jid: str, node: str, idx: tuple[int, ...], end: float) -> RunningJob:
@@ -63,7 +66,7 @@ def _hand_case():
 
 def test_backfill_refuses_a_job_that_would_delay_the_reservation():
     v, running = _hand_case()
-    res = _sched([_job("head", 3, 3600, 9), _job("long", 1, 2000, 1)], v, running)
+    res = _sched([_job("head", 3, 3600, 9), _job("long", 1, 2000, 1)], v, running, cfg=BLIND)
     assert res.assignments == []
     assert res.reservation is not None
     assert (res.reservation.job_id, res.reservation.node_id) == ("head", "n0")
@@ -89,7 +92,7 @@ def test_backfill_may_use_gpus_the_reservation_does_not_need():
 
 def test_without_backfill_the_queue_is_strict():
     v, running = _hand_case()
-    cfg = dataclasses.replace(CFG, backfill=False)
+    cfg = dataclasses.replace(BLIND, backfill=False)
     res = _sched([_job("head", 3, 3600, 9), _job("short", 1, 500, 1)], v, running, cfg=cfg)
     assert res.assignments == [] and res.waiting["short"] == "Priority"
 
@@ -97,9 +100,9 @@ def test_without_backfill_the_queue_is_strict():
 def test_a_pass_between_backfill_times_stops_at_the_blocked_head():
     v, running = _hand_case()
     pending = [_job("head", 3, 3600, 9), _job("short", 1, 500, 1)]
-    between = _sched(pending, v.copy(), running, backfill=False)
+    between = _sched(pending, v.copy(), running, cfg=BLIND, backfill=False)
     assert between.assignments == [] and between.waiting["short"] == "Priority"
-    due = _sched(pending, v.copy(), running, backfill=True)
+    due = _sched(pending, v.copy(), running, cfg=BLIND, backfill=True)
     assert [j.spec.id for j, _ in due.assignments] == ["short"]
 
 

@@ -1,9 +1,9 @@
 """Starvation bound and the slow-GPU guard.
 
-Aging adds ``aging_per_h`` per hour waited and a fresh job scores at most 1, so a job of the
-lowest priority outranks every fresh job once it has waited 1 / aging_per_h hours, whatever the
-other terms say. The slow-GPU guard makes a long job wait for a fast GPU at most as long as it
-would lose on the slow one.
+Aging adds ``aging_per_h`` per hour waited and a fresh job scores at most 1 + w_short (the
+shortness term is at most w_short), so a job of the lowest priority outranks every fresh job once
+it has waited (1 + w_short) / aging_per_h hours, whatever the other terms say. The slow-GPU
+guard makes a long job wait for a fast GPU at most as long as it would lose on the slow one.
 """
 
 from __future__ import annotations
@@ -43,7 +43,7 @@ CFG = PolicyConfig.default()
 )
 def test_a_lowest_priority_job_outranks_fresh_jobs_after_the_bound(fresh, es, load):
     now = 1e6
-    bound_s = 3600.0 / CFG.aging_per_h
+    bound_s = 3600.0 * (1.0 + CFG.w_short) / CFG.aging_per_h
     old = PendingJob(
         JobSpec(id="old", priority=0, energy_sensitivity=es, tenant="hog"), now - bound_s - 1
     )

@@ -109,8 +109,10 @@ def test_fifo_ooms_on_t4_and_mosaic_does_not():
 def test_mosaic_backfills_behind_a_blocked_head_by_the_next_backfill_time(interval):
     """The pass at t=0 backfills, the next may only at t=interval: a small job arriving at
     t=20 behind a blocked 4-GPU head starts at once with interval 0, and at t=30 (a pass the
-    engine runs without an event) with interval 30, not when the long job ends."""
-    cfg = dataclasses.replace(PolicyConfig.default(), backfill_interval_s=interval)
+    engine runs without an event) with interval 30, not when the long job ends. Without the
+    shortness term (w_short 0): with it the small job ranks above the head and starts in rank
+    order at once, which is not what this tests."""
+    cfg = dataclasses.replace(PolicyConfig.default(), backfill_interval_s=interval, w_short=0.0)
     jobs = [
         job("long", 0.0, 10_000.0, gpus=2),
         job("head", 10.0, 3600.0, gpus=4, priority=9),

@@ -14,6 +14,7 @@ _NOW, _AGING = _S["now"], _S["aging_per_h"]
 _SCALE, _MISSED = _S["urgency_scale_s"], _S["urgency_missed"]
 _W_FAIR, _W_ENERGY = _S["w_fair_share"], _S["w_energy"]
 _W_DEADLINE, _W_PRIORITY = _S["w_deadline"], _S["w_priority"]
+_W_SHORT, _SHORT_SCALE = _S["w_short"], _S["short_scale_s"]
 
 
 @compiled
@@ -72,11 +73,13 @@ def _score_terms(
     best,
     settings,
 ):
-    """(base, fair share, energy, urgency, aging, score) of one queued job: the operations, and
-    their order, of the numpy expressions the module docstring of ``priority`` writes down.
+    """(base, fair share, energy, urgency, aging, short, score) of one queued job: the
+    operations, and their order, of the numpy expressions the module docstring of
+    ``priority`` writes down.
     ``dom``: its tenant's dominant share; ``best``: the fastest speed for its workload class;
     ``settings``: now, aging per hour, urgency scale, urgency once missed, and the regime's
-    weights on fair share, energy, deadline and priority (``stages.rank.score_settings``).
+    weights on fair share, energy, deadline and priority, the shortness weight and scale
+    (``stages.rank.score_settings``).
     The one definition both ``priority_terms`` and ``score_table_rows`` use."""
     now, aging_per_h = settings[_NOW], settings[_AGING]
     scale, missed = settings[_SCALE], settings[_MISSED]
@@ -89,8 +92,9 @@ def _score_terms(
     urg = urgency_of(deadline, now, remaining, scale, missed)
     waited = now - enq
     aging = aging_per_h * (0.0 if waited < 0.0 else waited) / 3600.0
+    short = settings[_SHORT_SCALE] / (settings[_SHORT_SCALE] + remaining)
     mix = w_fair * fair + w_energy * energy + w_deadline * urg + w_priority
-    return base, fair, energy, urg, aging, base * mix + aging
+    return base, fair, energy, urg, aging, short, base * mix + aging + settings[_W_SHORT] * short
 
 
 @compiled
@@ -108,13 +112,14 @@ def priority_terms(
     best,
     settings,
 ):
-    """float[6, rows]: the terms of ``priority.score_arrays`` per queued row (base, fair share,
-    energy, urgency, aging) and the score, base x (w_fair fair + w_energy energy + w_deadline
-    urgency + w_priority) + aging (``_score_terms``). ``tenant_dom``: dominant share per
-    tenant index; ``best``: the fastest speed per workload class. A pass scores the one or
-    two jobs queued since the last, where numpy's fixed cost per call was most of the time."""
+    """float[7, rows]: the terms of ``priority.score_arrays`` per queued row (base, fair share,
+    energy, urgency, aging, short) and the score, base x (w_fair fair + w_energy energy +
+    w_deadline urgency + w_priority) + aging + w_short short (``_score_terms``).
+    ``tenant_dom``: dominant share per tenant index; ``best``: the fastest speed per
+    workload class. A pass scores the one or two jobs queued since the last, where numpy's
+    fixed cost per call was most of the time."""
     n = len(prio)
-    out = np.empty((6, n))
+    out = np.empty((7, n))
     for i in range(n):
         t = _score_terms(
             prio[i],
@@ -128,7 +133,7 @@ def priority_terms(
             best[cls[i]],
             settings,
         )
-        for k in range(6):
+        for k in range(7):
             out[k, i] = t[k]
     return out
 
@@ -161,7 +166,7 @@ def score_table_rows(
             best[np.int64(table[r, 7])],
             settings,
         )
-        out[i] = t[5]
+        out[i] = t[6]
     return out
 
 

@@ -1,23 +1,34 @@
 """Rank: the priority of each queued job and the order of the queue (the definitions).
 
 score = p × (w_fair·fair_share + w_energy·(1 − energy_sensitivity) + w_deadline·urgency
-             + w_priority·1) + aging + boost
+             + w_priority·1) + aging + w_short·short + boost
 
 * ``boost``: the day/night period's score for the job's kind (``libs.policy.daynight.
   kind_boost``; 0 with the calendar off), added after the compiled loop.
 
 * ``p`` = (priority + 1) / 10, the submitted priority in (0, 1].
 * The weights depend on the load regime (``regime``): below ``cfg.low_load`` fairness leads,
-  above ``cfg.high_load`` the submitted priority leads (protect critical jobs when it is tight).
-  Each regime's weights sum to 1, so a fresh job's score is at most 1.
+  above ``cfg.high_load`` the submitted priority leads among jobs of similar length (protect
+  critical jobs when it is tight). Each regime's weights sum to 1, so a fresh job's score
+  before ``short`` is at most 1.
 * ``fair_share`` = 1 / (1 + dominant_share × tenants): 1 for a tenant using nothing, 1/2 for a
   tenant at exactly its equal share (DRF, Ghodsi et al. NSDI'11: the dominant share is the
   largest share of any one resource the tenant holds).
 * ``urgency`` = exp(−slack / urgency_scale_s), slack = deadline − now − remaining runtime on the
   fastest GPU model present; ``cfg.urgency_missed`` once the deadline can no longer be met;
   0 without a deadline.
+* ``short`` = short_scale_s / (short_scale_s + remaining runtime on the fastest GPU model
+  present), in (0, 1]: shortest remaining time first (issue 15). Added beside aging, not
+  multiplied by ``p``: with ``cfg.w_short`` (10) above any fresh job's other terms (at most 1)
+  a job's expected length leads its place, and priority, fair share and urgency order jobs of
+  similar length. Why: mean JCT on a loaded cluster is set by short jobs waiting behind long
+  ones (first 20k Philly jobs, 0.8 effective load: jobs under 1 h, 88 % of them, waited 4.4 h
+  for 0.35 h of run with a runtime-blind order). It does not change while a job waits (only a move's
+  progress does), so a rank epoch keeps it exactly.
 * ``aging`` = aging_per_h × hours waited, unbounded: a job that waited longer than
-  1 / aging_per_h hours outranks every fresh job (starvation freedom).
+  (1 + w_short) / aging_per_h hours outranks every fresh job (starvation freedom; 440 h with
+  the defaults, the price of shortest-first: a long job may wait behind a stream of short
+  ones that long).
 * The order: higher score first, then earlier enqueue, then the lower tie number.
 
 ``priority_terms`` and ``order_of`` are these rules in numpy. The pass computes the terms in one
@@ -34,7 +45,7 @@ import numpy as np
 
 from libs.policy.config import PolicyConfig, RegimeWeights
 
-TERMS: tuple[str, ...] = ("base", "fair_share", "energy", "urgency", "aging")
+TERMS: tuple[str, ...] = ("base", "fair_share", "energy", "urgency", "aging", "short")
 # the settings vector of the score (``score_settings``), in the order the compiled loop reads it
 SCORE_SETTINGS: tuple[str, ...] = (
     "now",
@@ -45,6 +56,8 @@ SCORE_SETTINGS: tuple[str, ...] = (
     "w_energy",
     "w_deadline",
     "w_priority",
+    "w_short",
+    "short_scale_s",
 )
 
 
@@ -74,6 +87,8 @@ def score_settings(now: float, cfg: PolicyConfig, w: RegimeWeights) -> np.ndarra
             w.energy,
             w.deadline,
             w.priority,
+            cfg.w_short,
+            cfg.short_scale_s,
         ],
         dtype=float,
     )
@@ -102,8 +117,8 @@ def urgency(
 def priority_terms(
     prio, es, enq, est, prog, deadline, dom, n_tenants: float, best, settings: np.ndarray
 ) -> np.ndarray:
-    """float[6, rows]: base, fair share, energy, urgency, aging and the score of each queued
-    job (the module's formula). Per row: ``dom`` its tenant's dominant share, ``best`` the
+    """float[7, rows]: base, fair share, energy, urgency, aging, short and the score of each
+    queued job (the module's formula). Per row: ``dom`` its tenant's dominant share, ``best`` the
     fastest speed for its workload class; ``n_tenants`` the tenants the fair share counts;
     ``settings`` as ``score_settings``."""
     s = dict(zip(SCORE_SETTINGS, settings.tolist(), strict=True))
@@ -114,10 +129,12 @@ def priority_terms(
     base = (prio + 1.0) / 10.0
     energy = 1.0 - np.clip(es, 0.0, 1.0)
     aging = s["aging_per_h"] * np.maximum(now - enq, 0.0) / 3600.0
+    short = s["short_scale_s"] / (s["short_scale_s"] + remaining)
     mix = (
         s["w_fair_share"] * fair + s["w_energy"] * energy + s["w_deadline"] * urg + s["w_priority"]
     )
-    return np.array([base, fair, energy, urg, aging, base * mix + aging]).reshape(6, len(prio))
+    score = base * mix + aging + s["w_short"] * short
+    return np.array([base, fair, energy, urg, aging, short, score]).reshape(7, len(prio))
 
 
 def order_of(
