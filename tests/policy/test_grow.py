@@ -45,13 +45,16 @@ def _world(
     if others:
         allocs.append((_spec("other", others), tuple(range(held, held + others))))
     for s, gpus in allocs:
-        view.allocate(
-            Allocation(
-                job_id=s.id, node="n0", gpu_indices=gpus, gpu_share=1.0, gpu_mem_gb=4.0,
-                host_mem_gb=1.0, cpus=1.0, time=0.0, attempt=1, spec=s,
-            )  # fmt: skip
-        )
+        _take(view, s, gpus)
     return view, RunningJob(spec, 0, tuple(range(held)), 1.0, NOW + remaining_s)
+
+
+def _take(view: ClusterView, spec: JobSpec, gpus: tuple[int, ...]) -> None:
+    alloc = Allocation(
+        job_id=spec.id, node="n0", gpu_indices=gpus, gpu_share=1.0, gpu_mem_gb=4.0,
+        host_mem_gb=1.0, cpus=1.0, time=0.0, attempt=1, spec=spec,
+    )  # fmt: skip
+    view.allocate(alloc)
 
 
 def _size(job: RunningJob, view: ClusterView, waiting=(), asked: int = 8, cfg=CFG):  # type: ignore[no-untyped-def]
@@ -130,14 +133,9 @@ def test_a_grow_never_over_allocates_its_node(held: int, others: int, asked: int
         id="el", gpus=float(held), gpu_mem_gb=4.0, host_mem_gb=1.0, cpus=1.0,
         elastic=Elastic(min_gpus=1, max_gpus=n), est_runtime_s=1e6,
     )  # fmt: skip
-    for jid, s, gpus in [("el", spec, range(held)), ("o", _spec("o", 1), range(held, held + others))]:
-        if len(gpus):
-            view.allocate(
-                Allocation(
-                    job_id=jid, node="n0", gpu_indices=tuple(gpus), gpu_share=1.0,
-                    gpu_mem_gb=4.0, host_mem_gb=1.0, cpus=1.0, time=0.0, attempt=1, spec=s,
-                )  # fmt: skip
-            )
+    _take(view, spec, tuple(range(held)))
+    if others:
+        _take(view, _spec("o", others), tuple(range(held, held + others)))
     job = RunningJob(spec, 0, tuple(range(held)), 1.0, NOW + 1e6)
     to, _ = G.grow_size(job, asked, view, [], FACTS, NOW, CFG)
     if to:

@@ -233,7 +233,8 @@ def test_a_grow_back_after_a_shrink_survives_a_replay_of_the_earlier_shrink(
     among it) must not undo the grow: every fold keys its resize on the attempt it ends."""
     from services.gateway.jobs_view import JobsModel
 
-    evs = _shrink_history(False) + [
+    evs = [
+        *_shrink_history(False),
         Placed(job_id="e", time=5.0, node="n1", attempt=2),
         Preempted(job_id="e", time=6.0, node="n1", attempt=2, resize_gpus=4),
     ]
