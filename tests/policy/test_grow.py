@@ -163,3 +163,26 @@ def test_the_fold_sets_the_events_size_so_a_replay_of_the_same_event_is_a_no_op(
     assert back == msgspec.structs.replace(spec)
     assert fold_resize(back, 8) == back  # the grow's event folded again
     assert fold_resize(back, 9) == back  # a size it may not take: ignored
+
+
+def test_the_move_book_remembers_the_asked_size_and_grows_only_after_the_quiet_window() -> None:
+    """``MoveBook``: a shrink order records the size the job held (8); the resized attempt on 4
+    GPUs grows back to 8 on its own node (``to_node``: its room), only once the burst rule has
+    moved nobody for ``grow_quiet_s``; the grow order forgets the record (it is whole again)."""
+    from libs.policy.decisions import MoveOrder
+    from libs.policy.moves import MoveBook
+
+    view, small = _world()
+    big = RunningJob(resized(small.spec, 8), 0, tuple(range(8)), 1.0, NOW)
+    book = MoveBook(1)
+    book.started(big, 1, "n0", NOW - 50_000.0)
+    book.order(MoveOrder("el", 1, "n0", "preempt", "burst", shrink_to=4), NOW - 40_000.0, 1800.0)
+    assert book.asked == {"el": 8}
+    book.ended("el", 0)
+    book.started(small, 2, "n0", NOW - 39_000.0)
+    book.last_burst_s = NOW - 60.0  # a burst a minute ago: not quiet
+    assert book.plan_grow(view, [], NOW, CFG) == []
+    book.last_burst_s = NOW - CFG.preempt.grow_quiet_s
+    (mo,) = book.plan_grow(view, [], NOW, CFG)
+    assert (mo.job_id, mo.attempt, mo.shrink_to, mo.to_node) == ("el", 2, 8, "n0")
+    assert book.asked == {} and "el" in book.moving
