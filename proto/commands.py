@@ -46,6 +46,7 @@ class CheckpointCommand(msgspec.Struct, frozen=True, kw_only=True):
     reason: str
     attempt: int | None = None
     cost_s: float | None = None
-    # an elastic shrink (libs.policy.stages.shrink): the job resumes on this many GPUs; the
-    # executor names it in its Preempted (``resize_gpus``); 0: the job keeps its size
+    # an elastic resize: the job resumes on this many GPUs, fewer (a shrink,
+    # libs.policy.stages.shrink) or more (a grow back, stages.grow; the name is kept for the
+    # wire's sake); the executor names it in its Preempted (``resize_gpus``); 0: same size
     shrink_to: int = 0

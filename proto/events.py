@@ -52,8 +52,9 @@ class Preempted(_Event, tag="preempted"):
     # the attempt it ends (0: not named, an event from before this field): a fold that sees it
     # again (a restart from a snapshot replays a few events) can tell it from the next attempt's
     attempt: int = 0
-    # an elastic shrink: the job waits again on this many GPUs (``libs.policy.stages.shrink``
-    # ``fold_resize``: every read model resizes it the same way); 0: it keeps its size
+    # an elastic resize (a shrink or a grow back): the job waits again on this many GPUs
+    # (``libs.policy.stages.shrink.fold_resize``: every read model resizes it the same way,
+    # once per ``attempt``, as sizes are not monotone); 0: it keeps its size
     resize_gpus: int = 0
 
 

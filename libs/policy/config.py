@@ -85,9 +85,13 @@ class PreemptConfig:
     # the burst rule (stages.burst): a service's replica the pass could not place gets room at
     # once, by shrinking or stopping training jobs that may move (no wait, no trade-off)
     burst_enabled: bool = True
+    # the grow-back rule (stages.grow): a shrunk elastic job takes its node's free GPUs back,
+    # at most once no burst move was made for ``grow_quiet_s`` and no replica waits
+    grow_enabled: bool = True
+    grow_quiet_s: float = 3600.0
 
     def __post_init__(self) -> None:
-        for name in ("resume_bound_s", "min_interval_s", "min_run_s", "min_wait_s"):
+        for name in ("resume_bound_s", "min_interval_s", "min_run_s", "min_wait_s", "grow_quiet_s"):
             if not getattr(self, name) >= 0:
                 raise ValueError(f"preempt.{name} must be >= 0")
         if not self.lost_per_wait >= 0 or not self.checkpoint_cost_s >= 0:

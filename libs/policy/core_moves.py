@@ -4,8 +4,9 @@ Why apart from ``core``: moving a job (``stages.preempt``) is its own idea with 
 (``moves.MoveBook``) and its own events and decisions; ``core.Scheduler`` inherits these and
 keeps the rest. What lives here:
 
-* ``preempt_step`` (``burst_step``, ``priority_step``) and ``next_move_s``: the burst rule's
-  and the priority-protection rule's decisions, and the instant a full cluster must look again;
+* ``preempt_step`` (``burst_step``, ``priority_step``, ``grow_step``) and ``next_move_s``: the
+  burst rule's, the priority-protection rule's and the grow-back rule's decisions, and the
+  instant a full cluster must look again;
 * ``check_move`` and ``order_move``: the verdict on an intent and its record;
 * ``moved_job``: a moved job as it waits again (first in line, with its resume deadline);
 * rooms: a move holds the node it clears for the job it is for, and the node each moved job
@@ -94,7 +95,20 @@ class MovesMixin:
         at stake), then the priority-protection rule's (``priority_step``), which sees the
         burst's victims as being moved already."""
         burst = self.burst_step(now)
-        return burst + self.priority_step(now)
+        moves = burst + self.priority_step(now)
+        return moves + self.grow_step(now)
+
+    def grow_step(self: Scheduler, now: float) -> list[MoveOrder]:
+        """The grow-back rule's moves (``stages.grow``), at every instant, after the other
+        rules (a move for a blocked job holds its node first, so no grow takes those GPUs):
+        none while a replica of a service waits or within ``grow_quiet_s`` of a burst move."""
+        pc = self.cfg.preempt
+        if not pc.grow_enabled or not self.moves.asked or self.scaler.waiting():
+            return []
+        moves = self.moves.plan_grow(self.view, self.queue.jobs(), now, self.cfg)
+        if moves:
+            self._hold_rooms()
+        return moves
 
     def burst_step(self: Scheduler, now: float) -> list[MoveOrder]:
         """The burst rule's moves (``stages.burst.burst_plan``), at every instant: for each
@@ -167,9 +181,22 @@ class MovesMixin:
         """When a waiting job of protected priority reaches ``min_wait_s`` after ``now`` (the
         earliest), so a full cluster, where no event may come for hours, still looks then."""
         pc = self.cfg.preempt
+        grow = self._next_grow_s(now)
         if not pc.enabled or not self.moves.movers:
+            return grow
+        ready = self.protected.next_ready_s(now, pc.min_wait_s)  # = self._next_ready_s(now)
+        return ready if grow is None else grow if ready is None else min(ready, grow)
+
+    def _next_grow_s(self: Scheduler, now: float) -> float | None:
+        """When a shrunk job may next grow back (``stages.grow``): the end of the quiet window
+        after a burst, or of a shrunk job's move window, whichever comes first after ``now``."""
+        pc = self.cfg.preempt
+        if not pc.grow_enabled or not self.moves.asked:
             return None
-        return self.protected.next_ready_s(now, pc.min_wait_s)  # = self._next_ready_s(now)
+        at = [self.moves.last_burst_s + pc.grow_quiet_s]
+        at += [self.moves.moved_at.get(j, -np.inf) + pc.min_interval_s for j in self.moves.asked]
+        later = [t for t in at if t > now]
+        return min(later) if later else None
 
     def _next_ready_s(self: Scheduler, now: float) -> float | None:
         """The definition of ``next_move_s``'s answer, by a scan of the queue (tested equal

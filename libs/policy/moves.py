@@ -19,6 +19,7 @@ from libs.policy.cluster import EPS, ClusterView
 from libs.policy.config import PolicyConfig
 from libs.policy.decisions import MoveOrder
 from libs.policy.stages import burst as B
+from libs.policy.stages import grow as G
 from libs.policy.stages import preempt as P
 from libs.policy.stages.shrink import size_error
 from libs.policy.types import PendingJob, RunningJob
@@ -70,6 +71,9 @@ class MoveBook:
         self.rooms: dict[str, tuple[str, float]] = {}
         # GPUs the could-ever-move jobs hold, per priority and node (stages.preempt's bound)
         self.movable_gpus = np.zeros((P.PRIORITY_LEVELS, n_nodes))
+        # shrunk job -> the size it held when first shrunk (stages.grow: it grows back to it)
+        self.asked: dict[str, int] = {}
+        self.last_burst_s = -np.inf  # when the burst rule last moved a job (grow's quiet)
 
     # ----- events --------------------------------------------------------------------------
     def started(self, job: RunningJob, attempt: int, node: str, at: float) -> None:
@@ -101,6 +105,7 @@ class MoveBook:
     def forget(self, job_id: str) -> None:
         """The job left for good (a terminal state)."""
         self.moved_at.pop(job_id, None)
+        self.asked.pop(job_id, None)
 
     # ----- decisions -----------------------------------------------------------------------
     def check(
@@ -157,11 +162,41 @@ class MoveBook:
         holds the node it clears for that job for ``room_s``."""
         self.moving[move.job_id] = move
         self.moved_at[move.job_id] = now
+        self._note_resize(move)
         if move.for_job:
             self.rooms[move.for_job] = (move.node, now + room_s)
         if move.to_node:
             self.rooms[move.job_id] = (move.to_node, now + room_s)
         return move
+
+    def _note_resize(self, move: MoveOrder) -> None:
+        """Remember the size a job asked when a move first shrinks it (``stages.grow`` grows it
+        back to that, never beyond), and forget it once a grow gives it back whole."""
+        job = self.jobs.get(move.job_id)
+        if job is None or not move.shrink_to:
+            return
+        held = len(job.gpu_indices)
+        if move.shrink_to < held:
+            self.asked.setdefault(move.job_id, held)
+        elif move.shrink_to >= self.asked.get(move.job_id, move.shrink_to + 1):
+            del self.asked[move.job_id]
+
+    def plan_grow(
+        self, view: ClusterView, waiting: Sequence[PendingJob], now: float, cfg: PolicyConfig
+    ) -> list[MoveOrder]:
+        """The grow-back rule's moves (``stages.grow``): each resumes at once on more GPUs of
+        its own node, its room held there (``to_node``), as a shrink does."""
+        quiet = now - self.last_burst_s >= cfg.preempt.grow_quiet_s
+        jobs = {j: r for j, r in self.jobs.items() if j in self.asked and j not in self.moving}
+        grows = G.grow_plan(self.asked, jobs, view, waiting, self.facts, now, cfg, quiet=quiet)
+        out = []
+        for job, to, reason in grows:
+            attempt, node = self.attempts[job.spec.id]
+            mo = MoveOrder(
+                job.spec.id, attempt, node, "preempt", reason, to_node=node, shrink_to=to
+            )
+            out.append(self.order(mo, now, cfg.preempt.resume_bound_s))
+        return out
 
     def plan_priority(
         self,
@@ -189,7 +224,10 @@ class MoveBook:
         ``speed``: the view's speed table, so a stopped victim resumes no slower."""
         movers, soon = self._candidates(view, running, now, cfg)
         plan = B.burst_plan(blocked, movers, soon, view, self.facts, now, cfg, speed)
-        return [] if plan is None else self._orders(plan, now, cfg)
+        if plan is None:
+            return []
+        self.last_burst_s = now
+        return self._orders(plan, now, cfg)
 
     def _candidates(
         self, view: ClusterView, running: RunningSet, now: float, cfg: PolicyConfig

@@ -126,6 +126,7 @@ def move_metrics(r: SimResult) -> dict:
         "migrations": migrations,
         "moved_jobs": sum(1 for j in r.jobs if j.moves),
         "shrinks": sum(j.shrinks for j in r.jobs),  # of the preemptions: elastic jobs shrunk
+        "grows": sum(j.grows for j in r.jobs),  # of the preemptions: shrunk jobs grown back
         "resume_delay_p50_s": _pct(delays, 50),
         "resume_delay_p99_s": _pct(delays, 99),
         "resume_delay_max_s": float(delays.max()) if delays.size else float("nan"),

@@ -11,7 +11,8 @@ woken instant's pass, as the live placer's ``Scheduler.tick`` does. Each move:
 2. then its resources are released, its GPU time and energy accounted like any attempt's end,
    and it is queued again with its progress; the next attempt runs only the rest;
 3. the delay from the requeue to the next start is the resume delay (``resume_delays_s``);
-4. a shrink (``shrink_to`` > 0, an elastic job, ``libs.policy.stages.shrink``) requeues the job
+4. a resize (``shrink_to`` > 0, an elastic job: a shrink, ``libs.policy.stages.shrink``, or a
+   grow back when larger than it holds, ``libs.policy.stages.grow``) requeues the job
    resized: ``shrink_to`` GPUs, its true runtimes scaled by the same rule as its estimate.
 
 A move of a job that is neither checkpointable nor elastic is refused here and counted in
@@ -64,13 +65,17 @@ class Mover:
 
     @staticmethod
     def resize(job: SimJob) -> None:
-        """After the attempt's stop: a shrunk job waits again at its new size."""
+        """After the attempt's stop: a resized job (shrunk, or grown back) waits again at its
+        new size."""
         k, job.ckpt_shrink_to = job.ckpt_shrink_to, 0
         if k:
             held = job.spec.gpus
             job.spec = resized(job.spec, k)
             job.runtime_s = np.asarray(resized_runtime_s(job.runtime_s, held, k), dtype=float)
-            job.shrinks += 1
+            if k < held:
+                job.shrinks += 1
+            else:
+                job.grows += 1
 
     @staticmethod
     def started(job: SimJob, t: float) -> None:

@@ -60,6 +60,7 @@ class SimJob:
     ckpt_kind: str = ""  # that checkpoint's move kind (preempt | migrate)
     ckpt_shrink_to: int = 0  # that checkpoint's shrink (elastic: GPUs it resumes on; 0: none)
     shrinks: int = 0  # times it was shrunk (libs.policy.stages.shrink)
+    grows: int = 0  # times it grew back (libs.policy.stages.grow)
     attempt_full_s: float = 0.0  # the whole job's runtime on the current attempt's GPUs
     est_factor: float = 1.0  # spec.est_runtime_s = truth x this (libs.sim.loaders.noise)
 

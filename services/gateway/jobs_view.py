@@ -318,7 +318,10 @@ def _fold(job: JobView, event: LifecycleEvent) -> None:
         job.state = "pending"
         job.node = None
         job.reason = event.reason or "Preempted"
-        if event.resize_gpus:  # an elastic shrink: it waits (and runs next) on fewer GPUs
+        # an elastic resize (a shrink, or a grow back, stages.grow): it waits (and runs next)
+        # on that many GPUs; folded only for the job's latest attempt, so a replayed earlier
+        # event does not undo a later resize (sizes are not monotone)
+        if event.resize_gpus and (not event.attempt or event.attempt >= job.attempts):
             now_spec = msgspec.structs.replace(job.spec, gpus=job.gpus)
             job.gpus = fold_resize(now_spec, event.resize_gpus).gpus
     elif isinstance(event, Checkpointed):

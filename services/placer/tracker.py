@@ -133,9 +133,13 @@ class JobTracker:
             if math.isfinite(ev.time):
                 self.moved_at[job] = ev.time
         elif isinstance(ev, Preempted):
-            if ev.resize_gpus and job in self.specs:  # an elastic shrink: it waits resized
-                self.specs[job] = fold_resize(self.specs[job], ev.resize_gpus)
             freed = ev.attempt or self.placed.get(job, 0)  # 0: an event that names no attempt
+            # an elastic resize (a shrink, or a grow back): it waits resized, folded once per
+            # attempt, so a replayed earlier event does not undo a later resize (sizes are not
+            # monotone since jobs grow back, stages.grow)
+            fresh = not ev.attempt or ev.attempt > self.freed_attempt.get(job, 0)
+            if ev.resize_gpus and job in self.specs and fresh:
+                self.specs[job] = fold_resize(self.specs[job], ev.resize_gpus)
             self.freed_attempt[job] = max(freed, self.freed_attempt.get(job, 0))
         elif is_terminal(ev):
             self.terminal[job] = event_type(ev)

@@ -37,7 +37,7 @@ from libs.policy.interference import InterferenceModel
 from libs.policy.stages.share import INTERFERENCE
 from proto import subjects
 from proto.decisions import DeadLetter
-from proto.events import Cancelled, LifecycleEvent, Placed, Preempted, Started
+from proto.events import Cancelled, Completed, LifecycleEvent, Placed, Preempted, Started
 from proto.inference import InferenceService, LoadReport
 from proto.jobs import Elastic, JobSpec
 from proto.nodes import NodeSpec
@@ -209,6 +209,17 @@ async def test_a_burst_takes_room_from_elastic_training_and_gives_it_back(
         "scale_up",
         "scale_down",
     ]
+
+    # the grow back (stages.grow): once the urgent job is done, no replica waits and the quiet
+    # window after the burst passed, the shrunk job takes its node's GPUs back, up to the 3 it
+    # asked, through the live move path (checkpoint ``shrink_to``, ``Preempted.resize_gpus``)
+    await until(lambda: bus.of("urgent", Completed), 20, "the urgent job to end")
+    grow = await until(lambda: [e for e in bus.of("train", Preempted) if e.resize_gpus == 3],
+                       20, "the shrunk training job to grow back")  # fmt: skip
+    assert grow[0].time >= bus.of("urgent", Completed)[0].time
+    await until(lambda: len(bus.of("train", Started)) == 3, 10, "training to resume on 3 GPUs")
+    assert client.job("train").gpus == 3 and client.job("train").state == "running"
+    assert not bus.of(first, Preempted)  # the minimum replica keeps its GPU
 
 
 async def test_a_latency_replica_is_never_packed_beside_a_job_that_breaks_its_target(

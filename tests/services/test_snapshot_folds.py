@@ -222,3 +222,29 @@ def test_a_resize_the_job_may_not_take_is_ignored() -> None:
     el = JobSpec(id="e", gpus=4, elastic=Elastic(min_gpus=2, max_gpus=4))
     assert fold_resize(el, 1) == el and fold_resize(el, 4) == el and fold_resize(el, 0) == el
     assert fold_resize(el, 3).gpus == 3.0
+
+
+@pytest.mark.parametrize("replay_from", [1, 3, 4])
+def test_a_grow_back_after_a_shrink_survives_a_replay_of_the_earlier_shrink(
+    replay_from: int,
+) -> None:
+    """Sizes are not monotone once jobs grow back (``stages.grow``): shrunk 4 -> 2 (attempt 1),
+    grown back 2 -> 4 (attempt 2). Replaying the history from any point (the attempt-1 shrink
+    among it) must not undo the grow: every fold keys its resize on the attempt it ends."""
+    from services.gateway.jobs_view import JobsModel
+
+    evs = [
+        *_shrink_history(False),
+        Placed(job_id="e", time=5.0, node="n1", attempt=2),
+        Preempted(job_id="e", time=6.0, node="n1", attempt=2, resize_gpus=4),
+    ]
+    t, p, g = JobTracker(), PendingSet(), JobsModel()
+    for ev in [*evs, *evs[replay_from:]]:
+        t.apply(ev)
+        p.apply(ev)
+        g.apply(ev)
+    assert t.specs["e"].gpus == 4.0
+    assert t.specs["e"].est_runtime_s == pytest.approx(1000.0)  # the inverse of the shrink
+    assert p.pending["e"].spec == t.specs["e"]
+    view = g.get("e")
+    assert view is not None and view.gpus == 4.0

@@ -92,7 +92,7 @@ def test_an_elastic_job_shrinks_for_an_urgent_one_and_finishes_later_on_fewer_gp
     fixed = [job(f"fix{i}", 0.0, LONG_S * 3, gpus=4, priority=1) for i in range(2)]
     el = job("el", 0.0, LONG_S, gpus=4, priority=1, elastic=Elastic(min_gpus=2, max_gpus=4))
     urgent = job("urgent", 100.0, 3_600.0, gpus=2, priority=9)
-    res, j = _run([*fixed, el, urgent], _cfg())
+    res, j = _run([*fixed, el, urgent], _cfg(grow_enabled=False))  # grows back: next test
     e, u = j["el"], j["urgent"]
     assert e.shrinks == 1 and e.moves == 1 and e.spec.gpus == 2.0
     assert e.state == "completed" and e.terminal_count == 1
@@ -103,4 +103,28 @@ def test_an_elastic_job_shrinks_for_an_urgent_one_and_finishes_later_on_fewer_gp
     done = t_ckpt - COST_S  # the save froze its progress at the checkpoint's start
     expected_end = t_ckpt + (LONG_S - done) * 2.0
     assert abs(e.end_s - expected_end) < 5.0, (e.end_s, expected_end)
+    assert res.preempted_non_checkpointable == 0
+
+
+def test_a_shrunk_job_grows_back_on_its_node_once_the_gpus_are_free_and_finishes_sooner() -> None:
+    """The same shrink, with the grow-back rule on (``stages.grow``): when the urgent job ends
+    (its 2 GPUs free on the elastic job's node, nothing waiting, the move window passed), the
+    elastic job checkpoints once more and resumes at once on all 4 GPUs of its node, never
+    more than it asked; it ends well before the run where it stays at 2 GPUs."""
+    from proto.jobs import Elastic
+
+    def work() -> list:  # type: ignore[type-arg]
+        fixed = [job(f"fix{i}", 0.0, LONG_S * 3, gpus=4, priority=1) for i in range(2)]
+        el = job("el", 0.0, LONG_S, gpus=4, priority=1, elastic=Elastic(min_gpus=2, max_gpus=4))
+        return [*fixed, el, job("urgent", 100.0, 3_600.0, gpus=2, priority=9)]
+
+    _res, small = _run(work(), _cfg(grow_enabled=False))
+    res, j = _run(work(), _cfg())
+    e, u = j["el"], j["urgent"]
+    assert e.shrinks == 1 and e.grows == 1 and e.moves == 2 and e.spec.gpus == 4.0
+    assert e.state == "completed" and e.terminal_count == 1
+    assert e.resume_delays_s and max(e.resume_delays_s) <= 1.0  # both rooms: its own node
+    assert e.end_s >= u.end_s  # it grew only after the urgent job gave the GPUs back
+    # the rest after the grow runs at 4 GPUs: it saves about half of what was left at 2
+    assert e.end_s < small["el"].end_s - 0.4 * (small["el"].end_s - u.end_s), (e.end_s,)
     assert res.preempted_non_checkpointable == 0

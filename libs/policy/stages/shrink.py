@@ -14,8 +14,13 @@ its runtime grows by the GPU ratio (``est_runtime_s x gpus / shrink_to``): data-
 scaling taken as linear, the assumption elastic schedulers make to size a job (Pollux, OSDI'21,
 measures goodput instead; Mosaic has no goodput model yet). Host memory and CPUs are kept as
 asked (the job still fits where it was). Only whole-GPU jobs shrink; never below
-``Elastic.min_gpus`` (nor below 1); the size only goes down (a shrunk job grows back only by
-being placed again at its new size: growing in place is not built).
+``Elastic.min_gpus`` (nor below 1).
+
+A shrunk job grows back (``stages.grow``, issue 16) by the same move the other way: a resize to
+more GPUs of the same node, the runtime scaled by the same linear rule (``resized`` takes any
+size in the job's elastic range, ``resize_error``). Sizes are therefore no longer monotone: a
+read model folds a ``Preempted`` once per attempt (the attempt the event ends keys it), and the
+fold itself sets the event's explicit new size, so a replay of the same event is a no-op.
 """
 
 from __future__ import annotations
@@ -55,10 +60,25 @@ def size_error(spec: JobSpec, shrink_to: int) -> str:
     return ""
 
 
+def resize_error(spec: JobSpec, to_gpus: int) -> str:
+    """Why ``spec`` may not be resized to ``to_gpus`` GPUs ("" when it may): a shrink
+    (``size_error``) or a grow, to at most ``Elastic.max_gpus`` (the grow rule's own bound, the
+    size the job asked, is ``stages.grow``'s)."""
+    held = round(spec.gpus)
+    if to_gpus < held or spec.elastic is None:
+        return size_error(spec, to_gpus)
+    if spec.gpus < 1.0 or spec.kind == "inference":
+        return "cannot grow: not an elastic whole-GPU training job"
+    if not held < to_gpus <= int(spec.elastic.max_gpus):
+        return f"grow to {to_gpus}: not in [{held + 1}, {spec.elastic.max_gpus}] (max_gpus)"
+    return ""
+
+
 def resized(spec: JobSpec, shrink_to: int) -> JobSpec:
-    """``spec`` as it runs after a shrink to ``shrink_to`` GPUs (module docstring). Refuses a
-    size the job may not take (a bug in the caller, never an input to forgive)."""
-    why = size_error(spec, shrink_to)
+    """``spec`` as it runs after a resize to ``shrink_to`` GPUs (a shrink, or a grow back:
+    module docstring). Refuses a size the job may not take (a bug in the caller, never an
+    input to forgive)."""
+    why = resize_error(spec, shrink_to)
     if why:
         raise ValueError(f"{spec.id}: {why}")
     return with_changes(
@@ -69,15 +89,18 @@ def resized(spec: JobSpec, shrink_to: int) -> JobSpec:
 
 
 def fold_resize(spec: JobSpec, resize_gpus: int) -> JobSpec:
-    """``spec`` after a ``Preempted`` that names ``resize_gpus`` (0: not a shrink), as a read
-    model folds it: idempotent (a replayed event of a shrink already applied, or of an earlier,
-    larger one, changes nothing: sizes only go down) and never raising (an event naming a size
-    the job may not take is ignored, the job keeps its size)."""
-    if not resize_gpus or size_error(spec, resize_gpus):
+    """``spec`` after a ``Preempted`` that names ``resize_gpus`` (0: not a resize), as a read
+    model folds it: the event names the new size itself, so the same event folded twice
+    changes nothing (the job has that size already); an *earlier* event folded again after a
+    later resize would undo it, so each read model folds one ``Preempted`` per attempt (keyed
+    on ``Preempted.attempt``). Never raises: an event naming a size the job may not take is
+    ignored, the job keeps its size."""
+    if not resize_gpus or resize_gpus == round(spec.gpus) or resize_error(spec, resize_gpus):
         return spec
     return resized(spec, resize_gpus)
 
 
 def resized_runtime_s(runtime_s: float, gpus: float, shrink_to: int) -> float:
-    """A runtime on ``gpus`` GPUs as it becomes on ``shrink_to`` (the same linear scaling)."""
+    """A runtime on ``gpus`` GPUs as it becomes on ``shrink_to`` (the same linear scaling, a
+    shrink's or a grow's)."""
     return runtime_s * round(gpus) / shrink_to
