@@ -25,7 +25,9 @@ from libs.client.cli_explain import explain
 from libs.client.cli_policy import register as register_policy
 from libs.client.cli_profiles import register as register_profiles
 from libs.client.cli_services import register as register_services
+from libs.client.cli_sim import register as register_sim
 from libs.client.cli_tenants import client_for, register
+from libs.client.errors import Refused, Unavailable, UsageProblem
 from libs.client.specs import FlagError, build_spec, server_now
 from libs.client.supervisor import StackError
 from libs.client.tables import jobs_table, nodes_table
@@ -47,19 +49,8 @@ app.command()(explain)  # `mosaic explain JOB`
 register_calibrate(app)  # `mosaic calibrate` (issue 15)
 register_policy(app)  # `mosaic policy [--at HH:MM]` (issue 16)
 register_services(app)  # `mosaic services`, `mosaic service apply|rm` (issue 16)
+register_sim(app)  # `mosaic sim`
 GatewayOpt = Annotated[str, typer.Option("--gateway", envvar="MOSAIC_GATEWAY", help="gateway URL")]
-
-
-class UsageProblem(Exception):
-    """Bad input on the command line: one line, exit 2."""
-
-
-class Refused(Exception):
-    """The gateway refused the job: one line, exit 2."""
-
-
-class Unavailable(Exception):
-    """An optional part (the simulator) is not importable: one line, exit 1."""
 
 
 def _version() -> str:
@@ -292,163 +283,7 @@ def show(job_id: str, gateway: GatewayOpt = DEFAULT_GATEWAY) -> None:
     out.print(table)
 
 
-# --- mosaic sim / version --------------------------------------------------------------------
-SIM_POLICIES = "fifo,drf,tiresias,gavel,mosaic"
-
-
-@app.command()
-def sim(
-    trace: Annotated[
-        str, typer.Option("--trace", help="philly, helios, alibaba, synthetic...")
-    ] = "philly",
-    cluster: Annotated[str, typer.Option("--cluster", help="seed, counts or a file")] = "seed",
-    gpus: Annotated[int, typer.Option("--gpus")] = 1024,
-    policies: Annotated[str, typer.Option("--policies")] = SIM_POLICIES,
-    out_dir: Annotated[Path, typer.Option("--out", help="results folder")] = Path("results/sim"),
-    seed: Annotated[int, typer.Option("--seed")] = 0,
-    max_jobs: Annotated[int | None, typer.Option("--max-jobs")] = None,
-    load: Annotated[float | None, typer.Option("--load")] = None,
-    load_basis: Annotated[
-        str,
-        typer.Option(
-            "--load-basis",
-            help="capacity --load is measured against: fastest (every GPU as one fastest GPU) "
-            "or effective (each GPU at its speed relative to the fastest)",
-        ),
-    ] = "fastest",
-    power_saving: Annotated[
-        str,
-        typer.Option(
-            "--power-saving",
-            help="who may suspend idle nodes: mosaic (default), all (every policy, the same "
-            "rule) or none",
-        ),
-    ] = "mosaic",
-    throughputs: Annotated[Path | None, typer.Option("--throughputs")] = None,
-    fill: Annotated[
-        float | None, typer.Option("--fill", help="FGD's fill experiment up to this x capacity")
-    ] = None,
-    overrides: Annotated[
-        list[str] | None, typer.Option("--set", help="KEY=VALUE of PolicyConfig (repeatable)")
-    ] = None,
-    traces_dir: Annotated[Path | None, typer.Option("--traces-dir")] = None,
-    hot_nodes: Annotated[
-        str | None, typer.Option("--hot-nodes", help="hot-node scenario: nodes that run hot")
-    ] = None,
-    hot_share: Annotated[
-        float | None, typer.Option("--hot-share", help="or this share of the nodes")
-    ] = None,
-    hot_heat: Annotated[
-        float | None, typer.Option("--hot-heat", help="their heat factor (default 1.5)")
-    ] = None,
-    policy_file: Annotated[
-        Path | None, typer.Option("--policy-file", help="Mosaic's policy.json (calibrate)")
-    ] = None,
-    estimate_noise: Annotated[
-        float,
-        typer.Option(
-            "--estimate-noise",
-            metavar="SIGMA",
-            help="multiply each job's runtime estimate (what the policies see) by a lognormal "
-            "factor of median 1 and this log-sigma, seeded by --seed; true runtimes unchanged",
-        ),
-    ] = 0.0,
-    services: Annotated[
-        Path | None,
-        typer.Option("--services", help="inference services and load curves (libs.sim.services)"),
-    ] = None,
-) -> None:
-    """Replay a trace through the simulator under several policies and compare them."""
-    if fill is not None:  # the runner's own command line runs the fill experiment
-        from libs.sim.runner import main as runner_main
-
-        argv = ["--trace", trace, "--cluster", cluster, "--seed", str(seed), "--out", str(out_dir)]
-        argv += ["--fill", str(fill), "--policies", policies if policies != SIM_POLICIES else ""]
-        argv += [x for kv in overrides or [] for x in ("--set", kv)]
-        argv += ["--traces-dir", str(traces_dir)] if traces_dir is not None else []
-        argv += ["--policy-file", str(policy_file)] if policy_file is not None else []
-        code = runner_main(argv)
-        if code:
-            raise typer.Exit(code)
-        return
-    try:
-        from libs.sim.report import render_table
-        from libs.sim.runner import run_simulation
-    except ImportError as exc:
-        raise Unavailable(f"the simulator is not available: {exc}") from None
-    from rich.progress import Progress
-
-    names = [p.strip() for p in policies.split(",") if p.strip()]
-    if not names:
-        raise UsageProblem("--policies is empty")
-    with Progress(console=err, transient=True) as bar:
-        tasks: dict[str, object] = {}
-
-        def progress(policy: str, fraction: float) -> None:
-            """One bar per policy, as ``run_simulation`` reports (policy, fraction done)."""
-            if policy not in tasks:
-                tasks[policy] = bar.add_task(f"simulating {policy}", total=1.0)
-            bar.update(tasks[policy], completed=fraction)  # type: ignore[arg-type]
-
-        try:
-            results = run_simulation(
-                trace,
-                cluster,
-                gpus,
-                names,
-                out_dir,
-                seed=seed,
-                max_jobs=max_jobs,
-                load=load,
-                load_basis=load_basis,
-                power_saving=power_saving,
-                throughputs=throughputs,
-                progress=progress,
-                traces_dir=traces_dir,
-                overrides=overrides or (),
-                hot=_hot_scenario(hot_nodes, hot_share, hot_heat),
-                base_cfg=_policy(policy_file),
-                estimate_noise=estimate_noise,
-                services=services,
-            )
-        except (ValueError, FileNotFoundError) as exc:
-            raise UsageProblem(str(exc)) from None
-    rendered = render_table(results)
-    for part in rendered if isinstance(rendered, list | tuple) else [rendered]:
-        out.print(part)
-    from libs.sim.thermal import summary_line
-
-    if (line := summary_line(results)) is not None:
-        out.print(line, highlight=False)
-    from libs.sim.serving import summary_lines
-
-    for line in summary_lines(results):  # inference services (--services)
-        out.print(line, highlight=False)
-    out.print(f"results in {out_dir}", highlight=False)
-
-
-def _policy(path: Path | None):
-    """The policy of ``--policy-file``, or None (the defaults)."""
-    if path is None:
-        return None
-    from libs.policy_io.policy_file import load_policy_file
-
-    try:
-        return load_policy_file(path)
-    except ValueError as exc:
-        raise UsageProblem(str(exc)) from None
-
-
-def _hot_scenario(names: str | None, share: float | None, heat: float | None):
-    """``mosaic sim``'s hot-node scenario (``libs.sim.thermal``), or None."""
-    from libs.sim.thermal import HotNodes
-
-    try:
-        return HotNodes.parse(names, share, heat)
-    except ValueError as exc:
-        raise UsageProblem(str(exc)) from None
-
-
+# --- version ---------------------------------------------------------------------------------
 @app.command()
 def version() -> None:
     """Print the version."""
