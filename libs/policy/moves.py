@@ -186,8 +186,11 @@ class MoveBook:
     ) -> list[MoveOrder]:
         """The grow-back rule's moves (``stages.grow``): each resumes at once on more GPUs of
         its own node, its room held there (``to_node``), as a shrink does."""
+        if not self.asked:  # nothing shrunk: the common case, and it costs nothing
+            return []
         quiet = now - self.last_burst_s >= cfg.preempt.grow_quiet_s
-        jobs = {j: r for j, r in self.jobs.items() if j in self.asked and j not in self.moving}
+        # the shrunk ones only (a few), not every running job: this runs at every instant
+        jobs = {j: self.jobs[j] for j in self.asked if j in self.jobs and j not in self.moving}
         grows = G.grow_plan(self.asked, jobs, view, waiting, self.facts, now, cfg, quiet=quiet)
         out = []
         for job, to, reason in grows:
