@@ -60,6 +60,8 @@ def grow_bound(job: RunningJob, asked_gpus: int) -> int:
 def free_gpus_for(job: RunningJob, view: ClusterView) -> int:
     """Whole GPUs of ``job``'s node that are free and hold its memory per GPU."""
     i = job.node_index
+    if view.whole_free[i] < 1:  # the view's count of whole free GPUs: none, no need to look
+        return 0
     ok = view.gpu_exists[i] & (view.gpu_free[i] >= 1.0 - EPS)
     ok &= view.gpu_mem_free_gb[i] >= job.spec.gpu_mem_gb - EPS
     return int(np.count_nonzero(ok))
