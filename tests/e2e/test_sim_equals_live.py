@@ -106,10 +106,13 @@ class Recording(Mosaic):
         self.placed: list[tuple[float, str, str, tuple[int, ...]]] = []
         self.powered: list[tuple[float, str, str]] = []
         self.moved: list[tuple[float, str, str]] = []
+        # the same moves with the size each resumes on (a shrink or a grow; 0: its own size)
+        self.resized: list[tuple[float, str, str, int]] = []
 
     def move_step(self, now):  # type: ignore[override]
         out = super().move_step(now)
         self.moved += [(now, job.spec.id, job.allocs[0].node) for job, _, _, _ in out]
+        self.resized += [(now, job.spec.id, job.allocs[0].node, to) for job, _, _, to in out]
         return out
 
     def schedule(self, queue, view, running, now):  # type: ignore[override]

@@ -79,55 +79,77 @@ def jobs() -> list[tuple[float, JobSpec]]:
     return [(t, s) for t, s in workload(21) if t <= 1400.0] + [(LOW_S + QUIET_S, LATE)]
 
 
-def simulated() -> tuple[list[tuple[float, str, str, tuple[int, ...]]], list, list, list]:
-    """Placements, moves, stop orders and stopped replicas' ends up to the curve's end."""
+Placement = tuple[float, str, str, tuple[int, ...]]  # (when, job, node, GPU indices)
+Point = tuple[float, float]  # (Mosaic time, req/s): the service's load curve
+
+
+def simulated(
+    work: list[tuple[float, JobSpec]] | None = None,
+    points: list[Point] = POINTS,
+    svc: InferenceService = SVC,
+    policy: Recording | None = None,
+) -> tuple[list[Placement], list, list[Stop], list[Ended]]:
+    """Placements, moves, stop orders and stopped replicas' ends up to the curve's end (that of
+    ``points``, one step after its last point), of the training jobs ``work`` ((arrival, spec);
+    this module's ``jobs()`` by default) and the service ``svc`` under the load ``points``;
+    ``policy``: the simulator's Mosaic to run (it records what it decides; a new ``Recording``
+    by default)."""
+    end_s = points[-1][0] + STEP_S
     nodes = sorted(demo_cluster(), key=lambda n: n.id)
     scenario = {
-        "services": [{"service": msgspec.to_builtins(SVC), "load": [list(p) for p in POINTS]}],
+        "services": [{"service": msgspec.to_builtins(svc), "load": [list(p) for p in points]}],
         "step_s": STEP_S,
     }
     loads = parse_scenario(scenario)
-    policy = Recording(PolicyConfig.default())
+    policy = policy or Recording(PolicyConfig.default())
     profiles = ProfileTable.default().covering(nodes)
-    trace = [TraceJob(spec=s, submit_s=t) for t, s in jobs()]
+    trace = [TraceJob(spec=s, submit_s=t) for t, s in (work or jobs())]
     services = StopsRecorded(loads, profiles)
     result = simulate(trace, nodes, policy, profiles, services=services)
     ended = sorted(
-        (j.end_s, j.spec.id, j.reason) for j in result.jobs if j.spec.service and j.end_s <= END_S
+        (j.end_s, j.spec.id, j.reason) for j in result.jobs if j.spec.service and j.end_s <= end_s
     )
     assert all(j.state == CANCELLED for j in result.jobs if j.spec.service)
     return (
-        [p for p in policy.placed if p[0] <= END_S],
-        [m for m in policy.moved if m[0] <= END_S],
+        [p for p in policy.placed if p[0] <= end_s],
+        [m for m in policy.moved if m[0] <= end_s],
         services.stops,
         ended,
     )
 
 
-async def lived(live: Live) -> tuple[list[tuple[float, str, str, tuple[int, ...]]], list[Ended]]:
-    """Placements and stopped replicas' ends up to the curve's end, stepped as the engine."""
+async def lived(
+    live: Live,
+    work: list[tuple[float, JobSpec]] | None = None,
+    points: list[Point] = POINTS,
+    svc: InferenceService = SVC,
+) -> tuple[list[Placement], list[Ended]]:
+    """Placements and stopped replicas' ends up to the curve's end, stepped as the engine
+    (the arguments: ``simulated``'s)."""
+    end_s = points[-1][0] + STEP_S
     arrivals: dict[float, list[JobSpec]] = {}
-    for t, s in jobs():
+    for t, s in work or jobs():
         arrivals.setdefault(t, []).append(s)
-    loads = dict(POINTS)
+    loads = dict(points)
     placer = live.placer
     headers = {"Content-Type": "application/json"}
+    name = svc.id
 
     async def before(t: float) -> None:
         if t == 0.0:
-            data = msgspec.json.encode(SVC)
+            data = msgspec.json.encode(svc)
             async with live.http.post(f"{live.base}/v1/services", data=data, headers=headers) as r:
                 assert r.status == 201, await r.text()
-            await poll(lambda: asyncio.sleep(0, "chat" in placer.service_defs), timeout_s=10)
-        if t == END_S:  # the curve ends: the service is removed, its replicas stop
-            async with live.http.delete(f"{live.base}/v1/services/chat") as r:
+            await poll(lambda: asyncio.sleep(0, name in placer.service_defs), timeout_s=10)
+        if t == end_s:  # the curve ends: the service is removed, its replicas stop
+            async with live.http.delete(f"{live.base}/v1/services/{name}") as r:
                 assert r.status == 200, await r.text()
-            await poll(lambda: asyncio.sleep(0, "chat" not in placer.service_defs), timeout_s=10)
+            await poll(lambda: asyncio.sleep(0, name not in placer.service_defs), timeout_s=10)
         if t in loads:
-            report = LoadReport(service="chat", time=t, rps=loads[t])
-            await live.bus.nc.publish(subjects.load("chat"), msgspec.json.encode(report))
+            report = LoadReport(service=name, time=t, rps=loads[t])
+            await live.bus.nc.publish(subjects.load(name), msgspec.json.encode(report))
             await poll(
-                lambda: asyncio.sleep(0, placer.load_reports.get("chat") == report), timeout_s=10
+                lambda: asyncio.sleep(0, placer.load_reports.get(name) == report), timeout_s=10
             )
         for spec in arrivals.get(t, []):
             data = msgspec.json.encode(spec)
@@ -136,27 +158,27 @@ async def lived(live: Live) -> tuple[list[tuple[float, str, str, tuple[int, ...]
         ids = {s.id for s in arrivals.get(t, [])}
         await poll(lambda: asyncio.sleep(0, ids <= set(placer.tracker.specs)), timeout_s=20)
 
-    todo = sorted(set(arrivals) | set(loads) | {END_S})
+    todo = sorted(set(arrivals) | set(loads) | {end_s})
     t, steps = 0.0, 0
-    while t <= END_S:
+    while t <= end_s:
         await live.controller.step(t, decide=True, before_decide=lambda t=t: before(t))
         steps += 1
         assert steps < 3000, "the live run does not end"
         due = [a for a in todo if a > t][:1]
         nxt = live.controller.next_s()
-        if t == END_S:
+        if t == end_s:
             break
-        t = min(due + [END_S] + ([nxt] if nxt is not None and nxt > t else []))
+        t = min(due + [end_s] + ([nxt] if nxt is not None and nxt > t else []))
     events = await lifecycle_events(live.bus)
     placed = [
         (e.time, e.job_id, e.node, tuple(e.gpu_indices))
         for e in events
-        if isinstance(e, Placed) and e.time <= END_S
+        if isinstance(e, Placed) and e.time <= end_s
     ]
     ended = sorted(
         (e.time, e.job_id, e.reason)
         for e in events
-        if isinstance(e, Cancelled) and e.job_id.startswith("chat-")
+        if isinstance(e, Cancelled) and e.job_id.startswith(f"{name}-")
     )
     return placed, ended
 
