@@ -177,7 +177,12 @@ async def test_power_commands_of_a_failed_cycle_are_sent_once_the_stream_takes_t
             await poll(all_asleep, timeout_s=20)
             await asyncio.sleep(1.0)  # a few more cycles, all failing
             assert await _power_commands(bus) == []
-        sent = await poll(lambda: _power_commands(bus), timeout_s=20)
+
+        async def every_node_sent() -> list[PowerCommand] | None:  # not just the first one
+            sent = await _power_commands(bus)
+            return sent if len(sent) >= len(nodes) else None
+
+        sent = await poll(every_node_sent, timeout_s=20)
         assert sorted((c.node, c.action) for c in sent) == [(n.id, "suspend") for n in nodes]
         assert len(p.power_owed) == 0
     finally:

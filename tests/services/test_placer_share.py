@@ -49,6 +49,8 @@ async def test_a_latency_replica_waits_rather_than_share_with_a_job_that_breaks_
         assert "serve" not in placer.ledger and "train" in placer.ledger  # room, not allowed
         await poll(lambda: asyncio.sleep(0, "serve" in placer.ledger), timeout_s=15)
         assert "train" not in placer.ledger  # it started only once the trainer had left
+        # the ledger entry is written before the run command reaches the executor
+        await poll(lambda: asyncio.sleep(0, len(executor.runs) >= 2), timeout_s=10)
         assert [r.allocation.job_id for r in executor.runs] == ["train", "serve"]
         assert executor.runs[1].allocation.gpu_share == 0.5
     await executor.close()
