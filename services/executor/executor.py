@@ -63,6 +63,7 @@ from services.executor.power import (
     PowerHooks,
     default_boot_s,
 )
+from services.executor.recovery import Recovery
 from services.executor.reports import REPORT_INTERVAL_S, Reports
 from services.executor.runners import Outcome, Runner, StartFailed, energy_kwh
 from services.executor.spans import event_span, traced_run
@@ -81,7 +82,7 @@ class RunningJob:
     task: asyncio.Task[None]
 
 
-class NodeExecutor(Reports, PowerHandling, Checkpoints, GangParts):
+class NodeExecutor(Recovery, Reports, PowerHandling, Checkpoints, GangParts):
     """Runs the jobs of one node with ``runner``, journaled in ``journal``, and keeps its power
     state (``services.executor.power``; ``boot_s`` Mosaic seconds to wake, default the policy's
     ``resume_s``; ``power_hooks`` the operator's commands, none by default). Checkpoints:
@@ -153,34 +154,6 @@ class NodeExecutor(Reports, PowerHandling, Checkpoints, GangParts):
             durable=self.durable_name,
         )
         self.log.info("executor_ready", durable=self.durable_name, boot_id=self.boot_id)
-
-    async def recover(self) -> None:
-        self.journal.prune_done()
-        entries, bad = self.journal.load()
-        for path, why in bad:
-            self.log.error("journal_entry_unreadable", path=str(path), error=why)
-        for entry in entries:
-            self.accepted.add((entry.job_id, entry.attempt))
-            if entry.pending:  # it had ended: only its events may not be out yet
-                await self._finish(entry, entry.pending)
-                continue
-            entry = self.runner.adopt(entry, self.journal.rc_path(entry.job_id, entry.attempt))
-            if entry.checkpoint is not None:  # it was checkpointing: finish that, run nothing
-                self.resume_checkpoint(entry)
-                continue
-            if entry.cmd.gang and not entry.started_sent:  # a gang part still at its barrier
-                self.gang_start(entry)
-                continue
-            if entry.cmd.gang:
-                await self._gang_open(entry, "running")
-            self.log.info(
-                "job_adopted",
-                job_id=entry.job_id,
-                attempt=entry.attempt,
-                pid=entry.launch.pid if entry.launch else None,
-                from_boot=entry.boot_id,
-            )
-            await self._launch(entry)
 
     async def shutdown(self) -> None:
         """Stop consuming and reporting; leave running attempts to the next executor on this
