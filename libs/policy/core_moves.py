@@ -26,6 +26,7 @@ from libs.policy.placement import to_allocation
 from libs.policy.queue import COLUMNS
 from libs.policy.scores import ModelTables
 from libs.policy.stages import preempt as P
+from libs.policy.stages import short_wait as SW
 from libs.policy.types import CycleResult, PendingJob, Placement
 
 if TYPE_CHECKING:
@@ -94,7 +95,37 @@ class MovesMixin:
         at stake), then the priority-protection rule's (``priority_step``), which sees the
         burst's victims as being moved already."""
         burst = self.burst_step(now)
-        return burst + self.priority_step(now)
+        done = burst + self.priority_step(now)
+        return done + self.short_step(now, self.cfg.preempt.max_per_pass - len(done))
+
+    def short_step(self: Scheduler, now: float, most: int) -> list[MoveOrder]:
+        """The short-wait rule's moves (``stages.short_wait.short_plan``), at most ``most``
+        (what the pass's other rules left of ``max_per_pass``) and at most once per
+        ``PreemptConfig.interval_s``: for the queued short jobs past their wait bound
+        (``eligible_rows``), most slowed first (waited / remaining), at most
+        ``BLOCKED_LOOKED_AT``, none that a move already makes room for. Like the priority
+        rule it reads only the queue and the running set both drivers share; it sets no
+        wake-up of its own (a full cluster looks again at the next event or tick)."""
+        pc = self.cfg.preempt
+        if not pc.short_enabled or most <= 0 or not self.moves.movers:
+            return []
+        if now < self.moves.short_due_s or not len(self.queue):
+            return []
+        self.moves.short_due_s = now + max(pc.interval_s, 1.0)
+        speed = ModelTables.build(self.view, self.profiles).speed
+        rows, rem = SW.eligible_rows(self.queue.table(), now, speed.max(axis=0), pc)
+        if not len(rows):
+            return []
+        made = set(self.moves.rooms) | {m.for_job for m in self.moves.moving.values()}
+        jobs = self.queue.jobs()
+        cands = [(jobs[r], s) for r, s in zip(rows.tolist(), rem.tolist(), strict=True)]
+        cands = [(pj, s) for pj, s in cands if pj.spec.id not in made]
+        cands.sort(key=lambda c: (-(now - c[0].enqueued_at) / max(c[1], 1.0), c[0].spec.id))
+        moves = self.moves.plan_short(
+            cands[:BLOCKED_LOOKED_AT], self.view, self.running, now, self.cfg, speed, most
+        )
+        self._hold_rooms()
+        return moves
 
     def burst_step(self: Scheduler, now: float) -> list[MoveOrder]:
         """The burst rule's moves (``stages.burst.burst_plan``), at every instant: for each
