@@ -36,7 +36,7 @@ def _alloc(spec: JobSpec, node: str, gpus: tuple[int, ...]) -> Allocation:
     )  # fmt: skip
 
 
-def _setup(victims: list[tuple[JobSpec, float]]):  # type: ignore[no-untyped-def]
+def _setup(victims: list[tuple[JobSpec, float]], n1_full: bool = False):  # type: ignore[no-untyped-def]
     """n0 (8 GPUs) holds ``victims`` (spec, expected end), one GPU each from 0 or all 8 for
     an 8-GPU one; n1 (8 GPUs free, 16 CPUs) is where they may resume: too few CPUs for the
     blocked job (64), so it cannot start there itself."""
@@ -49,6 +49,9 @@ def _setup(victims: list[tuple[JobSpec, float]]):  # type: ignore[no-untyped-def
         g += k
         view.allocate(a)
         running.append(RunningJob.from_allocation(a, 0, end))
+    if n1_full:  # a job that may not move holds n1: no room elsewhere for a victim
+        plain = JobSpec(id="p", gpus=8, gpu_mem_gb=4.0, host_mem_gb=1.0, cpus=1.0)
+        view.allocate(_alloc(plain, "n1", tuple(range(8))))
     return view, running
 
 
@@ -185,3 +188,17 @@ def test_a_plan_never_stops_a_protected_or_short_job(c, gpus, est_s, most) -> No
         assert P.protection(r, facts[r.spec.id], now, cfg.preempt) == ""
         assert r.expected_end - now >= max(cfg.preempt.short_max_s, 4 * est_s)
         assert view.node_ids[r.node_index] == plan.node
+
+
+def test_on_a_full_cluster_the_victim_resumes_after_the_short_job_within_the_bound() -> None:
+    """No room elsewhere: the victim waits on its own node for the short job (20 min + a save
+    and a restore <= the 30 min resume bound), the node held for it; a short job of 30 min
+    would break the bound, and eight victims waiting 21 min each cost more than it gains."""
+    view, running = _setup([(_long(), NOW + 20 * H)], n1_full=True)
+    plan = _plan(view, running, _blocked(est_s=1200.0))
+    assert plan is not None and dict(plan.rooms) == {"L": "n0"}
+    assert "resume there after it, in about 1260 s" in plan.reason
+    assert _plan(view, running, _blocked(est_s=1800.0)) is None
+    many = [(_long(f"L{k}", gpus=1), NOW + 20 * H) for k in range(8)]
+    view, running = _setup(many, n1_full=True)
+    assert _plan(view, running, _blocked(est_s=1200.0), most=8) is None  # 8 x 1260 s > 2.5 h

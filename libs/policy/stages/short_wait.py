@@ -64,6 +64,7 @@ from libs.policy.stages import preempt as P
 from libs.policy.stages.filter import is_fractional, whole_gpus
 from libs.policy.stages.resume import gpus_held, resume_rooms, static_ok
 from libs.policy.types import PendingJob, RunningJob
+from proto.jobs import JobSpec
 
 SHORT_RULE = "short-wait"
 _COL = {c: COLUMNS.index(c) for c in ("prio", "enq", "est", "prog", "cls", "inference")}
@@ -126,6 +127,32 @@ def victim_ok(
     return victim_remaining_best_s(r, view, speed, now) >= long_s
 
 
+def saved_delay_s(victims: Sequence[P.Release], now: float) -> float:
+    """The delay a plan saves the blocked job, at most: the earliest expected end among the
+    victims (the node frees no sooner without the move)."""
+    return min(max(0.0, r.expected_end - now) for r, _ in victims)
+
+
+def swap_wait_s(
+    spec: JobSpec,
+    remaining_s: float,
+    stopped: int,
+    view: ClusterView,
+    i: int,
+    speed: np.ndarray,
+    pc: PreemptConfig,
+) -> float | None:
+    """How long stopped victims wait to resume on node ``i`` itself, after the short job has
+    run there (its remaining at node ``i``'s speed, plus a save and a restore); None when that
+    breaks the resume bound (``resume_bound_s``) or nothing is stopped."""
+    if not stopped:
+        return None
+    c = CLASS_INDEX.get(spec.workload_class, CLASS_INDEX["other"])
+    own = float(speed[view.model_idx[i], c])
+    wait_s = remaining_s * float(speed[:, c].max()) / max(own, EPS) + 2.0 * pc.checkpoint_cost_s
+    return wait_s if wait_s <= pc.resume_bound_s else None
+
+
 def short_plan(
     blocked: Sequence[tuple[PendingJob, float]],
     movers: Mapping[int, Sequence[RunningJob]],
@@ -171,7 +198,7 @@ def short_plan(
             if victims is None:
                 continue
             cost = sum(c[1] for c in cands[: len(victims)])  # the victims: a prefix of cands
-            saved_s = min(max(0.0, r.expected_end - now) for r, _ in victims)
+            saved_s = saved_delay_s(victims, now)
             budget = pc.lost_per_wait * max(spec.gpus, 0.01) * min(waited_s, saved_s)
             if cost <= budget:
                 options.append((cost, i, victims, budget))
@@ -179,10 +206,17 @@ def short_plan(
         for cost, i, victims, budget in options:
             stopped = [r for r, keep in victims if not keep]  # a shrunk one resumes on node i
             rooms = resume_rooms(stopped, view, soon_free, cfg, exclude=i, speed=speed)
-            if rooms is None:
-                continue
+            after = ""
+            if rooms is None:  # a full cluster: no room elsewhere; the swap, if it keeps the bound
+                after_s = swap_wait_s(spec, rem_s, len(stopped), view, i, speed, pc)
+                gain_s = min(waited_s, saved_delay_s(victims, now))  # what the short job gains
+                if after_s is None or after_s * len(stopped) > pc.lost_per_wait * gain_s:
+                    continue  # the victims together would wait longer than it gains
+                rooms = {r.spec.id: i for r in stopped}
+                after = f"; they resume there after it, in about {after_s:.0f} s"
             rooms.update({r.spec.id: i for r, keep in victims if keep})
             reason = _reason(pj, view.node_ids[i], victims, cost, budget, waited_s, rem_s, pc)
+            reason += after
             out = tuple(
                 P.Victim(
                     r.spec.id, view.node_ids[i], P.lost_gpu_s(r, facts.get(r.spec.id), now, pc), k
