@@ -4,8 +4,10 @@ Why apart from ``core``: moving a job (``stages.preempt``) is its own idea with 
 (``moves.MoveBook``) and its own events and decisions; ``core.Scheduler`` inherits these and
 keeps the rest. What lives here:
 
-* ``preempt_step`` (``burst_step``, ``priority_step``) and ``next_move_s``: the burst rule's
-  and the priority-protection rule's decisions, and the instant a full cluster must look again;
+* ``preempt_step`` (``burst_step``, ``priority_step``, ``short_step``) and ``next_move_s``: the
+  burst rule's, the priority-protection rule's and the short-wait rule's decisions (the last
+  takes only what the other two left of ``max_per_pass``), and the instant a full cluster must
+  look again;
 * ``check_move`` and ``order_move``: the verdict on an intent and its record;
 * ``moved_job``: a moved job as it waits again (first in line, with its resume deadline);
 * rooms: a move holds the node it clears for the job it is for, and the node each moved job
