@@ -92,6 +92,9 @@ BOUNDS: dict[str, Bound] = {
     "preempt.min_run_s": Bound(60.0, 1800.0, log=True),
     "preempt.max_per_pass": Bound(1, 16),
     "preempt.grow_quiet_s": Bound(600.0, 4 * H, log=True),
+    "preempt.short_max_s": Bound(600.0, 4 * H, log=True),
+    "preempt.short_wait_factor": Bound(0.5, 8.0, log=True),
+    "preempt.short_victim_factor": Bound(1.5, 16.0, log=True),
 }
 
 _PHYSICAL = "a fact of the hardware or the jobs, not a choice: the replay takes it as given"
@@ -116,6 +119,7 @@ EXCLUDED: dict[str, str] = {
     "preempt.resume_counts_ends": _SWITCH,
     "preempt.burst_enabled": _SWITCH,
     "preempt.grow_enabled": _SWITCH,
+    "preempt.short_enabled": _SWITCH,
     "service_rank_boost": _PROMISE + " (a latency target first in line)",
     "defrag.enabled": _SWITCH,
     "thermal.enabled": _SWITCH,

@@ -89,6 +89,16 @@ class PreemptConfig:
     # at most once no burst move was made for ``grow_quiet_s`` and no replica waits
     grow_enabled: bool = True
     grow_quiet_s: float = 3600.0
+    # short-wait protection (stages.short_wait): a job with at most short_max_s left on the
+    # fastest model that has waited short_wait_factor x that (and min_wait_s) may stop jobs that
+    # may move and have short_victim_factor x as long left (and over short_max_s), when the work
+    # lost is at most lost_per_wait x min(its wait, the delay saved). Chosen once, not fitted:
+    # 1 h is where the rank's short term is still >= 0.8; act at slowdown 3; a victim is a
+    # job of another order of length (see the stage's docstring)
+    short_enabled: bool = True
+    short_max_s: float = 3600.0
+    short_wait_factor: float = 2.0
+    short_victim_factor: float = 4.0
 
     def __post_init__(self) -> None:
         for name in ("resume_bound_s", "min_interval_s", "min_run_s", "min_wait_s", "grow_quiet_s"):
@@ -96,6 +106,10 @@ class PreemptConfig:
                 raise ValueError(f"preempt.{name} must be >= 0")
         if not self.lost_per_wait >= 0 or not self.checkpoint_cost_s >= 0:
             raise ValueError("preempt.lost_per_wait and preempt.checkpoint_cost_s must be >= 0")
+        if not (self.short_max_s >= 0 and self.short_wait_factor >= 0):
+            raise ValueError("preempt.short_max_s and preempt.short_wait_factor must be >= 0")
+        if not self.short_victim_factor >= 1:
+            raise ValueError("preempt.short_victim_factor must be >= 1 (victims are longer)")
         if self.max_per_pass < 0 or self.priority_gap < 0:
             raise ValueError("preempt.max_per_pass and preempt.priority_gap must be >= 0")
 

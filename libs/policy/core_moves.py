@@ -4,9 +4,10 @@ Why apart from ``core``: moving a job (``stages.preempt``) is its own idea with 
 (``moves.MoveBook``) and its own events and decisions; ``core.Scheduler`` inherits these and
 keeps the rest. What lives here:
 
-* ``preempt_step`` (``burst_step``, ``priority_step``, ``grow_step``) and ``next_move_s``: the
-  burst rule's, the priority-protection rule's and the grow-back rule's decisions, and the
-  instant a full cluster must look again;
+* ``preempt_step`` (``burst_step``, ``priority_step``, ``short_step``, ``grow_step``) and
+  ``next_move_s``: the burst rule's, the priority-protection rule's, the short-wait rule's (it
+  takes only what the other two left of ``max_per_pass``) and the grow-back rule's decisions,
+  and the instant a full cluster must look again;
 * ``check_move`` and ``order_move``: the verdict on an intent and its record;
 * ``moved_job``: a moved job as it waits again (first in line, with its resume deadline);
 * rooms: a move holds the node it clears for the job it is for, and the node each moved job
@@ -27,6 +28,7 @@ from libs.policy.placement import to_allocation
 from libs.policy.queue import COLUMNS
 from libs.policy.scores import ModelTables
 from libs.policy.stages import preempt as P
+from libs.policy.stages import short_wait as SW
 from libs.policy.types import CycleResult, PendingJob, Placement
 
 if TYPE_CHECKING:
@@ -93,10 +95,42 @@ class MovesMixin:
     def preempt_step(self: Scheduler, now: float) -> list[MoveOrder]:
         """The moves decided now: the burst rule's first (``burst_step``: a latency target is
         at stake), then the priority-protection rule's (``priority_step``), which sees the
-        burst's victims as being moved already."""
+        burst's victims as being moved already, then the short-wait rule's with what is left
+        of ``max_per_pass`` (``short_step``), then the grow-back (``grow_step``: after every
+        rule that holds a node for a blocked job, so no grow takes those GPUs)."""
         burst = self.burst_step(now)
-        moves = burst + self.priority_step(now)
-        return moves + self.grow_step(now)
+        done = burst + self.priority_step(now)
+        done += self.short_step(now, self.cfg.preempt.max_per_pass - len(done))
+        return done + self.grow_step(now)
+
+    def short_step(self: Scheduler, now: float, most: int) -> list[MoveOrder]:
+        """The short-wait rule's moves (``stages.short_wait.short_plan``), at most ``most``
+        (what the pass's other rules left of ``max_per_pass``) and at most once per
+        ``PreemptConfig.interval_s``: for the queued short jobs past their wait bound
+        (``eligible_rows``), most slowed first (waited / remaining), at most
+        ``BLOCKED_LOOKED_AT``, none that a move already makes room for. Like the priority
+        rule it reads only the queue and the running set both drivers share; it sets no
+        wake-up of its own (a full cluster looks again at the next event or tick)."""
+        pc = self.cfg.preempt
+        if not pc.short_enabled or most <= 0 or not self.moves.movers:
+            return []
+        if now < self.moves.short_due_s or not len(self.queue):
+            return []
+        self.moves.short_due_s = now + max(pc.interval_s, 1.0)
+        speed = ModelTables.build(self.view, self.profiles).speed
+        rows, rem = SW.eligible_rows(self.queue.table(), now, speed.max(axis=0), pc)
+        if not len(rows):
+            return []
+        made = set(self.moves.rooms) | {m.for_job for m in self.moves.moving.values()}
+        jobs = self.queue.jobs()
+        cands = [(jobs[r], s) for r, s in zip(rows.tolist(), rem.tolist(), strict=True)]
+        cands = [(pj, s) for pj, s in cands if pj.spec.id not in made]
+        cands.sort(key=lambda c: (-(now - c[0].enqueued_at) / max(c[1], 1.0), c[0].spec.id))
+        moves = self.moves.plan_short(
+            cands[:BLOCKED_LOOKED_AT], self.view, self.running, now, self.cfg, speed, most
+        )
+        self._hold_rooms()
+        return moves
 
     def grow_step(self: Scheduler, now: float) -> list[MoveOrder]:
         """The grow-back rule's moves (``stages.grow``), at every instant, after the other

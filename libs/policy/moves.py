@@ -21,6 +21,7 @@ from libs.policy.decisions import MoveOrder
 from libs.policy.stages import burst as B
 from libs.policy.stages import grow as G
 from libs.policy.stages import preempt as P
+from libs.policy.stages import short_wait as SW
 from libs.policy.stages.shrink import size_error
 from libs.policy.types import PendingJob, RunningJob
 
@@ -74,6 +75,7 @@ class MoveBook:
         # shrunk job -> the size it held when first shrunk (stages.grow: it grows back to it)
         self.asked: dict[str, int] = {}
         self.last_burst_s = -np.inf  # when the burst rule last moved a job (grow's quiet)
+        self.short_due_s = -np.inf  # the short-wait rule looks again from then (interval_s)
 
     # ----- events --------------------------------------------------------------------------
     def started(self, job: RunningJob, attempt: int, node: str, at: float) -> None:
@@ -212,6 +214,22 @@ class MoveBook:
         """The priority-protection rule's moves for this pass (``stages.preempt``), ordered."""
         movers, soon = self._candidates(view, running, now, cfg)
         plan = P.priority_plan(blocked, movers, self.movable_gpus, soon, view, self.facts, now, cfg)
+        return [] if plan is None else self._orders(plan, now, cfg)
+
+    def plan_short(
+        self,
+        blocked: Sequence[tuple[PendingJob, float]],
+        view: ClusterView,
+        running: RunningSet,
+        now: float,
+        cfg: PolicyConfig,
+        speed: np.ndarray,
+        most: int,
+    ) -> list[MoveOrder]:
+        """The short-wait rule's moves for this pass (``stages.short_wait``), at most ``most``;
+        ``blocked``: (job, remaining runtime on the fastest model), most slowed first."""
+        movers, soon = self._candidates(view, running, now, cfg)
+        plan = SW.short_plan(blocked, movers, soon, view, self.facts, now, cfg, speed, most)
         return [] if plan is None else self._orders(plan, now, cfg)
 
     def plan_burst(

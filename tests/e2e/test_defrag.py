@@ -12,11 +12,14 @@ defragmenter's intents (checkpoint, requeue); the moved jobs start again on ``n1
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 
 import msgspec
 
 from libs.client.credentials import admin_url
 from libs.client.supervisor import start_stack
+from libs.policy.config import PolicyConfig
+from libs.policy_io.policy_file import write_policy_file
 from proto.events import LifecycleEvent, Preempted, Started
 from proto.jobs import JobSpec
 from proto.nodes import NodeSpec
@@ -53,7 +56,12 @@ def _events(url: str) -> list[LifecycleEvent]:
 def test_a_job_blocked_by_fragments_starts_after_checkpointable_jobs_move(tmp_path) -> None:  # type: ignore[no-untyped-def]
     require_services()
     nodes = [_node("n0"), _node("n1")]
-    env = {"MOSAIC_DEFRAG_INTERVAL_S": "0.5"}
+    # the defragmenter alone: the scheduler's short-wait rule would also make room for the
+    # short 4-GPU job (a mover then resumes on n0 after it), which is not what this checks
+    cfg = PolicyConfig.default()
+    cfg = dataclasses.replace(cfg, preempt=dataclasses.replace(cfg.preempt, short_enabled=False))
+    policy = write_policy_file(tmp_path / "policy.json", cfg)
+    env = {"MOSAIC_DEFRAG_INTERVAL_S": "0.5", "MOSAIC_POLICY_FILE": str(policy)}
     stack = start_stack(nodes, clock_factor=E2E_CLOCK_FACTOR, data_dir=tmp_path, extra_env=env)
     try:
         client = stack.client()

@@ -38,6 +38,8 @@ from libs.obs.tracing import setup_tracing
 from libs.policy.config import PolicyConfig
 from libs.policy.inventory import demo_cluster
 from libs.policy.profiles import ProfileTable
+from libs.policy.stages.preempt import PRIORITY_RULE
+from libs.policy.stages.short_wait import SHORT_RULE
 from libs.sim.baselines.mosaic import Mosaic
 from libs.sim.engine import simulate
 from libs.sim.trace import TraceJob
@@ -59,8 +61,10 @@ SHAPES = ((0.25, 4.0), (0.5, 8.0), (1, 16.0), (1, 30.0), (2, 16.0), (4, 40.0), (
 CLASSES = ("cnn", "rnn", "transformer", "recommendation", "other")
 
 
-def workload(seed: int = 7) -> list[tuple[float, JobSpec]]:
-    """(arrival time, spec) of 110 jobs: 70 over the first 1,400 s, 40 from t=9,000 s."""
+def workload(seed: int = 7, long_every: int = 0) -> list[tuple[float, JobSpec]]:
+    """(arrival time, spec) of 110 jobs: 70 over the first 1,400 s, 40 from t=9,000 s.
+    ``long_every``: every such checkpointable job of the first 70 runs 6 h instead (long
+    work the short-wait rule may stop for the short ones, ``stages.short_wait``)."""
     rng = random.Random(seed)
     out: list[tuple[float, JobSpec]] = []
     times = [0.0, *sorted(rng.uniform(0, 1400) for _ in range(69))]
@@ -86,6 +90,8 @@ def workload(seed: int = 7) -> list[tuple[float, JobSpec]]:
             deadline=deadline,
             checkpointable=rng.random() < 0.5,  # work the priority-protection rule may move
         )
+        if long_every and i < 70 and i % long_every == 0 and spec.checkpointable:
+            spec = msgspec.structs.replace(spec, est_runtime_s=6 * 3600.0)
         out.append((t, spec))
     return out
 
@@ -96,6 +102,7 @@ class Record:
     power: list[tuple[float, str, str]]
     end_s: float
     moves: list[tuple[float, str, str]]  # (when decided, job, node it leaves)
+    reasons: tuple[str, ...] = ()  # each move's reason (the simulator's only)
 
 
 class Recording(Mosaic):
@@ -108,11 +115,13 @@ class Recording(Mosaic):
         self.moved: list[tuple[float, str, str]] = []
         # the same moves with the size each resumes on (a shrink or a grow; 0: its own size)
         self.resized: list[tuple[float, str, str, int]] = []
+        self.reasons: list[str] = []
 
     def move_step(self, now):  # type: ignore[override]
         out = super().move_step(now)
         self.moved += [(now, job.spec.id, job.allocs[0].node) for job, _, _, _ in out]
         self.resized += [(now, job.spec.id, job.allocs[0].node, to) for job, _, _, to in out]
+        self.reasons += [reason for _, _, reason, _ in out]
         return out
 
     def schedule(self, queue, view, running, now):  # type: ignore[override]
@@ -163,7 +172,7 @@ def simulated(jobs: list[tuple[float, JobSpec]], nodes: list[NodeSpec], policy_c
     trace = [TraceJob(spec=s, submit_s=t) for t, s in jobs]
     result = simulate(trace, nodes, policy, profiles)
     end = max(j.end_s for j in result.jobs)
-    return Record(policy.placed, policy.powered, end, policy.moved)
+    return Record(policy.placed, policy.powered, end, policy.moved, tuple(policy.reasons))
 
 
 @dataclass
@@ -283,7 +292,8 @@ async def lived(live: Live, jobs: list[tuple[float, JobSpec]]) -> Record:
     for seq in range(info.state.first_seq, info.state.last_seq + 1):
         d = msgspec.json.decode((await live.bus.js.get_msg(subjects.STREAM_DECISIONS, seq)).data)
         ours = d.get("service") == "placer" and not d.get("intent")  # the scheduler's own
-        if ours and d.get("action") == "preempt" and "priority-protection" in d.get("reason", ""):
+        rule = d.get("reason", "").split(":", 1)[0]
+        if ours and d.get("action") == "preempt" and rule in (PRIORITY_RULE, SHORT_RULE):
             moves.append((d["time"], d["job_id"], d["node"]))
     return Record(placed, sorted(live.power), max(ends), sorted(moves))
 
@@ -312,16 +322,19 @@ def test_the_scheduler_decides_the_same_whether_starts_come_before_or_after_the_
 # and nodes still sleep. Seed 1 live is in `make test-all` (each live run is 20-40 s on 2
 # cores); the in-process check above covers its ordering in `make test`
 @pytest.mark.parametrize(
-    ("seed", "moves"), [(21, True), pytest.param(1, False, marks=pytest.mark.slow)]
+    ("seed", "moves", "long_every"),
+    [(21, True, 0), (7, True, 4), pytest.param(1, False, 0, marks=pytest.mark.slow)],
 )
 async def test_the_live_services_place_and_power_exactly_as_the_simulator(
-    live: Live, seed: int, moves: bool
+    live: Live, seed: int, moves: bool, long_every: int
 ) -> None:
     # the live placer orders its nodes by id (whatever order they register in); the
     # simulator takes the order it is given: the same cluster, the same order
     nodes = sorted(demo_cluster(), key=lambda n: n.id)
-    jobs = workload(seed=seed)
+    jobs = workload(seed=seed, long_every=long_every)
     sim = simulated(jobs, nodes)
+    if long_every:  # long work among short jobs: the short-wait rule moves some of it
+        assert any(r.startswith("short-wait") for r in sim.reasons), sim.reasons
     # the workload exercises what it should: jobs wait, a node sleeps and wakes
     arrived = {s.id: t for t, s in jobs}
     assert any(t > arrived[j] for t, j, *_ in sim.placements), "no job waited: too light"

@@ -23,6 +23,10 @@ GPU-seconds the blocked job has already waited. That is the trade-off, printed i
 Slurm's ``PreemptType=preempt/qos`` with ``PreemptMode=REQUEUE`` is the model; the bound on
 lost work is Mosaic's own (Slurm preempts whenever the QOS allows).
 
+**Short-wait protection** (``stages.short_wait``) is the sibling rule for short jobs stuck
+behind long ones; it reuses ``protection``, ``lost_gpu_s``, ``candidate_nodes`` and
+``node_victims`` and returns a ``PriorityPlan`` with its own reason.
+
 **Elastic jobs shrink instead of stopping** (``stages.shrink``): a victim that is elastic gives
 back only the GPUs the blocked job still needs, down to its ``min_gpus``, and resumes at once
 on the rest of the same node (its room is that node); it is stopped whole only when no size

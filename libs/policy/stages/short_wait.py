@@ -1,0 +1,262 @@
+"""Short-wait protection: a short job stuck behind long ones may stop one of them (issue 15).
+
+Why: on a loaded cluster mean JCT is set by short jobs (on Philly 88 % of the jobs run under
+1 h) that arrive in a burst when every GPU holds a job of hours. Shortest-first ranking
+(``stages.rank``'s ``w_short``) puts them first in line, but first in line still waits for
+a long job to end. Gavel's rounds and Tiresias' least-attained-service queues preempt for
+them; Mosaic moved running jobs only for priority (``stages.preempt``). This is the bounded
+version of what they do: it fires only when a short job's slowdown is already large, only
+against much longer jobs that may move, and only when the work lost is small.
+
+**Eligible blocked job** (``eligible_rows``, in numpy over the queue's table): not a service's
+replica nor inference; expected remaining runtime on the fastest GPU model present
+(``remaining_best_s``, the rank's own measure of length) at most ``short_max_s``; waited at
+least ``wait_bound_s`` = max(``min_wait_s``, ``short_wait_factor`` x that remaining), i.e.
+its slowdown (wait + run) / run is at least 1 + ``short_wait_factor`` before anyone is moved.
+
+**Eligible victim** (``victim_ok``): every protection of ``stages.preempt.protection`` (never a
+gang part, an inference job, one neither checkpointable nor elastic, one moved within
+``min_interval_s`` or started within ``min_run_s``); priority at most the blocked job's (a
+short job never stops more important work); and long: remaining runtime on the fastest model
+(``victim_remaining_best_s``: its expected end, scaled from its GPU's speed to the fastest)
+above ``short_max_s`` and at least ``short_victim_factor`` x the blocked job's remaining. A
+nearly done job is never stopped: waiting for it costs less than moving it.
+
+**The plan** (``short_plan``, rule ``SHORT_RULE``): for the eligible jobs, most slowed first
+(waited / remaining), the cheapest victim set on ONE node (``preempt.node_victims``, least lost
+work first, elastic ones shrunk when that is enough, at most ``most`` moves), whose stopped
+victims can all resume within ``resume_bound_s`` on a GPU model no slower for them
+(``resume.resume_rooms`` with ``speed``), when the GPU-seconds lost (``preempt.lost_gpu_s``)
+are at most ``lost_per_wait`` x the blocked job's GPUs x min(waited, delay saved). The delay
+saved is the earliest expected end among the victims (the node frees no sooner without the
+move); the wait so far bounds it too, since the job may start elsewhere meanwhile (a job that
+waited W behind long jobs is expected to wait about as long again). That is the trade-off the
+reason prints. ``lost_per_wait`` is priority protection's own (1: break-even).
+
+**On a full cluster, the swap** (``swap_wait_s``). A victim needs a room to resume within the
+bound, and a full cluster has none elsewhere (measured, first 20k Philly jobs: 16 of 15,961
+plans that passed the trade-off found one). Then the victims resume on their own node once the
+short job has run there: allowed only when that run (its remaining at the node's speed) plus
+a save and a restore is within ``resume_bound_s`` (so the promise every move makes still
+holds, the node held for them meanwhile), and when the stopped victims' waits together are at
+most ``lost_per_wait`` x what the short job gains (min(waited, delay saved)): mean JCT can only
+fall by the estimates. This is Tiresias' and Gavel's swap, bounded by the resume promise.
+
+**Thrash and starvation.** A victim waits again with its progress, first in line
+(``PreemptConfig.resume_credit_s``), and its resume room is held for it
+(``core_moves``'s rooms): it starts again within the bound, elsewhere on a GPU no slower or
+on its own node after the short job, and loses only the save, the restore, the at-risk share
+and (swapped) the short job's run. It cannot preempt back by this rule: it is
+long (remaining above ``short_max_s``), and the rule only acts for short jobs. It cannot be
+stopped again for ``min_interval_s`` (1 h), so a long job loses at most one save/restore per
+hour to this rule, whatever the stream of short jobs. The short job, once started, is never a
+victim (it is not long). The constants were chosen once from these arguments, not fitted to a
+trace: ``short_max_s`` 1 h (the rank's short term is >= 0.8 below it, and most jobs are
+under it), ``short_wait_factor`` 2 (act at slowdown 3), ``short_victim_factor`` 4 (a move
+must gain a long job's worth of order, not swap near equals under noisy estimates).
+
+Pure: the plan is a ``stages.preempt.PriorityPlan`` with this rule's reason; both drivers
+apply it as every move (``core_moves``).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping, Sequence
+
+import numpy as np
+
+from libs.policy.cluster import EPS, ClusterView
+from libs.policy.config import PolicyConfig, PreemptConfig
+from libs.policy.queue_arrays import COLUMNS
+from libs.policy.scores import CLASS_INDEX
+from libs.policy.stages import preempt as P
+from libs.policy.stages.filter import is_fractional, whole_gpus
+from libs.policy.stages.resume import gpus_held, resume_rooms, static_ok
+from libs.policy.types import PendingJob, RunningJob
+from proto.jobs import JobSpec
+
+SHORT_RULE = "short-wait"
+_COL = {c: COLUMNS.index(c) for c in ("prio", "enq", "est", "prog", "cls", "inference")}
+
+
+def remaining_best_s(est_s: np.ndarray, prog: np.ndarray, cls: np.ndarray, best: np.ndarray):
+    """Expected remaining runtime on the fastest model present, per job (the rank's length):
+    est x (1 - progress) / the fastest speed of its workload class (``best``: float[C])."""
+    return est_s * np.clip(1.0 - prog, 0.0, 1.0) / best[cls.astype(np.int64)]
+
+
+def wait_bound_s(remaining_s: np.ndarray, pc: PreemptConfig) -> np.ndarray:
+    """How long a short job waits before this rule acts for it: ``short_wait_factor`` x its
+    remaining runtime (a slowdown bound), and at least ``min_wait_s``."""
+    return np.maximum(pc.min_wait_s, pc.short_wait_factor * remaining_s)
+
+
+def eligible_rows(
+    table: np.ndarray, now: float, best: np.ndarray, pc: PreemptConfig
+) -> tuple[np.ndarray, np.ndarray]:
+    """(rows, remaining_s): the queue rows (``table``: ``PendingQueue.table()``) this rule may
+    act for now (module docstring), and each one's remaining runtime on the fastest model."""
+    if not len(table):
+        return np.zeros(0, dtype=np.int64), np.zeros(0)
+    rem = remaining_best_s(
+        table[:, _COL["est"]], table[:, _COL["prog"]], table[:, _COL["cls"]], best
+    )
+    waited = now - table[:, _COL["enq"]]
+    ok = (table[:, _COL["inference"]] < 0.5) & (rem <= pc.short_max_s)
+    ok &= waited >= wait_bound_s(rem, pc)
+    rows = np.flatnonzero(ok)
+    return rows, rem[rows]
+
+
+def victim_remaining_best_s(job: RunningJob, view: ClusterView, speed: np.ndarray, now: float):
+    """A running job's expected remaining runtime as if on the fastest model present: the time
+    to its expected end, times its GPU's speed over the fastest (``speed``: float[M, C])."""
+    c = CLASS_INDEX.get(job.spec.workload_class, CLASS_INDEX["other"])
+    own = float(speed[view.model_idx[job.node_index], c])
+    fastest = float(speed[:, c].max())
+    return max(0.0, job.expected_end - now) * own / max(fastest, EPS)
+
+
+def victim_ok(
+    r: RunningJob,
+    blocked: PendingJob,
+    remaining_s: float,
+    view: ClusterView,
+    speed: np.ndarray,
+    facts: Mapping[str, P.MoveFacts],
+    now: float,
+    pc: PreemptConfig,
+) -> bool:
+    """May ``r`` be stopped for ``blocked`` (remaining ``remaining_s``)? Module docstring."""
+    if r.spec.priority > blocked.spec.priority:
+        return False
+    if P.protection(r, facts.get(r.spec.id), now, pc):
+        return False
+    long_s = max(pc.short_max_s + EPS, pc.short_victim_factor * remaining_s)
+    return victim_remaining_best_s(r, view, speed, now) >= long_s
+
+
+def saved_delay_s(victims: Sequence[P.Release], now: float) -> float:
+    """The delay a plan saves the blocked job, at most: the earliest expected end among the
+    victims (the node frees no sooner without the move)."""
+    return min(max(0.0, r.expected_end - now) for r, _ in victims)
+
+
+def swap_wait_s(
+    spec: JobSpec,
+    remaining_s: float,
+    stopped: int,
+    view: ClusterView,
+    i: int,
+    speed: np.ndarray,
+    pc: PreemptConfig,
+) -> float | None:
+    """How long stopped victims wait to resume on node ``i`` itself, after the short job has
+    run there (its remaining at node ``i``'s speed, plus a save and a restore); None when that
+    breaks the resume bound (``resume_bound_s``) or nothing is stopped."""
+    if not stopped:
+        return None
+    c = CLASS_INDEX.get(spec.workload_class, CLASS_INDEX["other"])
+    own = float(speed[view.model_idx[i], c])
+    wait_s = remaining_s * float(speed[:, c].max()) / max(own, EPS) + 2.0 * pc.checkpoint_cost_s
+    return wait_s if wait_s <= pc.resume_bound_s else None
+
+
+def short_plan(
+    blocked: Sequence[tuple[PendingJob, float]],
+    movers: Mapping[int, Sequence[RunningJob]],
+    soon_free: np.ndarray,
+    view: ClusterView,
+    facts: Mapping[str, P.MoveFacts],
+    now: float,
+    cfg: PolicyConfig,
+    speed: np.ndarray,
+    most: int,
+) -> P.PriorityPlan | None:
+    """The rule (module docstring) for the first of ``blocked`` ((job, remaining_s), most
+    slowed first) that has a plan, or None. ``movers``: per node index, the running jobs that
+    could ever move and are not being moved; ``soon_free``: ``whole_free_within`` the resume
+    bound; ``speed``: float[M, C] of the view's models; ``most``: the moves it may order."""
+    pc = cfg.preempt
+    if not pc.short_enabled or not movers or most <= 0:
+        return None
+    free_gpus = view.gpu_free.sum(axis=1)
+    movable = np.zeros(len(view.node_ids))
+    for i, rs in movers.items():
+        movable[i] = sum(gpus_held(r) for r in rs)
+    for pj, rem_s in blocked:
+        spec = pj.spec
+        waited_s = now - pj.enqueued_at
+        need = spec.gpus if is_fractional(spec) else float(whole_gpus(spec))
+        ok = static_ok(spec, view) & ~view.cordoned & ~(view.temp_c >= cfg.thermal_max_c)
+        if any(
+            P.fits_after_release(spec, view, i, ())
+            for i in np.flatnonzero(ok & (free_gpus >= need - EPS))
+        ):
+            continue  # it fits somewhere now: it waits for another reason (a hold, a boot)
+        ok &= free_gpus + movable >= need - EPS
+        options: list[tuple[float, int, list[P.Release], float]] = []
+        for i in P.candidate_nodes(np.flatnonzero(ok), free_gpus, pc.candidate_nodes):
+            cands = [
+                (0.0, P.lost_gpu_s(r, facts.get(r.spec.id), now, pc), r)
+                for r in movers.get(i, ())
+                if victim_ok(r, pj, rem_s, view, speed, facts, now, pc)
+            ]
+            cands.sort(key=lambda c: (c[1], c[2].spec.id))
+            victims = P.node_victims(pj, i, cands, view, most)
+            if victims is None:
+                continue
+            cost = sum(c[1] for c in cands[: len(victims)])  # the victims: a prefix of cands
+            saved_s = saved_delay_s(victims, now)
+            budget = pc.lost_per_wait * max(spec.gpus, 0.01) * min(waited_s, saved_s)
+            if cost <= budget:
+                options.append((cost, i, victims, budget))
+        options.sort(key=lambda o: (o[0], o[1]))
+        for cost, i, victims, budget in options:
+            stopped = [r for r, keep in victims if not keep]  # a shrunk one resumes on node i
+            rooms = resume_rooms(stopped, view, soon_free, cfg, exclude=i, speed=speed)
+            after = ""
+            if rooms is None:  # a full cluster: no room elsewhere; the swap, if it keeps the bound
+                after_s = swap_wait_s(spec, rem_s, len(stopped), view, i, speed, pc)
+                gain_s = min(waited_s, saved_delay_s(victims, now))  # what the short job gains
+                if after_s is None or after_s * len(stopped) > pc.lost_per_wait * gain_s:
+                    continue  # the victims together would wait longer than it gains
+                rooms = {r.spec.id: i for r in stopped}
+                after = f"; they resume there after it, in about {after_s:.0f} s"
+            rooms.update({r.spec.id: i for r, keep in victims if keep})
+            reason = _reason(pj, view.node_ids[i], victims, cost, budget, waited_s, rem_s, pc)
+            reason += after
+            out = tuple(
+                P.Victim(
+                    r.spec.id, view.node_ids[i], P.lost_gpu_s(r, facts.get(r.spec.id), now, pc), k
+                )
+                for r, k in victims
+            )
+            to = tuple((j, view.node_ids[n]) for j, n in sorted(rooms.items()))
+            plan = P.PriorityPlan(spec.id, view.node_ids[i], out, reason)
+            return dataclasses.replace(plan, rooms=to)
+    return None
+
+
+def _reason(
+    pj: PendingJob,
+    node: str,
+    victims: list[P.Release],
+    cost: float,
+    budget: float,
+    waited_s: float,
+    remaining_s: float,
+    pc: PreemptConfig,
+) -> str:
+    def what(r: RunningJob, keep: int) -> str:
+        how = f", shrunk to {keep} GPUs" if keep else ""
+        return f"{r.spec.id} (priority {r.spec.priority}{how})"
+
+    names = ", ".join(what(r, keep) for r, keep in victims)
+    return (
+        f"{SHORT_RULE}: {pj.spec.id} (about {remaining_s:.0f} s left, waited {waited_s:.0f} s "
+        f">= {pc.short_wait_factor:g} x its run) needs {pj.spec.gpus:g} GPUs on {node}; "
+        f"stopping {names} (each >= {pc.short_victim_factor:g} x longer) loses {cost:.0f} GPU-s "
+        f"<= {pc.lost_per_wait:g} x min(its wait, the delay saved) x its GPUs ({budget:.0f} GPU-s)"
+    )

@@ -1,0 +1,215 @@
+"""The short-wait rule (``stages.short_wait``): when it fires, and every case it must not."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import msgspec
+import numpy as np
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from libs.policy.cluster import ClusterView
+from libs.policy.config import PolicyConfig, PreemptConfig
+from libs.policy.queue import PendingQueue
+from libs.policy.stages import preempt as P
+from libs.policy.stages import short_wait as SW
+from libs.policy.types import PendingJob, RunningJob
+from proto.jobs import WORKLOAD_CLASSES, JobSpec
+from proto.ledger import Allocation
+from tests.policy.strategies import node_spec
+from tests.policy.test_preempt import cluster
+
+NOW = 100_000.0
+CFG = dataclasses.replace(PolicyConfig.default(), preempt=PreemptConfig())
+H = 3600.0
+PLANS: list[bool] = []  # whether each example of the property found a plan
+
+
+def _speed(view: ClusterView) -> np.ndarray:
+    return np.ones((len(view.models), len(WORKLOAD_CLASSES)))
+
+
+def _alloc(spec: JobSpec, node: str, gpus: tuple[int, ...]) -> Allocation:
+    return Allocation(
+        job_id=spec.id, node=node, gpu_indices=gpus, gpu_share=1.0, gpu_mem_gb=4.0,
+        host_mem_gb=1.0, cpus=1.0, time=0.0, attempt=1, spec=spec,
+    )  # fmt: skip
+
+
+def _setup(victims: list[tuple[JobSpec, float]], n1_full: bool = False):  # type: ignore[no-untyped-def]
+    """n0 (8 GPUs) holds ``victims`` (spec, expected end), one GPU each from 0 or all 8 for
+    an 8-GPU one; n1 (8 GPUs free, 16 CPUs) is where they may resume: too few CPUs for the
+    blocked job (64), so it cannot start there itself."""
+    ns = [node_spec("n0", gpus=8), node_spec("n1", gpus=8, cpus=16)]
+    view = ClusterView.build(ns)
+    running, g = [], 0
+    for spec, end in victims:
+        k = int(spec.gpus)
+        a = _alloc(spec, "n0", tuple(range(g, g + k)))
+        g += k
+        view.allocate(a)
+        running.append(RunningJob.from_allocation(a, 0, end))
+    if n1_full:  # a job that may not move holds n1: no room elsewhere for a victim
+        plain = JobSpec(id="p", gpus=8, gpu_mem_gb=4.0, host_mem_gb=1.0, cpus=1.0)
+        view.allocate(_alloc(plain, "n1", tuple(range(8))))
+    return view, running
+
+
+def _blocked(est_s: float = 1800.0, waited_s: float = 2.5 * H, prio: int = 3) -> PendingJob:
+    spec = JobSpec(id="s", gpus=8, gpu_mem_gb=4.0, cpus=64.0, est_runtime_s=est_s, priority=prio)
+    return PendingJob(spec, NOW - waited_s)
+
+
+def _long(jid: str = "L", gpus: int = 8, prio: int = 1, ckpt: bool = True) -> JobSpec:
+    return JobSpec(
+        id=jid, gpus=gpus, gpu_mem_gb=4.0, host_mem_gb=1.0, cpus=1.0, priority=prio,
+        checkpointable=ckpt, est_runtime_s=30 * H,
+    )  # fmt: skip
+
+
+def _plan(view, running, pj, facts=None, most=4, cfg=CFG):  # type: ignore[no-untyped-def]
+    by: dict[int, list[RunningJob]] = {}
+    for r in running:
+        by.setdefault(r.node_index, []).append(r)
+    facts = facts if facts is not None else {r.spec.id: P.MoveFacts(NOW - H) for r in running}
+    soon = P.whole_free_within(view, running, NOW, -1.0)
+    rem = pj.spec.est_runtime_s * (1.0 - pj.progress)  # every model as fast (``_speed``)
+    return SW.short_plan([(pj, rem)], by, soon, view, facts, NOW, cfg, _speed(view), most)
+
+
+def test_it_fires_for_a_long_blocked_short_job_against_a_long_checkpointable_job() -> None:
+    view, running = _setup([(_long(), NOW + 20 * H)])
+    plan = _plan(view, running, _blocked())
+    assert plan is not None and plan.for_job == "s" and plan.node == "n0"
+    assert [v.job_id for v in plan.victims] == ["L"]
+    assert dict(plan.rooms) == {"L": "n1"}  # it resumes at once, elsewhere
+    assert plan.reason.startswith(SW.SHORT_RULE)
+    # lost: 8 GPUs x (2 x 30 s save/restore + 0.1 x 1800 s at risk) = 1,920 GPU-s
+    assert plan.victims[0].lost_gpu_s == 1920.0 and "loses 1920 GPU-s" in plan.reason
+
+
+def test_never_a_protected_victim() -> None:
+    view, running = _setup([(_long(), NOW + 20 * H)])
+    moved = {"L": P.MoveFacts(NOW - H, last_moved_at=NOW - 600)}  # within min_interval_s
+    assert _plan(view, running, _blocked(), facts=moved) is None
+    fresh = {"L": P.MoveFacts(NOW - 60)}  # within min_run_s
+    assert _plan(view, running, _blocked(), facts=fresh) is None
+    view, running = _setup([(_long(ckpt=False), NOW + 20 * H)])  # would lose its work
+    assert _plan(view, running, _blocked()) is None
+    inf = msgspec.structs.replace(_long(), kind="inference")
+    view, running = _setup([(inf, NOW + 20 * H)])
+    assert _plan(view, running, _blocked()) is None
+
+
+def test_never_a_victim_more_important_than_the_blocked_job() -> None:
+    view, running = _setup([(_long(prio=5), NOW + 20 * H)])
+    assert _plan(view, running, _blocked(prio=3)) is None
+    assert _plan(view, running, _blocked(prio=5)) is not None
+
+
+def test_not_when_the_victim_is_nearly_done() -> None:
+    view, running = _setup([(_long(), NOW + 0.9 * H)])  # under short_max_s left
+    assert _plan(view, running, _blocked()) is None
+    # over short_max_s but under short_victim_factor (4) x the blocked job's 0.5 h
+    view, running = _setup([(_long(), NOW + 1.5 * H)])
+    assert _plan(view, running, _blocked()) is None
+    view, running = _setup([(_long(), NOW + 2.5 * H)])
+    assert _plan(view, running, _blocked()) is not None
+
+
+def test_not_when_the_lost_work_outweighs_the_delay_saved() -> None:
+    # the budget is 8 GPUs x min(its wait, time to the victim's end): 8 x 180 s < 1,920 GPU-s
+    # (the plan alone; the wait bound, ``eligible_rows``, would not ask yet either)
+    view, running = _setup([(_long(), NOW + 20 * H)])
+    short_wait = _blocked(est_s=60.0, waited_s=180.0)
+    assert _plan(view, running, short_wait) is None
+
+
+def _renamed(pj: PendingJob, jid: str, **changes: object) -> PendingJob:
+    return dataclasses.replace(pj, spec=msgspec.structs.replace(pj.spec, id=jid, **changes))
+
+
+def test_the_queue_rows_it_acts_for() -> None:
+    """Short (<= short_max_s left on the fastest model) and waited the bound: max(min_wait_s,
+    short_wait_factor x remaining). A long job, or one before its bound, is not looked at;
+    nor a service's replica."""
+    jobs = [
+        _blocked(est_s=1800.0, waited_s=3700.0),  # 2 x 1800 = 3600 <= 3700: yes
+        _blocked(est_s=1800.0, waited_s=3000.0),  # before its bound
+        _blocked(est_s=3 * H, waited_s=50 * H),  # long: never, however long it waited
+        _blocked(est_s=60.0, waited_s=500.0),  # 2 x 60 s but under min_wait_s (600 s)
+        _blocked(est_s=60.0, waited_s=700.0),  # yes
+    ]
+    jobs = [_renamed(j, f"j{k}") for k, j in enumerate(jobs)]
+    svc = _renamed(jobs[0], "svc", kind="inference")
+    q = PendingQueue([*jobs, svc])
+    rows, rem = SW.eligible_rows(q.table(), NOW, np.ones(len(WORKLOAD_CLASSES)), CFG.preempt)
+    assert rows.tolist() == [0, 4] and rem.tolist() == [1800.0, 60.0]
+    # a faster model present halves the remaining runtime: the long one is still long
+    rows, rem = SW.eligible_rows(q.table(), NOW, np.full(len(WORKLOAD_CLASSES), 2.0), CFG.preempt)
+    assert rows.tolist() == [0, 1, 4] and rem.tolist() == [900.0, 900.0, 30.0]
+
+
+def test_never_more_moves_than_allowed() -> None:
+    """Eight 1-GPU long jobs fill n0; the 8-GPU short job needs them all: at most ``most``."""
+    view, running = _setup([(_long(f"L{k}", gpus=1), NOW + 20 * H) for k in range(8)])
+    assert _plan(view, running, _blocked(), most=4) is None
+    assert _plan(view, running, _blocked(), most=0) is None
+    plan = _plan(view, running, _blocked(), most=8)
+    assert plan is not None and len(plan.victims) == 8
+
+
+def test_the_switch_turns_it_off() -> None:
+    view, running = _setup([(_long(), NOW + 20 * H)])
+    off = dataclasses.replace(CFG, preempt=PreemptConfig(short_enabled=False))
+    assert _plan(view, running, _blocked(), cfg=off) is None
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(cluster(), st.integers(0, 3), st.sampled_from([300.0, 1200.0]), st.integers(1, 4))
+def test_a_plan_never_stops_a_protected_or_short_job(c, less, est_s, most) -> None:  # type: ignore[no-untyped-def]
+    view, running, facts = c
+    gpus = max(1, int(view.gpu_total.max()) - less)  # wide: it rarely fits without a move
+    now = 10_000.0  # the strategy's clock: ends at now - 1, now + 600, now + 5,000
+    by: dict[int, list[RunningJob]] = {}
+    for r in running:
+        if r.spec.kind != "inference" and (r.spec.checkpointable or r.spec.elastic is not None):
+            by.setdefault(r.node_index, []).append(r)
+    spec = JobSpec(id="s", gpus=gpus, gpu_mem_gb=4.0, est_runtime_s=est_s, priority=9)
+    pj = PendingJob(spec, now - 3 * H)
+    cfg = dataclasses.replace(CFG, preempt=PreemptConfig(min_run_s=0.0))
+    soon = P.whole_free_within(view, running, now, -1.0)
+    plan = SW.short_plan([(pj, est_s)], by, soon, view, facts, now, cfg, _speed(view), most)
+    PLANS.append(plan is not None)
+    if plan is None:
+        return
+    jobs = {r.spec.id: r for r in running}
+    assert len(plan.victims) <= most
+    for v in plan.victims:
+        r = jobs[v.job_id]
+        assert P.protection(r, facts[r.spec.id], now, cfg.preempt) == ""
+        assert r.expected_end - now >= max(cfg.preempt.short_max_s, 4 * est_s)
+        assert view.node_ids[r.node_index] == plan.node
+        assert r.spec.kind != "inference" and (r.spec.checkpointable or r.spec.elastic)
+
+
+def test_the_random_clusters_do_make_short_wait_plans() -> None:
+    """The property above is not vacuous: some of its examples found a plan."""
+    if not PLANS:
+        test_a_plan_never_stops_a_protected_or_short_job()
+    assert sum(PLANS) >= 5, f"{sum(PLANS)} plans in {len(PLANS)} examples"
+
+
+def test_on_a_full_cluster_the_victim_resumes_after_the_short_job_within_the_bound() -> None:
+    """No room elsewhere: the victim waits on its own node for the short job (20 min + a save
+    and a restore <= the 30 min resume bound), the node held for it; a short job of 30 min
+    would break the bound, and eight victims waiting 21 min each cost more than it gains."""
+    view, running = _setup([(_long(), NOW + 20 * H)], n1_full=True)
+    plan = _plan(view, running, _blocked(est_s=1200.0))
+    assert plan is not None and dict(plan.rooms) == {"L": "n0"}
+    assert "resume there after it, in about 1260 s" in plan.reason
+    assert _plan(view, running, _blocked(est_s=1800.0)) is None
+    many = [(_long(f"L{k}", gpus=1), NOW + 20 * H) for k in range(8)]
+    view, running = _setup(many, n1_full=True)
+    assert _plan(view, running, _blocked(est_s=1200.0), most=8) is None  # 8 x 1260 s > 2.5 h
