@@ -188,8 +188,6 @@ class MoveBook:
     ) -> list[MoveOrder]:
         """The grow-back rule's moves (``stages.grow``): each resumes at once on more GPUs of
         its own node, its room held there (``to_node``), as a shrink does."""
-        if not self.asked:  # nothing shrunk: the common case, and it costs nothing
-            return []
         quiet = now - self.last_burst_s >= cfg.preempt.grow_quiet_s
         # the shrunk ones only (a few), not every running job: this runs at every instant
         jobs = {j: self.jobs[j] for j in self.asked if j in self.jobs and j not in self.moving}

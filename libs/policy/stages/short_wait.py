@@ -61,7 +61,6 @@ apply it as every move (``core_moves``).
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Mapping, Sequence
 
 import numpy as np
@@ -109,12 +108,20 @@ def eligible_rows(
     return rows, rem[rows]
 
 
+def own_and_fastest(
+    workload_class: str, view: ClusterView, i: int, speed: np.ndarray
+) -> tuple[float, float]:
+    """(the speed of node ``i``'s GPU model for ``workload_class``, the fastest model's):
+    how this rule converts a runtime between a node and the fastest model (``speed``:
+    float[M, C] of the view's models)."""
+    c = CLASS_INDEX.get(workload_class, CLASS_INDEX["other"])
+    return float(speed[view.model_idx[i], c]), float(speed[:, c].max())
+
+
 def victim_remaining_best_s(job: RunningJob, view: ClusterView, speed: np.ndarray, now: float):
     """A running job's expected remaining runtime as if on the fastest model present: the time
     to its expected end, times its GPU's speed over the fastest (``speed``: float[M, C])."""
-    c = CLASS_INDEX.get(job.spec.workload_class, CLASS_INDEX["other"])
-    own = float(speed[view.model_idx[job.node_index], c])
-    fastest = float(speed[:, c].max())
+    own, fastest = own_and_fastest(job.spec.workload_class, view, job.node_index, speed)
     return max(0.0, job.expected_end - now) * own / max(fastest, EPS)
 
 
@@ -157,9 +164,8 @@ def swap_wait_s(
     breaks the resume bound (``resume_bound_s``) or nothing is stopped."""
     if not stopped:
         return None
-    c = CLASS_INDEX.get(spec.workload_class, CLASS_INDEX["other"])
-    own = float(speed[view.model_idx[i], c])
-    wait_s = remaining_s * float(speed[:, c].max()) / max(own, EPS) + 2.0 * pc.checkpoint_cost_s
+    own, fastest = own_and_fastest(spec.workload_class, view, i, speed)
+    wait_s = remaining_s * fastest / max(own, EPS) + 2.0 * pc.checkpoint_cost_s
     return wait_s if wait_s <= pc.resume_bound_s else None
 
 
@@ -196,7 +202,8 @@ def short_plan(
         ):
             continue  # it fits somewhere now: it waits for another reason (a hold, a boot)
         ok &= free_gpus + movable >= need - EPS
-        options: list[tuple[float, int, list[P.Release], float]] = []
+        # (lost GPU-s, node, victims, budget, what the short job gains: min(waited, saved))
+        options: list[tuple[float, int, list[P.Release], float, float]] = []
         for i in P.candidate_nodes(np.flatnonzero(ok), free_gpus, pc.candidate_nodes):
             cands = [
                 (0.0, P.lost_gpu_s(r, facts.get(r.spec.id), now, pc), r)
@@ -208,18 +215,17 @@ def short_plan(
             if victims is None:
                 continue
             cost = sum(c[1] for c in cands[: len(victims)])  # the victims: a prefix of cands
-            saved_s = saved_delay_s(victims, now)
-            budget = pc.lost_per_wait * max(spec.gpus, 0.01) * min(waited_s, saved_s)
+            gain_s = min(waited_s, saved_delay_s(victims, now))
+            budget = pc.lost_per_wait * max(spec.gpus, 0.01) * gain_s
             if cost <= budget:
-                options.append((cost, i, victims, budget))
+                options.append((cost, i, victims, budget, gain_s))
         options.sort(key=lambda o: (o[0], o[1]))
-        for cost, i, victims, budget in options:
+        for cost, i, victims, budget, gain_s in options:
             stopped = [r for r, keep in victims if not keep]  # a shrunk one resumes on node i
             rooms = resume_rooms(stopped, view, soon_free, cfg, exclude=i, speed=speed)
             after = ""
             if rooms is None:  # a full cluster: no room elsewhere; the swap, if it keeps the bound
                 after_s = swap_wait_s(spec, rem_s, len(stopped), view, i, speed, pc)
-                gain_s = min(waited_s, saved_delay_s(victims, now))  # what the short job gains
                 if after_s is None or after_s * len(stopped) > pc.lost_per_wait * gain_s:
                     continue  # the victims together would wait longer than it gains
                 rooms = {r.spec.id: i for r in stopped}
@@ -234,8 +240,7 @@ def short_plan(
                 for r, k in victims
             )
             to = tuple((j, view.node_ids[n]) for j, n in sorted(rooms.items()))
-            plan = P.PriorityPlan(spec.id, view.node_ids[i], out, reason)
-            return dataclasses.replace(plan, rooms=to)
+            return P.PriorityPlan(spec.id, view.node_ids[i], out, reason, rooms=to)
     return None
 
 
