@@ -98,9 +98,8 @@ class Scheduler(MovesMixin, PowerMixin, ScaleMixin):
         # queued jobs the priority-protection rule protects, by wait (its per-instant questions)
         self.protected = ProtectedWaits(cfg.preempt.protect_priority)
         self.regime = regime(0.0, cfg)
-        self.moves = MoveBook(
-            len(self.view.node_ids)
-        )  # running attempts' history, ordered moves (stages.preempt)
+        # running attempts' history, ordered moves (stages.preempt)
+        self.moves = MoveBook(len(self.view.node_ids))
         self.heat = HeatMemory(self.view.nodes, cfg)  # which nodes ran hot (stages.heat)
         self._hot: set[int] = set()  # nodes the thermal guard holds now
         self.view.heat_risky = self.heat.labelled.copy()
@@ -213,6 +212,7 @@ class Scheduler(MovesMixin, PowerMixin, ScaleMixin):
         else:
             del self._asks[key]
         self.why.forget(job_id)
+        self.heat.forget(job_id)
 
     def unplace(self, alloc: Allocation, now: float) -> None:
         """A placement of the last pass that the driver could not commit (the ledger holds
@@ -256,9 +256,8 @@ class Scheduler(MovesMixin, PowerMixin, ScaleMixin):
         full = self._cadence.take(now)
         cfg = self._policy_at(now)
         if self._hot or self._heat_watch:  # some node runs or ran hot: stages.heat
-            hot = np.fromiter(self._hot, dtype=np.int64, count=len(self._hot))
             busy = self.view.whole_free < self.view.gpu_total  # (a fraction: not whole)
-            self.view.heat_risky = self.heat.note(hot, busy, now, self.cfg)
+            self.view.heat_risky = self.heat.note(list(self._hot), busy, now, self.cfg)
             self._heat_watch = bool(self.heat.learnt.any())
         res = scheduler.schedule(
             self.queue,
@@ -271,7 +270,10 @@ class Scheduler(MovesMixin, PowerMixin, ScaleMixin):
             reasons=False,
             backfill=full,
             walked_limit=self.cfg.power_demand_cap,  # all the resume decision reads
+            heat_memory=self.heat,
         )
+        if self.view.heat_risky.any():  # stages.heat: the jobs kept off risky nodes
+            self.heat.note_waits(res.waiting, now)
         self.last = res
         self.regime = res.regime
         # a pass that did not backfill and left jobs waiting: pass again when backfill is due

@@ -187,7 +187,7 @@ def try_gang(p, i: int, job: PendingJob, key: tuple) -> None:
         res = gang_place(spec, view, p.profiles, p.cfg, cool)
         if (
             res is None
-            and H.holds_off_risky(job, p.now, p.cfg)
+            and H.holds_off_risky(job, p.heat_waited(spec.id), p.cfg)
             and gang_place(spec, view, p.profiles, p.cfg, mask) is not None
         ):
             p.waiting[spec.id] = H.HOT_NODE  # it waits a while for nodes that did not run hot

@@ -42,6 +42,7 @@ from libs.policy.gang_pass import may_start as gang_may_start
 from libs.policy.priority import regime
 from libs.policy.profiles import ProfileTable
 from libs.policy.queue import PendingQueue, QueueArrays
+from libs.policy.stages.heat import HeatMemory
 from libs.policy.step import Pass
 from libs.policy.types import CycleResult, PendingJob, RankResult, RunningJob
 
@@ -59,13 +60,15 @@ def schedule(
     reasons: bool = True,
     backfill: bool = True,
     walked_limit: int | None = None,
+    heat_memory: HeatMemory | None = None,
 ) -> CycleResult:
     """Start what can start now. ``running`` feeds the reservation (expected ends).
 
     ``reasons=False`` skips filling ``waiting`` for jobs the pass never looked at (the simulator
     does not need them); jobs that were tried always get their reason, and ``rank.order``
     lists the rows the pass walked (with ``walked_limit``, at least the first
-    ``walked_limit`` of them). ``backfill=False``: this
+    ``walked_limit`` of them). ``heat_memory``: how long each job waited for heat
+    (``stages.heat``; none: nobody has). ``backfill=False``: this
     pass stops at the first job that cannot start (between backfill times, see
     ``PolicyConfig.backfill_interval_s`` and ``libs.policy.cadence``).
 
@@ -94,6 +97,7 @@ def schedule(
     p = Pass(
         pending, q, view, running, walked, now=now, profiles=profiles, cfg=cfg,
         backfill=backfill, reasons=reasons, max_free=(max_whole, max_share),
+        heat_memory=heat_memory,
     )  # fmt: skip
     stop_at = len(rr.order)
     step_behind, try_row, seen = p.behind_head_step, p.try_row, p.seen

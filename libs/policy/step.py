@@ -85,6 +85,7 @@ class Pass(RowOutcomes):
         "head",
         "headroom",
         "heat_fail",
+        "heat_memory",
         "is_queue",
         "jobs",
         "max_extra",
@@ -127,6 +128,7 @@ class Pass(RowOutcomes):
         backfill: bool,
         reasons: bool,
         max_free: tuple[int, float],
+        heat_memory: H.HeatMemory | None = None,
     ) -> None:
         self.pending, self.q, self.view, self.running = pending, q, view, running
         self.walked = walked
@@ -158,6 +160,7 @@ class Pass(RowOutcomes):
         # risky, the usual case), and the shapes refused "HotNode" in this pass
         self.cool: np.ndarray | None = ~view.heat_risky if view.heat_risky.any() else None
         self.heat_fail: set[tuple] = set()
+        self.heat_memory = heat_memory  # stages.heat: each job's wait for heat so far
         # day/night (libs.policy.daynight): whole GPUs kept free for inference jobs, and the
         # whole free GPUs of available nodes, kept in step with the pass's starts
         self.headroom = headroom_gpus(view.total_gpus(), cfg)
@@ -291,6 +294,10 @@ class Pass(RowOutcomes):
 
     # -- one row -------------------------------------------------------------------------
 
+    def heat_waited(self, job_id: str) -> float:
+        """How long ``job_id`` has waited for heat already (``stages.heat``)."""
+        return 0.0 if self.heat_memory is None else self.heat_memory.waited_at(job_id, self.now)
+
     def try_row(self, i: int) -> None:
         """Start row ``i`` now, or record why it waits."""
         job = self.jobs[i]
@@ -339,7 +346,7 @@ class Pass(RowOutcomes):
         if mask is not None and key in self.resv_fail and self._ends_after_reserved(job):
             self.waiting[spec.id] = "Reserved"
             return
-        heat = self.cool is not None and H.holds_off_risky(job, self.now, self.cfg)
+        heat = self.cool is not None and H.holds_off_risky(job, self.heat_waited(spec.id), self.cfg)
         if heat:  # stages.heat: it waits a while for a node that did not run hot
             if key in self.heat_fail:
                 self.waiting[spec.id] = H.HOT_NODE

@@ -61,8 +61,10 @@ def test_movable_or_short_work_still_uses_it() -> None:
 
 
 def test_a_job_that_fits_only_there_waits_a_while_then_starts_there() -> None:
-    """Only the node that ran hot is free: the stuck long job waits (``HotNode``) for a
-    quarter of its runtime, then takes it rather than wait for ever."""
+    """Only the node that ran hot is free: the stuck long job waits (``HotNode``) for half
+    its runtime, then takes it rather than wait for ever. The wait counts only between passes
+    that both kept it off that node: one that gave another reason (the node held again)
+    starts the count afresh."""
     s = _sched()
     _ran_hot(s, 5.0)
     s.queue_job(PendingJob(JobSpec(id="fill", gpus=4, est_runtime_s=LONG_S, priority=9), 6.0))
@@ -72,9 +74,51 @@ def test_a_job_that_fits_only_there_waits_a_while_then_starts_there() -> None:
     assert s.last.waiting["a"] == "HotNode"
     s.set_cordoned("hot", HOLD_HOT, True)  # it runs hot again: the memory is renewed
     s.schedule_pass(30.0)
+    assert s.last.waiting["a"] != "HotNode"
     s.set_cordoned("hot", HOLD_HOT, False)
-    later = 10.0 + CFG.thermal.averse_wait_share * LONG_S + 1.0
-    assert [p.allocation.node for p in s.schedule_pass(later)] == ["hot"]
+    patience_s = CFG.thermal.averse_wait_share * LONG_S
+    assert s.schedule_pass(40.0) == [] and s.last.waiting["a"] == "HotNode"
+    assert s.schedule_pass(20.0 + patience_s + 1.0) == []  # 20 -> 30 does not count
+    assert [p.allocation.node for p in s.schedule_pass(40.0 + patience_s + 1.0)] == ["hot"]
+
+
+def test_a_job_that_queued_for_capacity_still_waits_for_a_cool_node() -> None:
+    """A long queue for capacity is no wait for heat: when the node that ran hot is the first
+    to free, days after the job arrived, the job still waits for the other node (its wait for
+    heat starts then), and takes the hot one only after half its runtime of that."""
+    s = _sched()
+    _ran_hot(s, 5.0)
+    fill = JobSpec(id="fill", gpus=4, est_runtime_s=LONG_S, priority=9)
+    ck = JobSpec(id="ck", gpus=4, est_runtime_s=LONG_S, priority=9, checkpointable=True)
+    assert _where(s, fill, 6.0) == "cool" and _where(s, ck, 7.0) == "hot"
+    s.queue_job(PendingJob(JobSpec(id="a", gpus=4, est_runtime_s=LONG_S), 10.0))
+    days = 10.0 + 4 * LONG_S  # far beyond half its runtime, queued for capacity
+    assert s.schedule_pass(days) == [] and s.last is not None
+    assert s.last.waiting.get("a") != "HotNode"
+    _ran_hot(s, days + 1.0)  # the movable job ran it hot again, then ends
+    s.cancel_job("ck", days + 2.0)
+    assert s.schedule_pass(days + 3.0) == [] and s.last.waiting["a"] == "HotNode"
+    patience_s = CFG.thermal.averse_wait_share * LONG_S
+    assert s.schedule_pass(days + 3.0 + patience_s - 1.0) == []
+    assert [p.allocation.node for p in s.schedule_pass(days + 4.0 + patience_s)] == ["hot"]
+
+
+def test_a_pass_that_did_not_look_at_a_job_keeps_its_wait_for_heat() -> None:
+    """``HeatMemory.note_waits``: a pass that stopped above the job (it is not in the pass's
+    reasons) neither adds nor resets; another reason resets; a start forgets."""
+    s = _sched()
+    mem = s.heat
+    mem.note_waits({"a": "HotNode"}, 100.0)
+    mem.note_waits({}, 150.0)
+    mem.note_waits({"a": "HotNode"}, 200.0)
+    assert mem.waited_s["a"] == 100.0
+    mem.note_waits({"a": "Resources"}, 300.0)
+    mem.note_waits({"a": "HotNode"}, 400.0)
+    assert mem.waited_s["a"] == 100.0
+    mem.note_waits({"a": "HotNode"}, 450.0)
+    assert mem.waited_s["a"] == 150.0
+    mem.forget("a")
+    assert "a" not in mem.waited_s
 
 
 def test_the_memory_clears_after_load_without_heat_not_after_idle_time() -> None:

@@ -17,7 +17,13 @@ practice) and is expected to run at least ``ThermalConfig.averse_runtime_s``.
 An averse job first *waits* for another node (``holds_off_risky``, reason ``HotNode``), for
 at most ``ThermalConfig.averse_wait_share`` (one half) of its remaining runtime: throttled at
 half speed it would lose its whole runtime again (break-even is a wait of all of it), so a
-wait of half of it is a good trade when a cool node frees meanwhile. After that it takes a
+wait of half of it is a good trade when a cool node frees meanwhile. The wait counted is the
+time it waited *for heat* (``HeatMemory.waited_s``: between passes that both kept it off a
+risky node that could take it), not its whole time in the queue: on a full cluster a job
+that queued for days for capacity has traded nothing against heat yet, and counting those
+days let it take the first risky node that freed (Philly seed 1, 10% of nodes hot: ten-day
+8-GPU jobs that had queued 500-800 h took the hot nodes at once and ran 5,500 throttled
+GPU-hours of the guard's 12,000). After that it takes a
 risky node only when no other feasible node exists (``avoid_risky``: a penalty larger than
 any score gap). Movable or short work keeps using the risky nodes, which the guard can drain.
 A thermal migration resumes only on a node that did not run hot (``core.Scheduler.check_move``
@@ -27,6 +33,7 @@ with ``kind="migrate"``), and a moved averse job's room is a cool node when one 
 from __future__ import annotations
 
 import contextlib
+from collections.abc import Mapping
 
 import numpy as np
 
@@ -54,13 +61,14 @@ def heat_averse(spec: JobSpec, cfg: PolicyConfig) -> bool:
     return stuck or spec.gpus >= tc.averse_min_gpus
 
 
-def holds_off_risky(job: PendingJob, now: float, cfg: PolicyConfig) -> bool:
-    """Does ``job`` still wait rather than take a risky node (module docstring)?"""
+def holds_off_risky(job: PendingJob, heat_waited_s: float, cfg: PolicyConfig) -> bool:
+    """Does ``job`` still wait rather than take a risky node (module docstring)?
+    ``heat_waited_s``: how long it has waited for heat already (``HeatMemory.waited_s``)."""
     spec = job.spec
     if not heat_averse(spec, cfg):
         return False
     left_s = spec.est_runtime_s * (1.0 - job.progress)
-    return now - job.enqueued_at < cfg.thermal.averse_wait_share * left_s
+    return heat_waited_s < cfg.thermal.averse_wait_share * left_s
 
 
 def label_heat(nodes: list[NodeSpec]) -> np.ndarray:
@@ -88,8 +96,12 @@ class HeatMemory:
         self.learnt = np.zeros(len(nodes), dtype=bool)
         self.clean_busy_s = np.zeros(len(nodes))  # load since the last hold (learnt ones)
         self._t: float | None = None
+        # per queued job: the time it waited for heat, and the last pass that kept it off a
+        # risky node (``note_waits``; a started or gone job is forgotten)
+        self.waited_s: dict[str, float] = {}
+        self._refused_at: dict[str, float] = {}
 
-    def note(self, hot: np.ndarray, busy: np.ndarray, now: float, cfg: PolicyConfig) -> np.ndarray:
+    def note(self, hot: list[int], busy: np.ndarray, now: float, cfg: PolicyConfig) -> np.ndarray:
         """``hot``: indices held hot now; ``busy``: bool[N], some GPU in use since the last
         note. The risky mask at ``now``."""
         dt = 0.0 if self._t is None else max(0.0, now - self._t)
@@ -99,6 +111,31 @@ class HeatMemory:
         self.clean_busy_s[hot] = 0.0
         self.learnt &= self.clean_busy_s < cfg.thermal.risk_clear_busy_s
         return self.labelled | self.learnt
+
+    def note_waits(self, waiting: Mapping[str, str], now: float) -> None:
+        """After a pass (``waiting``: its reasons): a job it kept off a risky node
+        (``HOT_NODE``) adds the time since the last pass that did, unless a pass between them
+        gave it another reason (it waited for something else then). A pass that did not look
+        at a job (it stopped above it) changes nothing for it."""
+        for job_id, why in waiting.items():
+            if why == HOT_NODE:
+                since = self._refused_at.get(job_id)
+                if since is not None:
+                    self.waited_s[job_id] = self.waited_s.get(job_id, 0.0) + (now - since)
+                self._refused_at[job_id] = now
+            elif job_id in self._refused_at:
+                del self._refused_at[job_id]
+
+    def waited_at(self, job_id: str, now: float) -> float:
+        """How long ``job_id`` has waited for heat by ``now``: the passes counted so far, and
+        the time since the last one that kept it off a risky node."""
+        since = self._refused_at.get(job_id)
+        return self.waited_s.get(job_id, 0.0) + (0.0 if since is None else now - since)
+
+    def forget(self, job_id: str) -> None:
+        """The job started or left the queue: a later wait is counted afresh."""
+        self.waited_s.pop(job_id, None)
+        self._refused_at.pop(job_id, None)
 
 
 def avoid_risky(total: np.ndarray, risky: np.ndarray) -> np.ndarray:
