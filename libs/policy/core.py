@@ -34,11 +34,12 @@ from libs.policy import backfill as B
 from libs.policy import filters as F
 from libs.policy import scheduler
 from libs.policy.cadence import BackfillCadence
-from libs.policy.cluster import EPS, ClusterView
+from libs.policy.cluster import ClusterView
 from libs.policy.config import PolicyConfig
 from libs.policy.core_moves import MovesMixin
 from libs.policy.core_power import PowerMixin
 from libs.policy.core_scale import ScaleMixin
+from libs.policy.could_place import could_place
 from libs.policy.daynight import DayNight
 from libs.policy.decisions import Decisions, MoveOrder, Place
 from libs.policy.fast.protected import ProtectedWaits
@@ -272,8 +273,6 @@ class Scheduler(MovesMixin, PowerMixin, ScaleMixin):
             walked_limit=self.cfg.power_demand_cap,  # all the resume decision reads
             heat_memory=self.heat,
         )
-        if self.view.heat_risky.any():  # stages.heat: the jobs kept off risky nodes
-            self.heat.note_waits(res.waiting, now)
         self.last = res
         self.regime = res.regime
         # a pass that did not backfill and left jobs waiting: pass again when backfill is due
@@ -292,6 +291,10 @@ class Scheduler(MovesMixin, PowerMixin, ScaleMixin):
             self._applied[(alloc.job_id, alloc.node, alloc.gpu_indices)] = pj
             self._book_start(pj.spec.id, alloc, pj.spec)  # started now (module docstring)
             out.append(Place(pj, placement, alloc))
+        if self.view.heat_risky.any():  # stages.heat: a pass when a job kept off may take one
+            heat_s = self.heat.note_waits(res.waiting, now, self.queue.get, self.cfg)
+            if heat_s is not None:
+                self._tick_at = heat_s if self._tick_at is None else min(self._tick_at, heat_s)
         return out
 
     def _policy_at(self, now: float) -> PolicyConfig:
@@ -307,35 +310,8 @@ class Scheduler(MovesMixin, PowerMixin, ScaleMixin):
         return self._tick_at
 
     def could_place_now(self) -> bool:
-        """Could any queued request fit somewhere now: the simulator engine's test before a
-        pass, on this view (a cheap necessary condition, never wrong in the "no" direction).
-
-        Free GPUs are counted on every node, asleep ones included, as the engine counts them;
-        a request wider than the narrowest node counts once that many whole GPUs are free in
-        all; others need a node with that much GPU memory per GPU and that many whole GPUs
-        free (or that share of one GPU, for a fraction)."""
-        if not self._asks:
-            return False
-        v = self.view
-        if float(v.gpu_free.sum()) <= EPS:
-            return False
-        narrowest = int(v.gpu_total.min())
-        total_free = int(v.whole_free.sum())
-        share = v.gpu_free.max(axis=1)
-        for gpus, mem in sorted(self._asks):
-            if gpus > narrowest:
-                if total_free >= gpus:
-                    return True
-                continue
-            tier = v.gpu_mem_gb >= mem - EPS
-            if not tier.any():
-                continue
-            if gpus < 1.0:
-                if float(share[tier].max()) >= gpus - EPS:
-                    return True
-            elif int(v.whole_free[tier].max()) >= gpus:
-                return True
-        return False
+        """Could any queued request fit somewhere now (``fits.could_place``)?"""
+        return could_place(self._asks, self.view)
 
     def tick(self, now: float, *, woke: bool = True) -> Decisions:
         """One instant, as the simulator's engine runs one: the pass when something happened

@@ -8,6 +8,7 @@ from __future__ import annotations
 import dataclasses
 
 import msgspec
+import pytest
 
 from libs.policy.config import PolicyConfig, ThermalConfig
 from libs.policy.core import Scheduler
@@ -105,20 +106,47 @@ def test_a_job_that_queued_for_capacity_still_waits_for_a_cool_node() -> None:
 
 def test_a_pass_that_did_not_look_at_a_job_keeps_its_wait_for_heat() -> None:
     """``HeatMemory.note_waits``: a pass that stopped above the job (it is not in the pass's
-    reasons) neither adds nor resets; another reason resets; a start forgets."""
-    s = _sched()
-    mem = s.heat
-    mem.note_waits({"a": "HotNode"}, 100.0)
-    mem.note_waits({}, 150.0)
-    mem.note_waits({"a": "HotNode"}, 200.0)
+    reasons) neither adds nor resets; another reason resets; a start forgets. It names the
+    instant the job's patience runs out (a pass is due then), or None."""
+    mem = _sched().heat
+    job = PendingJob(JobSpec(id="a", gpus=4, est_runtime_s=LONG_S), 0.0)
+    queued = {"a": job}.get
+    patience_s = CFG.thermal.averse_wait_share * LONG_S
+
+    def note(waiting: dict[str, str], now: float) -> float | None:
+        return mem.note_waits(waiting, now, queued, CFG)
+
+    assert note({"a": "HotNode"}, 100.0) == pytest.approx(100.0 + patience_s)
+    assert note({}, 150.0) == pytest.approx(100.0 + patience_s)
+    assert note({"a": "HotNode"}, 200.0) == pytest.approx(100.0 + patience_s)
     assert mem.waited_s["a"] == 100.0
-    mem.note_waits({"a": "Resources"}, 300.0)
-    mem.note_waits({"a": "HotNode"}, 400.0)
+    assert note({"a": "Resources"}, 300.0) is None  # it waits for something else now
+    note({"a": "HotNode"}, 400.0)
     assert mem.waited_s["a"] == 100.0
-    mem.note_waits({"a": "HotNode"}, 450.0)
-    assert mem.waited_s["a"] == 150.0
+    assert note({"a": "HotNode"}, 450.0) == pytest.approx(400.0 + patience_s - 100.0)
+    assert mem.waited_s["a"] == 150.0 and mem.waited_at("a", 500.0) == 200.0
     mem.forget("a")
-    assert "a" not in mem.waited_s
+    assert "a" not in mem.waited_s and note({}, 600.0) is None
+
+
+def test_a_pass_runs_when_a_kept_off_job_runs_out_of_patience() -> None:
+    """No event comes, yet the job may take the risky node once its patience is spent: the
+    scheduler asks its driver for a pass at that instant (``next_pass_s``)."""
+    s = _sched()
+    _ran_hot(s, 5.0)
+    s.queue_job(PendingJob(JobSpec(id="fill", gpus=4, est_runtime_s=LONG_S, priority=9), 6.0))
+    s.schedule_pass(6.0)
+    s.queue_job(PendingJob(JobSpec(id="a", gpus=4, est_runtime_s=LONG_S), 10.0))
+    patience_s = CFG.thermal.averse_wait_share * LONG_S
+    now, started = 20.0, []
+    for _ in range(10):  # the backfill cadence's passes, then the one patience asks for
+        started = s.schedule_pass(now)
+        due = s.next_pass_s()
+        if started or due is None:
+            break
+        now = due
+    assert now == pytest.approx(20.0 + patience_s)
+    assert [p.allocation.node for p in started] == ["hot"]
 
 
 def test_the_memory_clears_after_load_without_heat_not_after_idle_time() -> None:

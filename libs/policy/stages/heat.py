@@ -33,7 +33,7 @@ with ``kind="migrate"``), and a moved averse job's room is a cool node when one 
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 
 import numpy as np
 
@@ -45,6 +45,7 @@ from proto.nodes import NodeSpec
 
 RISK_PENALTY = 2.0  # subtracted from a risky node's total (totals lie in [0, 1])
 HOT_NODE = "HotNode"  # the wait reason: only nodes that ran hot could take it now
+PATIENCE_ROUND_S = 1e-6
 
 
 def heat_averse(spec: JobSpec, cfg: PolicyConfig) -> bool:
@@ -61,14 +62,16 @@ def heat_averse(spec: JobSpec, cfg: PolicyConfig) -> bool:
     return stuck or spec.gpus >= tc.averse_min_gpus
 
 
+def patience_s(job: PendingJob, cfg: PolicyConfig) -> float:
+    """How long an averse ``job`` waits for heat before it takes a risky node: the config's
+    share of its remaining runtime (module docstring)."""
+    return cfg.thermal.averse_wait_share * job.spec.est_runtime_s * (1.0 - job.progress)
+
+
 def holds_off_risky(job: PendingJob, heat_waited_s: float, cfg: PolicyConfig) -> bool:
     """Does ``job`` still wait rather than take a risky node (module docstring)?
     ``heat_waited_s``: how long it has waited for heat already (``HeatMemory.waited_s``)."""
-    spec = job.spec
-    if not heat_averse(spec, cfg):
-        return False
-    left_s = spec.est_runtime_s * (1.0 - job.progress)
-    return heat_waited_s < cfg.thermal.averse_wait_share * left_s
+    return heat_averse(job.spec, cfg) and heat_waited_s < patience_s(job, cfg)
 
 
 def label_heat(nodes: list[NodeSpec]) -> np.ndarray:
@@ -112,11 +115,21 @@ class HeatMemory:
         self.learnt &= self.clean_busy_s < cfg.thermal.risk_clear_busy_s
         return self.labelled | self.learnt
 
-    def note_waits(self, waiting: Mapping[str, str], now: float) -> None:
+    def note_waits(
+        self,
+        waiting: Mapping[str, str],
+        now: float,
+        queued: Callable[[str], PendingJob | None],
+        cfg: PolicyConfig,
+    ) -> float | None:
         """After a pass (``waiting``: its reasons): a job it kept off a risky node
         (``HOT_NODE``) adds the time since the last pass that did, unless a pass between them
         gave it another reason (it waited for something else then). A pass that did not look
-        at a job (it stopped above it) changes nothing for it."""
+        at a job (it stopped above it) changes nothing for it.
+
+        Returns the first instant a job kept off now runs out of patience (``queued``: the
+        queue's job by id), or None: a pass is due then, events or not, or a job that may
+        take the risky node would wait for some unrelated event (both drivers wake at it)."""
         for job_id, why in waiting.items():
             if why == HOT_NODE:
                 since = self._refused_at.get(job_id)
@@ -125,6 +138,14 @@ class HeatMemory:
                 self._refused_at[job_id] = now
             elif job_id in self._refused_at:
                 del self._refused_at[job_id]
+        ends = []
+        for job_id in self._refused_at:  # the few jobs kept off for heat
+            job = queued(job_id)
+            left_s = 0.0 if job is None else patience_s(job, cfg) - self.waited_at(job_id, now)
+            if left_s > 0:  # spent already: it may take a risky node, and waits for another cause
+                ends.append(now + left_s)
+        # a hair past the end: the pass then finds the patience spent, whatever the rounding
+        return None if not ends else min(ends) + PATIENCE_ROUND_S
 
     def waited_at(self, job_id: str, now: float) -> float:
         """How long ``job_id`` has waited for heat by ``now``: the passes counted so far, and
