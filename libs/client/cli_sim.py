@@ -83,19 +83,14 @@ def sim(
 ) -> None:
     """Replay a trace through the simulator under several policies and compare them."""
     if fill is not None:  # the runner's own command line runs the fill experiment
-        from libs.sim.runner import main as runner_main
-
         argv = ["--trace", trace, "--cluster", cluster, "--seed", str(seed), "--out", str(out_dir)]
         argv += ["--fill", str(fill), "--policies", policies if policies != SIM_POLICIES else ""]
         argv += [x for kv in overrides or [] for x in ("--set", kv)]
         argv += ["--traces-dir", str(traces_dir)] if traces_dir is not None else []
         argv += ["--policy-file", str(policy_file)] if policy_file is not None else []
-        code = runner_main(argv)
-        if code:
-            raise typer.Exit(code)
+        _fill(argv)
         return
     try:
-        from libs.sim.report import render_table
         from libs.sim.runner import run_simulation
     except ImportError as exc:
         raise Unavailable(f"the simulator is not available: {exc}") from None
@@ -136,15 +131,29 @@ def sim(
             )
         except (ValueError, FileNotFoundError) as exc:
             raise UsageProblem(str(exc)) from None
+    _show(results, out_dir)
+
+
+def _fill(argv: list[str]) -> None:
+    """FGD's fill experiment (``--fill``), run by the runner's own command line."""
+    from libs.sim.runner import main as runner_main
+
+    code = runner_main(argv)
+    if code:
+        raise typer.Exit(code)
+
+
+def _show(results: dict, out_dir: Path) -> None:
+    """The comparison table, the hot-node and inference lines, and where the results are."""
+    from libs.sim.report import render_table
+    from libs.sim.serving import summary_lines
+    from libs.sim.thermal import summary_line
+
     rendered = render_table(results)
     for part in rendered if isinstance(rendered, list | tuple) else [rendered]:
         out.print(part)
-    from libs.sim.thermal import summary_line
-
     if (line := summary_line(results)) is not None:
         out.print(line, highlight=False)
-    from libs.sim.serving import summary_lines
-
     for line in summary_lines(results):  # inference services (--services)
         out.print(line, highlight=False)
     out.print(f"results in {out_dir}", highlight=False)
