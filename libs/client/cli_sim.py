@@ -80,6 +80,10 @@ def sim(
         Path | None,
         typer.Option("--services", help="inference services and load curves (libs.sim.services)"),
     ] = None,
+    drf_weights: Annotated[
+        str | None,
+        typer.Option("--drf-weights", metavar="TENANT=W,...", help="drf's tenant weights"),
+    ] = None,
 ) -> None:
     """Replay a trace through the simulator under several policies and compare them."""
     if fill is not None:  # the runner's own command line runs the fill experiment
@@ -92,6 +96,7 @@ def sim(
         return
     try:
         from libs.sim.runner import run_simulation
+        from libs.sim.runner_args import parse_weights
     except ImportError as exc:
         raise Unavailable(f"the simulator is not available: {exc}") from None
     from rich.progress import Progress
@@ -109,6 +114,7 @@ def sim(
             bar.update(tasks[policy], completed=fraction)  # type: ignore[arg-type]
 
         try:
+            weights = parse_weights(drf_weights)
             results = run_simulation(
                 trace,
                 cluster,
@@ -128,6 +134,7 @@ def sim(
                 base_cfg=_policy(policy_file),
                 estimate_noise=estimate_noise,
                 services=services,
+                policy_kwargs={"drf": {"weights": weights}} if weights else None,
             )
         except (ValueError, FileNotFoundError) as exc:
             raise UsageProblem(str(exc)) from None

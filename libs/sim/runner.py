@@ -37,7 +37,7 @@ from libs.sim.policy_run import PolicyRun
 from libs.sim.power_saving import RULES as POWER_RULES
 from libs.sim.power_saving import apply_mode, check_mode
 from libs.sim.profile_error import profile_kwargs
-from libs.sim.runner_args import runner_parser
+from libs.sim.runner_args import parse_weights, runner_parser
 from libs.sim.runtimes import runtime_matrix
 from libs.sim.services import load_scenario
 from libs.sim.serving import summary_lines
@@ -168,6 +168,8 @@ def run_simulation(
         trace, cluster, nodes, seed, jobs, dropped, load_record, tariff_usd_per_kwh, failures,
         overrides_set, power_saving, base_cfg, noise_report(jobs, estimate_noise, seed), tr,
     )  # fmt: skip
+    if drf_weights := (policy_kwargs or {}).get("drf", {}).get("weights"):
+        results["drf_weights"] = dict(drf_weights)  # a policy's options are part of the run
     runs = keep_runs if keep_runs is not None else ({} if out_dir is not None else None)
     idle_w = sum(profiles.idle_power_w(n.gpu_model) * n.gpu_count for n in nodes)
     # build every policy first: each imports its code now, so one run uses one version of it
@@ -297,7 +299,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 overrides=args.overrides,
                 hot=HotNodes.parse(args.hot_nodes, args.hot_share, args.hot_heat),
                 power_saving=args.power_saving,
-                policy_kwargs=profile_kwargs(args),
+                policy_kwargs=policy_kwargs(args),
                 base_cfg=base,
                 interference=not args.no_interference,
                 estimate_noise=args.estimate_noise,
@@ -315,6 +317,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.out is not None:
         console.print(f"wrote {args.out / 'results.json'} and plots")
     return 0
+
+
+def policy_kwargs(args: Any) -> dict[str, dict]:
+    """The policies' constructor options from the flags: Mosaic's profile error and learning
+    (``libs.sim.profile_error``), drf's tenant weights."""
+    out = profile_kwargs(args)
+    weights = parse_weights(args.drf_weights)
+    if weights:
+        out["drf"] = {"weights": weights}
+    return out
 
 
 if __name__ == "__main__":

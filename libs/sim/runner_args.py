@@ -82,6 +82,12 @@ def runner_parser() -> argparse.ArgumentParser:
     add_noise_args(ap)
     ap.add_argument("--policy-file", type=Path, default=None, help="policy.json (calibrate)")
     ap.add_argument(
+        "--drf-weights",
+        default=None,
+        metavar="TENANT=W,...",
+        help="drf's tenant weights (weighted DRF; a tenant not named weighs 1)",
+    )
+    ap.add_argument(
         "--no-interference",
         action="store_true",
         help="co-located fractions run at full speed (libs.sim.sharing off); the policy's own "
@@ -94,3 +100,20 @@ def runner_parser() -> argparse.ArgumentParser:
         help="inference services and their load curves (JSON, libs.sim.services)",
     )
     return ap
+
+
+def parse_weights(text: str | None) -> dict[str, float]:
+    """``--drf-weights a=2,b=0.5`` as {tenant: weight}; a clear error naming the bad part."""
+    out: dict[str, float] = {}
+    for part in (text or "").split(","):
+        if not part.strip():
+            continue
+        tenant, sep, value = part.partition("=")
+        try:
+            w = float(value)
+        except ValueError:
+            w = float("nan")
+        if not sep or not tenant.strip() or not (w > 0 and w != float("inf")):
+            raise ValueError(f"--drf-weights: {part.strip()!r} is not TENANT=W with W > 0")
+        out[tenant.strip()] = w
+    return out

@@ -73,3 +73,26 @@ def test_the_runner_charges_every_policy_the_configured_checkpoint_cost(tmp_path
         got[cost] = r["policies"]["tiresias"]
     assert got["0"]["preemptions"] > 0
     assert got["600"]["jct_mean_s"] > got["0"]["jct_mean_s"]
+
+
+def test_drf_weights_from_the_command_line_reach_drf_and_the_results(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """``--drf-weights``: the runner hands them to drf and records them in results.json; a
+    malformed one is refused with a message naming the flag (exit 2), nothing written."""
+    import json
+
+    from libs.client.cli import main as mosaic_main
+    from libs.sim.runner import main
+    from libs.sim.runner_args import parse_weights
+
+    assert parse_weights("a=2, b=0.5") == {"a": 2.0, "b": 0.5}
+    for bad in ("a", "a=0", "=2", "a=x", "a=inf"):
+        with pytest.raises(ValueError, match="--drf-weights"):
+            parse_weights(bad)
+    argv = ["--trace", "synthetic:40", "--cluster", "demo", "--policies", "drf"]
+    out = tmp_path / "w"
+    assert main([*argv, "--drf-weights", "tenant-a=3", "--out", str(out)]) == 0
+    assert json.loads((out / "results.json").read_text())["drf_weights"] == {"tenant-a": 3.0}
+    assert main([*argv, "--drf-weights", "tenant-a=-1", "--out", str(tmp_path / "x")]) == 2
+    assert not (tmp_path / "x" / "results.json").exists()
+    sim = ["sim", "--trace", "synthetic:40", "--cluster", "demo", "--policies", "drf"]
+    assert mosaic_main([*sim, "--drf-weights", "oops", "--out", str(tmp_path / "y")]) == 2
