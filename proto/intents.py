@@ -24,6 +24,8 @@ import re
 import msgspec
 
 MOVE_KINDS = ("preempt", "migrate")
+# who may send intents (``source``, and the subject ``intents.<source>`` NATS permits them on)
+INTENT_SOURCES = ("defrag", "thermal")
 _ID = re.compile(r"[A-Za-z0-9_.:-]{1,200}")
 
 

@@ -33,7 +33,14 @@ from libs.policy.decisions import MoveOrder
 from proto import subjects
 from proto.commands import CheckpointCommand
 from proto.decisions import Decision
-from proto.intents import MOVE_KINDS, HoldIntent, Intent, MoveIntent, sound_intent_id
+from proto.intents import (
+    INTENT_SOURCES,
+    MOVE_KINDS,
+    HoldIntent,
+    Intent,
+    MoveIntent,
+    sound_intent_id,
+)
 from proto.validation import sound_id
 from services.placer.announce import SERVICE
 
@@ -52,8 +59,12 @@ def intent_error(intent: Intent) -> str:
     """Why an intent cannot be acted on as sent ("" when it is sound), naming the field."""
     if not sound_intent_id(intent.id):
         return "id: must be 1-200 letters, digits, '_', '.', ':' or '-'"
+    if intent.source not in INTENT_SOURCES:
+        return f"source: must be one of {', '.join(INTENT_SOURCES)}"
     if not math.isfinite(intent.time):
         return "time: not a finite number"
+    if not sound_id(intent.node):
+        return "node: not a sound identifier"
     if isinstance(intent, MoveIntent):
         if not sound_id(intent.job_id):
             return "job_id: not a sound identifier"
@@ -185,7 +196,9 @@ class MoveCommitter:
 
     async def _refuse_intent(self, intent: Intent, why: str, now: float) -> None:
         job = intent.job_id if isinstance(intent, MoveIntent) else ""
-        INTENTS.labels(intent.source, "refused").inc()
+        # the label is bounded: a forged sender is counted as one, not as a label of its own
+        source = intent.source if intent.source in INTENT_SOURCES else "unknown"
+        INTENTS.labels(source, "refused").inc()
         decision = Decision(
             job_id=job if sound_id(job) else "",
             time=now,

@@ -31,6 +31,7 @@ from proto.events import (
     Started,
     Submitted,
 )
+from proto.intents import HoldIntent, MoveIntent
 from proto.jobs import CancelRequest, Elastic, JobSpec
 from proto.ledger import Allocation
 from proto.nodes import ExecutorReport, GpuSample, NodeSpec, RunningAttempt, TelemetrySample
@@ -196,6 +197,38 @@ reports = st.builds(
 )
 
 
+# what the defragmenter and the thermal guard send the placer. A hold names a fake or unsound
+# node only: a sound hold of a real node is what NATS permissions stop (it would cordon it);
+# a move names a job that never runs (OTHER_IDS), so each must be refused
+_intent_common = {
+    "id": st.sampled_from(OTHER_IDS + BAD_IDS) | text,
+    "source": st.sampled_from(["defrag", "thermal"]) | text,
+    "time": times,
+    "reason": text,
+    "trace": text,
+}
+intents = st.one_of(
+    st.builds(
+        MoveIntent,
+        job_id=other_id,
+        attempt=hostile_int,
+        node=any_node,
+        kind=st.sampled_from(["preempt", "migrate"]) | text,
+        for_job=other_id | text,
+        shrink_to=hostile_int,
+        **_intent_common,
+    ),
+    st.builds(
+        HoldIntent,
+        node=st.sampled_from(FAKE_NODES + BAD_IDS),
+        hold=st.just("hot") | text,
+        on=st.booleans(),
+        ttl_s=hostile_float,
+        **_intent_common,
+    ),
+)
+
+
 def _node_pair() -> st.SearchStrategy[tuple[str, NodeSpec]]:
     spec = st.builds(
         NodeSpec,
@@ -326,7 +359,15 @@ def _fixed() -> dict[str, tuple[Any, ...]]:
         ),
         "kv ledger": (("fz-x0", alloc),),
         "kv tenants": (("fz-k0", TenantRecord(name="", token_sha256="", created_at=math.inf)),),
-    }
+        "intents.*": (
+            ("defrag", MoveIntent(id="fz-i0", source="x" * 5000, time=1.7e9, reason="r",
+                                  job_id="fz-x7", attempt=1, node=v100)),
+            ("thermal", HoldIntent(id="fz-i1", source="thermal", time=1.7e9, reason="hot",
+                                   node="lifecycle.>", ttl_s=60.0)),
+            ("thermal", HoldIntent(id="fz-i2", source="thermal", time=math.inf, reason="hot",
+                                   node="fz-n2", ttl_s=1e308)),
+        ),
+    }  # fmt: skip
 
 
 FIXED = _fixed()

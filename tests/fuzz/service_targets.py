@@ -63,6 +63,11 @@ TARGETS = [
         lambda s, x: s.kv(subjects.KV_LEDGER, x[0], x[1]),
     ),
     Target(
+        "intents.*",
+        st.tuples(st.sampled_from(["defrag", "thermal"]), _or_garbage(inp.intents)),
+        lambda s, x: s.durable(subjects.intents(x[0]), x[1]),
+    ),
+    Target(
         "kv tenants",
         st.tuples(st.sampled_from(inp.KV_KEYS), _or_garbage(inp.tenants)),
         lambda s, x: s.kv(subjects.KV_TENANTS, x[0], x[1]),

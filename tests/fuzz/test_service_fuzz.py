@@ -46,12 +46,15 @@ from proto import subjects
 from proto.events import Submitted
 from proto.jobs import CancelRequest
 from proto.validation import sound_id
+from services.defrag.service import main as defrag_main
 from services.executor.service import main as executor_main
 from services.gateway.service import ReadModelConfig
 from services.gateway.service import main as gateway_main
 from services.placer.service import main as placer_main
+from services.profiler.service import main as profiler_main
 from services.scorer.service import main as scorer_main
 from services.telemetry.service import main as telemetry_main
+from services.thermal.service import main as thermal_main
 from tests.e2e.checker import check, read_stream
 from tests.fuzz import service_inputs as inp
 from tests.fuzz.service_targets import TARGETS, Target
@@ -61,7 +64,9 @@ R = TypeVar("R")
 FACTOR = 60.0  # Mosaic seconds per wall second: a sound two-minute job ends in two seconds
 NODES = small_cluster()
 NODE_JSON = msgspec.json.encode(NODES).decode()
-SERVICES = ("placer", "scorer", "gateway", "executor", "telemetry")
+SERVICES = (
+    "placer", "scorer", "gateway", "executor", "telemetry", "thermal", "profiler", "defrag",
+)  # fmt: skip
 
 
 class CountingLog:
@@ -147,6 +152,9 @@ class Stack:
                 "insecure_no_auth": True,
                 "read_models": ReadModelConfig(snapshots=False),
             },
+            "thermal": {},  # the guard's defaults (ThermalConfig)
+            "profiler": {},  # the learning rule's defaults (LearningConfig)
+            "defrag": {"interval_s": 0.5},
         }
         mains = {
             "telemetry": telemetry_main,
@@ -154,6 +162,9 @@ class Stack:
             "scorer": scorer_main,
             "placer": placer_main,
             "gateway": gateway_main,
+            "thermal": thermal_main,
+            "profiler": profiler_main,
+            "defrag": defrag_main,
         }
         cfg = ServiceConfig(nats_url=url, log_format="json", log_level="error")
         for name, real in mains.items():
@@ -327,8 +338,14 @@ def counts() -> dict[str, float]:
         "refused": _sum("mosaic_bus_records_refused_total"),
         "dead letters": _sum("mosaic_dead_letters_total"),
         "jobs failed": _metric("mosaic_placer_refusals_total"),
+        "intents refused": sum(
+            s.value
+            for m in REGISTRY.collect()
+            for s in m.samples
+            if s.name == "mosaic_placer_intents_total" and s.labels.get("verdict") == "refused"
+        ),
     }
-    c["noticed"] = c["refused"] + c["dead letters"] + c["jobs failed"]
+    c["noticed"] = c["refused"] + c["dead letters"] + c["jobs failed"] + c["intents refused"]
     return c
 
 
@@ -357,7 +374,7 @@ def run_target(stack: Stack, target: Target, examples: int) -> None:
     stack.run(stack.probe(target.name))  # with the batch's records still in the buckets
     stack.check_ok(target, before)
     after = counts()  # by every consumer of the target (a lifecycle event reaches three)
-    for k in ("refused", "dead letters", "jobs failed"):
+    for k in ("refused", "dead letters", "jobs failed", "intents refused"):
         stats[k] = int(after[k] - before[k])
     stack.run(stack.cleanup())
 

@@ -167,3 +167,23 @@ async def _held(placer, node: str) -> bool:  # type: ignore[no-untyped-def]
 async def _released(placer, node: str) -> bool:  # type: ignore[no-untyped-def]
     sched = placer.feed.sched
     return sched is not None and node not in sched.cordoned("hot")
+
+
+def test_an_intent_from_an_unknown_sender_or_for_an_unsound_node_is_refused_naming_the_field() -> (
+    None
+):
+    """``intent_error``: the sender must be one the placer takes intents from (its refusal
+    counter is labelled by sender, so a forged one must not add a label of its own), and the
+    node a sound identifier (a hold for any string would cordon nothing and grow the holds)."""
+    from services.placer.moves import intent_error
+
+    move = MoveIntent(
+        id="m-1", source="defrag", time=0.0, reason="r", job_id="j", attempt=1, node="n"
+    )
+    hold = HoldIntent(id="h-1", source="thermal", time=0.0, reason="hot", node="n")
+    assert intent_error(move) == "" and intent_error(hold) == ""
+    forged = msgspec.structs.replace(move, source="x" * 10_000)
+    assert intent_error(forged).startswith("source: must be one of defrag, thermal")
+    for bad in ("", "a b", "lifecycle.>", "x" * 300):
+        assert intent_error(msgspec.structs.replace(hold, node=bad)).startswith("node:"), bad
+        assert intent_error(msgspec.structs.replace(move, node=bad)).startswith("node:"), bad
