@@ -108,6 +108,35 @@ def eligible_rows(
     return rows, rem[rows]
 
 
+def next_due_s(
+    table: np.ndarray,
+    now: float,
+    best: np.ndarray,
+    pc: PreemptConfig,
+    looked_s: float,
+    due_s: float,
+) -> float | None:
+    """The next instant after ``now`` the rule owes a look (its wake-up): the first queued
+    short job that has reached, or will reach, its wait bound after the last look
+    (``looked_s``) and was not looked at since, no sooner than the rule may look again
+    (``due_s``, ``interval_s`` after the last look); when that has passed and a job is owed
+    a look (the rule could not look now: the other rules took ``max_per_pass``), one
+    ``interval_s`` from now. None when no queued short job is owed one. Why: on a full quiet
+    cluster nothing else may happen for hours, and a short job at its bound should not wait
+    for the next arrival or end."""
+    if not len(table):
+        return None
+    rem = remaining_best_s(
+        table[:, _COL["est"]], table[:, _COL["prog"]], table[:, _COL["cls"]], best
+    )
+    at = table[:, _COL["enq"]] + wait_bound_s(rem, pc)
+    owed = (table[:, _COL["inference"]] < 0.5) & (rem <= pc.short_max_s) & (at > looked_s)
+    if not owed.any():
+        return None
+    due = np.maximum(at[owed], due_s)
+    return float(np.where(due > now, due, now + max(pc.interval_s, 1.0)).min())
+
+
 def own_and_fastest(
     workload_class: str, view: ClusterView, i: int, speed: np.ndarray
 ) -> tuple[float, float]:
@@ -169,6 +198,73 @@ def swap_wait_s(
     return wait_s if wait_s <= pc.resume_bound_s else None
 
 
+def fits_now(spec: JobSpec, view: ClusterView, ok: np.ndarray, free_gpus: np.ndarray) -> bool:
+    """Does ``spec`` fit now on a node ``ok`` marks? Then it waits for another reason (a hold,
+    a boot, a reservation) and no move is made for it."""
+    need = spec.gpus if is_fractional(spec) else float(whole_gpus(spec))
+    return any(
+        P.fits_after_release(spec, view, i, ())
+        for i in np.flatnonzero(ok & (free_gpus >= need - EPS))
+    )
+
+
+def usable_nodes(spec: JobSpec, view: ClusterView, cfg: PolicyConfig) -> np.ndarray:
+    """bool[N]: nodes that could hold ``spec`` now, free or not: its static rules, not
+    cordoned (rooms held for other moves included), not too hot."""
+    return static_ok(spec, view) & ~view.cordoned & ~(view.temp_c >= cfg.thermal_max_c)
+
+
+def short_plans(
+    blocked: Sequence[tuple[PendingJob, float]],
+    movers: Mapping[int, Sequence[RunningJob]],
+    soon_free: np.ndarray,
+    view: ClusterView,
+    facts: Mapping[str, P.MoveFacts],
+    now: float,
+    cfg: PolicyConfig,
+    speed: np.ndarray,
+    most: int,
+    misses: int = 4,
+) -> list[P.PriorityPlan]:
+    """The rule's plans for one look: for ``blocked`` ((job, remaining_s), most slowed first),
+    each job's plan (``job_plan``) in turn, at most ``most`` moves in all, stopping once
+    ``misses`` jobs in a row that were searched had none (the cluster offers nothing for the
+    rest either: the same nodes, the same victims). A job that fits now is skipped, not
+    searched. Each node is used once per look: a plan's node and every node a victim resumes
+    on (each a whole-node room hold) are off limits to the later plans, so no two plans count
+    the same GPUs, stop the same job or promise the same room; each plan keeps its own
+    budget. Why several: a burst of short jobs was served one plan per ``interval_s``."""
+    pc = cfg.preempt
+    out: list[P.PriorityPlan] = []
+    if not pc.short_enabled or not movers or most <= 0:
+        return out
+    free_gpus = view.gpu_free.sum(axis=1)
+    movable = np.zeros(len(view.node_ids))
+    for i, rs in movers.items():
+        movable[i] = sum(gpus_held(r) for r in rs)
+    used = np.zeros(len(view.node_ids), dtype=bool)
+    missed = 0
+    for pj, rem_s in blocked:
+        if most <= 0 or missed >= misses:
+            break
+        ok = usable_nodes(pj.spec, view, cfg) & ~used
+        if fits_now(pj.spec, view, ok, free_gpus):
+            continue
+        plan = job_plan(
+            pj, rem_s, ok, movers, movable, soon_free, used, view, facts, now, cfg, speed, most
+        )
+        if plan is None:
+            missed += 1
+            continue
+        missed = 0
+        out.append(plan)
+        most -= len(plan.victims)
+        used[view.index[plan.node]] = True
+        for _, node in plan.rooms:
+            used[view.index[node]] = True
+    return out
+
+
 def short_plan(
     blocked: Sequence[tuple[PendingJob, float]],
     movers: Mapping[int, Sequence[RunningJob]],
@@ -180,67 +276,80 @@ def short_plan(
     speed: np.ndarray,
     most: int,
 ) -> P.PriorityPlan | None:
-    """The rule (module docstring) for the first of ``blocked`` ((job, remaining_s), most
-    slowed first) that has a plan, or None. ``movers``: per node index, the running jobs that
-    could ever move and are not being moved; ``soon_free``: ``whole_free_within`` the resume
-    bound; ``speed``: float[M, C] of the view's models; ``most``: the moves it may order."""
+    """The first plan of ``short_plans`` for ``blocked``, looked at to the end, or None."""
+    for k in range(len(blocked)):
+        plans = short_plans(
+            blocked[k : k + 1], movers, soon_free, view, facts, now, cfg, speed, most
+        )
+        if plans:
+            return plans[0]
+    return None
+
+
+def job_plan(
+    pj: PendingJob,
+    rem_s: float,
+    ok: np.ndarray,
+    movers: Mapping[int, Sequence[RunningJob]],
+    movable: np.ndarray,
+    soon_free: np.ndarray,
+    used: np.ndarray,
+    view: ClusterView,
+    facts: Mapping[str, P.MoveFacts],
+    now: float,
+    cfg: PolicyConfig,
+    speed: np.ndarray,
+    most: int,
+) -> P.PriorityPlan | None:
+    """The rule (module docstring) for one blocked job ``pj`` (``rem_s`` left on the fastest
+    model) on the nodes ``ok`` marks, or None. ``movers``: per node index, the running jobs
+    that could ever move and are not being moved, ``movable``: the GPUs they hold per node;
+    ``soon_free``: ``whole_free_within`` the resume bound; ``used``: nodes no victim may
+    resume on (earlier plans' nodes and rooms); ``speed``: float[M, C] of the view's models;
+    ``most``: the moves it may order."""
     pc = cfg.preempt
-    if not pc.short_enabled or not movers or most <= 0:
-        return None
+    spec = pj.spec
+    waited_s = now - pj.enqueued_at
     free_gpus = view.gpu_free.sum(axis=1)
-    movable = np.zeros(len(view.node_ids))
-    for i, rs in movers.items():
-        movable[i] = sum(gpus_held(r) for r in rs)
-    for pj, rem_s in blocked:
-        spec = pj.spec
-        waited_s = now - pj.enqueued_at
-        need = spec.gpus if is_fractional(spec) else float(whole_gpus(spec))
-        ok = static_ok(spec, view) & ~view.cordoned & ~(view.temp_c >= cfg.thermal_max_c)
-        if any(
-            P.fits_after_release(spec, view, i, ())
-            for i in np.flatnonzero(ok & (free_gpus >= need - EPS))
-        ):
-            continue  # it fits somewhere now: it waits for another reason (a hold, a boot)
-        ok &= free_gpus + movable >= need - EPS
-        # (lost GPU-s, node, victims, budget, what the short job gains: min(waited, saved))
-        options: list[tuple[float, int, list[P.Release], float, float]] = []
-        for i in P.candidate_nodes(np.flatnonzero(ok), free_gpus, pc.candidate_nodes):
-            cands = [
-                (0.0, P.lost_gpu_s(r, facts.get(r.spec.id), now, pc), r)
-                for r in movers.get(i, ())
-                if victim_ok(r, pj, rem_s, view, speed, facts, now, pc)
-            ]
-            cands.sort(key=lambda c: (c[1], c[2].spec.id))
-            victims = P.node_victims(pj, i, cands, view, most)
-            if victims is None:
-                continue
-            cost = sum(c[1] for c in cands[: len(victims)])  # the victims: a prefix of cands
-            gain_s = min(waited_s, saved_delay_s(victims, now))
-            budget = pc.lost_per_wait * max(spec.gpus, 0.01) * gain_s
-            if cost <= budget:
-                options.append((cost, i, victims, budget, gain_s))
-        options.sort(key=lambda o: (o[0], o[1]))
-        for cost, i, victims, budget, gain_s in options:
-            stopped = [r for r, keep in victims if not keep]  # a shrunk one resumes on node i
-            rooms = resume_rooms(stopped, view, soon_free, cfg, exclude=i, speed=speed)
-            after = ""
-            if rooms is None:  # a full cluster: no room elsewhere; the swap, if it keeps the bound
-                after_s = swap_wait_s(spec, rem_s, len(stopped), view, i, speed, pc)
-                if after_s is None or after_s * len(stopped) > pc.lost_per_wait * gain_s:
-                    continue  # the victims together would wait longer than it gains
-                rooms = {r.spec.id: i for r in stopped}
-                after = f"; they resume there after it, in about {after_s:.0f} s"
-            rooms.update({r.spec.id: i for r, keep in victims if keep})
-            reason = _reason(pj, view.node_ids[i], victims, cost, budget, waited_s, rem_s, pc)
-            reason += after
-            out = tuple(
-                P.Victim(
-                    r.spec.id, view.node_ids[i], P.lost_gpu_s(r, facts.get(r.spec.id), now, pc), k
-                )
-                for r, k in victims
-            )
-            to = tuple((j, view.node_ids[n]) for j, n in sorted(rooms.items()))
-            return P.PriorityPlan(spec.id, view.node_ids[i], out, reason, rooms=to)
+    need = spec.gpus if is_fractional(spec) else float(whole_gpus(spec))
+    ok = ok & (free_gpus + movable >= need - EPS)
+    # (lost GPU-s, node, victims, budget, what the short job gains: min(waited, saved))
+    options: list[tuple[float, int, list[P.Release], float, float]] = []
+    for i in P.candidate_nodes(np.flatnonzero(ok), free_gpus, pc.candidate_nodes):
+        cands = [
+            (0.0, P.lost_gpu_s(r, facts.get(r.spec.id), now, pc), r)
+            for r in movers.get(i, ())
+            if victim_ok(r, pj, rem_s, view, speed, facts, now, pc)
+        ]
+        cands.sort(key=lambda c: (c[1], c[2].spec.id))
+        victims = P.node_victims(pj, i, cands, view, most)
+        if victims is None:
+            continue
+        cost = sum(c[1] for c in cands[: len(victims)])  # the victims: a prefix of cands
+        gain_s = min(waited_s, saved_delay_s(victims, now))
+        budget = pc.lost_per_wait * max(spec.gpus, 0.01) * gain_s
+        if cost <= budget:
+            options.append((cost, i, victims, budget, gain_s))
+    options.sort(key=lambda o: (o[0], o[1]))
+    avoid = used if used.any() else None
+    for cost, i, victims, budget, gain_s in options:
+        stopped = [r for r, keep in victims if not keep]  # a shrunk one resumes on node i
+        rooms = resume_rooms(stopped, view, soon_free, cfg, exclude=i, avoid=avoid, speed=speed)
+        after = ""
+        if rooms is None:  # a full cluster: no room elsewhere; the swap, if it keeps the bound
+            after_s = swap_wait_s(spec, rem_s, len(stopped), view, i, speed, pc)
+            if after_s is None or after_s * len(stopped) > pc.lost_per_wait * gain_s:
+                continue  # the victims together would wait longer than it gains
+            rooms = {r.spec.id: i for r in stopped}
+            after = f"; they resume there after it, in about {after_s:.0f} s"
+        rooms.update({r.spec.id: i for r, keep in victims if keep})
+        reason = _reason(pj, view.node_ids[i], victims, cost, budget, waited_s, rem_s, pc)
+        out = tuple(
+            P.Victim(r.spec.id, view.node_ids[i], P.lost_gpu_s(r, facts.get(r.spec.id), now, pc), k)
+            for r, k in victims
+        )
+        to = tuple((j, view.node_ids[n]) for j, n in sorted(rooms.items()))
+        return P.PriorityPlan(spec.id, view.node_ids[i], out, reason + after, rooms=to)
     return None
 
 
