@@ -406,3 +406,22 @@ def test_a_full_quiet_cluster_is_woken_for_a_short_job_and_serves_it() -> None:
     assert d.next_tick_s is not None and d.next_tick_s <= due + 1e-6
     moves = s.tick(s.next_move_s(H), woke=False).moves
     assert [m.job_id for m in moves] == ["L"] and moves[0].reason.startswith(SW.SHORT_RULE)
+
+
+def test_a_deadline_job_is_acted_for_before_its_deadline_is_lost() -> None:
+    """A 30-min job whose deadline leaves 1.5 x its runtime must start within 15 min, long
+    before its wait bound (1 h): it is eligible from 90 s (a look and a save) before that
+    latest start until it, then only at its bound; the wake-up is the window's opening."""
+    best, pc = np.ones(len(WORKLOAD_CLASSES)), CFG.preempt
+    pj = _renamed(_blocked(waited_s=0.0), "d", deadline=NOW + 2700.0)
+    t = _queue(pj)
+    opens = NOW + 900.0 - SW.deadline_margin_s(pc)
+    assert SW.deadline_margin_s(pc) == 90.0
+
+    def rows(at: float) -> list[int]:
+        return SW.eligible_rows(t, at, best, pc)[0].tolist()
+
+    assert rows(opens - 1) == [] and rows(opens) == [0] and rows(NOW + 900.0) == [0]
+    assert rows(NOW + 901.0) == [] and rows(NOW + H) == [0]
+    assert SW.next_due_s(t, NOW, best, pc, -np.inf, -np.inf) == opens
+    assert SW.next_due_s(t, opens, best, pc, looked_s=opens, due_s=opens + 60) == NOW + H
