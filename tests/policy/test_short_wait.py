@@ -79,7 +79,8 @@ def _plan(view, running, pj, facts=None, most=4, cfg=CFG):  # type: ignore[no-un
     facts = facts if facts is not None else {r.spec.id: P.MoveFacts(NOW - H) for r in running}
     soon = P.whole_free_within(view, running, NOW, -1.0)
     rem = pj.spec.est_runtime_s * (1.0 - pj.progress)  # every model as fast (``_speed``)
-    return SW.short_plan([(pj, rem)], by, soon, view, facts, NOW, cfg, _speed(view), most)
+    plans = SW.short_plans([(pj, rem)], by, soon, view, facts, NOW, cfg, _speed(view), most)
+    return plans[0] if plans else None
 
 
 def test_it_fires_for_a_long_blocked_short_job_against_a_long_checkpointable_job() -> None:
@@ -184,7 +185,8 @@ def test_a_plan_never_stops_a_protected_or_short_job(c, less, est_s, most) -> No
     pj = PendingJob(spec, now - 3 * H)
     cfg = dataclasses.replace(CFG, preempt=PreemptConfig(min_run_s=0.0))
     soon = P.whole_free_within(view, running, now, -1.0)
-    plan = SW.short_plan([(pj, est_s)], by, soon, view, facts, now, cfg, _speed(view), most)
+    plans = SW.short_plans([(pj, est_s)], by, soon, view, facts, now, cfg, _speed(view), most)
+    plan = plans[0] if plans else None
     PLANS.append(plan is not None)
     if plan is None:
         return

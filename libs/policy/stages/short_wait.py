@@ -286,27 +286,6 @@ def short_plans(
     return out
 
 
-def short_plan(
-    blocked: Sequence[tuple[PendingJob, float]],
-    movers: Mapping[int, Sequence[RunningJob]],
-    soon_free: np.ndarray,
-    view: ClusterView,
-    facts: Mapping[str, P.MoveFacts],
-    now: float,
-    cfg: PolicyConfig,
-    speed: np.ndarray,
-    most: int,
-) -> P.PriorityPlan | None:
-    """The first plan of ``short_plans`` for ``blocked``, looked at to the end, or None."""
-    for k in range(len(blocked)):
-        plans = short_plans(
-            blocked[k : k + 1], movers, soon_free, view, facts, now, cfg, speed, most
-        )
-        if plans:
-            return plans[0]
-    return None
-
-
 def job_plan(
     pj: PendingJob,
     rem_s: float,
