@@ -228,13 +228,14 @@ class MovesMixin:
         return min(later) if later else None
 
     def _next_short_s(self: Scheduler, now: float) -> float | None:
-        """The short-wait rule's wake-up (``stages.short_wait.next_due_s``)."""
+        """The short-wait rule's wake-up (``stages.short_wait.next_due_s``, kept across
+        instants by ``fast.short_due``)."""
         pc = self.cfg.preempt
         if not pc.short_enabled or not len(self.queue):
             return None
         best = ModelTables.build(self.view, self.profiles).speed.max(axis=0)
         looked, due = self.moves.short_looked_s, self.moves.short_due_s
-        return SW.next_due_s(self.queue.table(), now, best, pc, looked, due)
+        return self.moves.short_wake.next_s(self.queue, now, best, pc, looked, due)
 
     def _next_grow_s(self: Scheduler, now: float) -> float | None:
         """When a shrunk job may next grow back (``stages.grow``): the end of the quiet window

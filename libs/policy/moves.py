@@ -18,6 +18,7 @@ from libs.policy.backfill import RunningSet
 from libs.policy.cluster import EPS, ClusterView
 from libs.policy.config import PolicyConfig
 from libs.policy.decisions import MoveOrder
+from libs.policy.fast.short_due import ShortDue
 from libs.policy.stages import burst as B
 from libs.policy.stages import grow as G
 from libs.policy.stages import preempt as P
@@ -77,6 +78,7 @@ class MoveBook:
         self.last_burst_s = -np.inf  # when the burst rule last moved a job (grow's quiet)
         self.short_due_s = -np.inf  # the short-wait rule looks again from then (interval_s)
         self.short_looked_s = -np.inf  # its last look that looked at every job it owed one
+        self.short_wake = ShortDue()  # its wake-up, kept across instants (fast.short_due)
 
     # ----- events --------------------------------------------------------------------------
     def started(self, job: RunningJob, attempt: int, node: str, at: float) -> None:

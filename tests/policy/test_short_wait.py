@@ -427,3 +427,34 @@ def test_a_deadline_job_is_acted_for_before_its_deadline_is_lost() -> None:
     assert rows(NOW + 901.0) == [] and rows(NOW + H) == [0]
     assert SW.next_due_s(t, NOW, best, pc, -np.inf, -np.inf) == opens
     assert SW.next_due_s(t, opens, best, pc, looked_s=opens, due_s=opens + 60) == NOW + H
+
+
+@settings(max_examples=100, deadline=None)
+@given(
+    st.lists(
+        st.tuples(
+            st.sampled_from(["add", "add", "remove", "look", "ask"]),
+            st.floats(0.0, 3 * H),  # an enqueue time, a runtime or a step of the clock
+            st.booleans(),  # with a deadline
+        ),
+        max_size=30,
+    )
+)
+def test_the_kept_wake_up_equals_the_definition(ops) -> None:  # type: ignore[no-untyped-def]
+    from libs.policy.fast.short_due import ShortDue
+
+    q, kept, pc = PendingQueue(), ShortDue(), CFG.preempt
+    best = np.full(len(WORKLOAD_CLASSES), 1.5)
+    now, looked, due, k = NOW, -np.inf, -np.inf, 0
+    for op, x, dl in ops:
+        if op == "add":
+            k += 1
+            pj = _renamed(_blocked(est_s=60.0 + x / 2, waited_s=x), f"j{k}")
+            q.add(_renamed(pj, pj.spec.id, deadline=NOW + x if dl else None))
+        elif op == "remove" and len(q):
+            q.remove(q.jobs()[int(x) % len(q)].spec.id)
+        elif op == "look":
+            looked, due = now, now + pc.interval_s
+        now += x / 10
+        want = SW.next_due_s(q.table(), now, best, pc, looked, due)
+        assert kept.next_s(q, now, best, pc, looked, due) == want

@@ -130,6 +130,23 @@ def eligible_rows(
     return rows, rem[rows]
 
 
+def owed_s(
+    table: np.ndarray, best: np.ndarray, pc: PreemptConfig, looked_s: float, due_s: float
+) -> np.ndarray:
+    """The instants the rule owes a look, one per queued short job not looked at since it
+    became eligible: the first of its wait bound and its deadline window's opening
+    (``act_times_s``) after the last look (``looked_s``), no sooner than the rule may look
+    again (``due_s``, ``interval_s`` after the last look)."""
+    if not len(table):
+        return np.zeros(0)
+    rem, slow_at, dl_from, dl_to = act_times_s(table, best, pc)
+    with np.errstate(invalid="ignore"):
+        dl = np.where((dl_from <= dl_to) & (dl_from > looked_s), dl_from, np.inf)
+    at = np.minimum(np.where(slow_at > looked_s, slow_at, np.inf), dl)
+    owed = (table[:, _COL["inference"]] < 0.5) & (rem <= pc.short_max_s) & np.isfinite(at)
+    return np.maximum(at[owed], due_s)
+
+
 def next_due_s(
     table: np.ndarray,
     now: float,
@@ -138,23 +155,15 @@ def next_due_s(
     looked_s: float,
     due_s: float,
 ) -> float | None:
-    """The next instant after ``now`` the rule owes a look (its wake-up): the first instant a
-    queued short job reaches its wait bound or opens its deadline window (``act_times_s``)
-    after the last look (``looked_s``), no sooner than the rule may look again (``due_s``,
-    ``interval_s`` after the last look); when that has passed (the rule could not look now:
-    the other rules took ``max_per_pass``), one ``interval_s`` from now. None when no queued
-    short job is owed one. Why: on a full quiet cluster nothing else may happen for hours,
-    and a short job at its bound should not wait for the next arrival or end."""
-    if not len(table):
+    """The next instant after ``now`` the rule owes a look (its wake-up): the earliest of
+    ``owed_s``; one owed at or before ``now`` (the rule could not look now: the other rules
+    took ``max_per_pass``) is owed one ``interval_s`` from now. None when no queued short job
+    is owed one. Why: on a full quiet cluster nothing else may happen for hours, and a short
+    job at its bound should not wait for the next arrival or end. ``fast.short_due`` keeps
+    the answer across instants (tested equal)."""
+    due = owed_s(table, best, pc, looked_s, due_s)
+    if not len(due):
         return None
-    rem, slow_at, dl_from, dl_to = act_times_s(table, best, pc)
-    with np.errstate(invalid="ignore"):
-        dl = np.where((dl_from <= dl_to) & (dl_from > looked_s), dl_from, np.inf)
-    at = np.minimum(np.where(slow_at > looked_s, slow_at, np.inf), dl)
-    owed = (table[:, _COL["inference"]] < 0.5) & (rem <= pc.short_max_s) & np.isfinite(at)
-    if not owed.any():
-        return None
-    due = np.maximum(at[owed], due_s)
     return float(np.where(due > now, due, now + max(pc.interval_s, 1.0)).min())
 
 
