@@ -104,13 +104,14 @@ class MovesMixin:
         return done + self.grow_step(now)
 
     def short_step(self: Scheduler, now: float, most: int) -> list[MoveOrder]:
-        """The short-wait rule's moves (``stages.short_wait.short_plan``), at most ``most``
+        """The short-wait rule's moves (``stages.short_wait.short_plans``), at most ``most``
         (what the pass's other rules left of ``max_per_pass``) and at most once per
         ``PreemptConfig.interval_s``: for the queued short jobs past their wait bound
-        (``eligible_rows``), most slowed first (waited / remaining), at most
-        ``BLOCKED_LOOKED_AT``, none that a move already makes room for. Like the priority
-        rule it reads only the queue and the running set both drivers share; it sets no
-        wake-up of its own (a full cluster looks again at the next event or tick)."""
+        (``eligible_rows``), most slowed first (waited / remaining), none that a move already
+        makes room for, several plans per look (each node once) until ``most`` moves are
+        ordered or ``BLOCKED_LOOKED_AT`` jobs in a row had no plan. Like the priority rule it
+        reads only the queue and the running set both drivers share; its wake-up is
+        ``_next_short_s`` (through ``next_move_s``)."""
         pc = self.cfg.preempt
         if not pc.short_enabled or most <= 0 or not self.moves.movers:
             return []
@@ -120,15 +121,16 @@ class MovesMixin:
         speed = ModelTables.build(self.view, self.profiles).speed
         rows, rem = SW.eligible_rows(self.queue.table(), now, speed.max(axis=0), pc)
         if not len(rows):
+            self.moves.short_looked_s = now
             return []
         made = set(self.moves.rooms) | {m.for_job for m in self.moves.moving.values()}
         jobs = self.queue.jobs()
         cands = [(jobs[r], s) for r, s in zip(rows.tolist(), rem.tolist(), strict=True)]
         cands = [(pj, s) for pj, s in cands if pj.spec.id not in made]
         cands.sort(key=lambda c: (-(now - c[0].enqueued_at) / max(c[1], 1.0), c[0].spec.id))
-        moves = self.moves.plan_short(
-            cands[:BLOCKED_LOOKED_AT], self.view, self.running, now, self.cfg, speed, most
-        )
+        moves = self.moves.plan_short(cands, self.view, self.running, now, self.cfg, speed, most)
+        if len(moves) < most:  # not cut short by the budget: every job owed a look had one
+            self.moves.short_looked_s = now
         self._hold_rooms()
         return moves
 
@@ -212,14 +214,28 @@ class MovesMixin:
         return rows[enq[rows] <= now - self.cfg.preempt.min_wait_s]
 
     def next_move_s(self: Scheduler, now: float) -> float | None:
-        """When a waiting job of protected priority reaches ``min_wait_s`` after ``now`` (the
-        earliest), so a full cluster, where no event may come for hours, still looks then."""
+        """The next instant after ``now`` a rule owes a full cluster a look, where no event
+        may come for hours: when a waiting job of protected priority reaches ``min_wait_s``,
+        when a queued short job reaches its wait bound (``_next_short_s``), when a shrunk
+        job may grow back (``_next_grow_s``); the earliest. Both drivers wake then."""
         pc = self.cfg.preempt
-        grow = self._next_grow_s(now)
-        if not pc.enabled or not self.moves.movers:
-            return grow
-        ready = self.protected.next_ready_s(now, pc.min_wait_s)  # = self._next_ready_s(now)
-        return ready if grow is None else grow if ready is None else min(ready, grow)
+        at = [self._next_grow_s(now)]
+        if self.moves.movers:
+            if pc.enabled:
+                at.append(self.protected.next_ready_s(now, pc.min_wait_s))  # = _next_ready_s
+            at.append(self._next_short_s(now))
+        later = [t for t in at if t is not None]
+        return min(later) if later else None
+
+    def _next_short_s(self: Scheduler, now: float) -> float | None:
+        """The short-wait rule's wake-up (``stages.short_wait.next_due_s``, kept across
+        instants by ``fast.short_due``)."""
+        pc = self.cfg.preempt
+        if not pc.short_enabled or not len(self.queue):
+            return None
+        best = ModelTables.build(self.view, self.profiles).speed.max(axis=0)
+        looked, due = self.moves.short_looked_s, self.moves.short_due_s
+        return self.moves.short_wake.next_s(self.queue, now, best, pc, looked, due)
 
     def _next_grow_s(self: Scheduler, now: float) -> float | None:
         """When a shrunk job may next grow back (``stages.grow``): the end of the quiet window

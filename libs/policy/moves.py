@@ -18,6 +18,7 @@ from libs.policy.backfill import RunningSet
 from libs.policy.cluster import EPS, ClusterView
 from libs.policy.config import PolicyConfig
 from libs.policy.decisions import MoveOrder
+from libs.policy.fast.short_due import ShortDue
 from libs.policy.stages import burst as B
 from libs.policy.stages import grow as G
 from libs.policy.stages import preempt as P
@@ -76,6 +77,8 @@ class MoveBook:
         self.asked: dict[str, int] = {}
         self.last_burst_s = -np.inf  # when the burst rule last moved a job (grow's quiet)
         self.short_due_s = -np.inf  # the short-wait rule looks again from then (interval_s)
+        self.short_looked_s = -np.inf  # its last look that looked at every job it owed one
+        self.short_wake = ShortDue()  # its wake-up, kept across instants (fast.short_due)
 
     # ----- events --------------------------------------------------------------------------
     def started(self, job: RunningJob, attempt: int, node: str, at: float) -> None:
@@ -224,11 +227,12 @@ class MoveBook:
         speed: np.ndarray,
         most: int,
     ) -> list[MoveOrder]:
-        """The short-wait rule's moves for this pass (``stages.short_wait``), at most ``most``;
-        ``blocked``: (job, remaining runtime on the fastest model), most slowed first."""
+        """The short-wait rule's moves for this pass (``stages.short_wait.short_plans``: several
+        plans, each node once, at most ``most`` moves); ``blocked``: (job, remaining runtime on
+        the fastest model), most slowed first."""
         movers, soon = self._candidates(view, running, now, cfg)
-        plan = SW.short_plan(blocked, movers, soon, view, self.facts, now, cfg, speed, most)
-        return [] if plan is None else self._orders(plan, now, cfg)
+        plans = SW.short_plans(blocked, movers, soon, view, self.facts, now, cfg, speed, most)
+        return [mo for plan in plans for mo in self._orders(plan, now, cfg)]
 
     def plan_burst(
         self,

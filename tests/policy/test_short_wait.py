@@ -3,19 +3,22 @@
 from __future__ import annotations
 
 import dataclasses
+from collections import Counter
 
 import msgspec
 import numpy as np
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from libs.policy.cluster import ClusterView
 from libs.policy.config import PolicyConfig, PreemptConfig
 from libs.policy.queue import PendingQueue
+from libs.policy.scores import CLASS_INDEX
 from libs.policy.stages import preempt as P
 from libs.policy.stages import short_wait as SW
 from libs.policy.types import PendingJob, RunningJob
-from proto.jobs import WORKLOAD_CLASSES, JobSpec
+from proto.jobs import WORKLOAD_CLASSES, Elastic, JobSpec
 from proto.ledger import Allocation
 from tests.policy.strategies import node_spec
 from tests.policy.test_preempt import cluster
@@ -24,6 +27,7 @@ NOW = 100_000.0
 CFG = dataclasses.replace(PolicyConfig.default(), preempt=PreemptConfig())
 H = 3600.0
 PLANS: list[bool] = []  # whether each example of the property found a plan
+LOOKS: list[int] = []  # how many plans each example of the several-plans property found
 
 
 def _speed(view: ClusterView) -> np.ndarray:
@@ -75,7 +79,8 @@ def _plan(view, running, pj, facts=None, most=4, cfg=CFG):  # type: ignore[no-un
     facts = facts if facts is not None else {r.spec.id: P.MoveFacts(NOW - H) for r in running}
     soon = P.whole_free_within(view, running, NOW, -1.0)
     rem = pj.spec.est_runtime_s * (1.0 - pj.progress)  # every model as fast (``_speed``)
-    return SW.short_plan([(pj, rem)], by, soon, view, facts, NOW, cfg, _speed(view), most)
+    plans = SW.short_plans([(pj, rem)], by, soon, view, facts, NOW, cfg, _speed(view), most)
+    return plans[0] if plans else None
 
 
 def test_it_fires_for_a_long_blocked_short_job_against_a_long_checkpointable_job() -> None:
@@ -180,7 +185,8 @@ def test_a_plan_never_stops_a_protected_or_short_job(c, less, est_s, most) -> No
     pj = PendingJob(spec, now - 3 * H)
     cfg = dataclasses.replace(CFG, preempt=PreemptConfig(min_run_s=0.0))
     soon = P.whole_free_within(view, running, now, -1.0)
-    plan = SW.short_plan([(pj, est_s)], by, soon, view, facts, now, cfg, _speed(view), most)
+    plans = SW.short_plans([(pj, est_s)], by, soon, view, facts, now, cfg, _speed(view), most)
+    plan = plans[0] if plans else None
     PLANS.append(plan is not None)
     if plan is None:
         return
@@ -213,3 +219,242 @@ def test_on_a_full_cluster_the_victim_resumes_after_the_short_job_within_the_bou
     many = [(_long(f"L{k}", gpus=1), NOW + 20 * H) for k in range(8)]
     view, running = _setup(many, n1_full=True)
     assert _plan(view, running, _blocked(est_s=1200.0), most=8) is None  # 8 x 1260 s > 2.5 h
+
+
+# ----- several plans per look, and the rule's own wake-up ---------------------------------
+def _view_of(free_nodes: int) -> tuple[ClusterView, list[RunningJob]]:
+    """n0, n1 (8 GPUs, 64 CPUs) each held by a long 8-GPU job (L0, L1); ``free_nodes`` more
+    (f0, ...: 8 GPUs free, 16 CPUs) where victims may resume but a blocked job may not start."""
+    ns = [node_spec(f"n{k}", gpus=8) for k in range(2)]
+    ns += [node_spec(f"f{k}", gpus=8, cpus=16) for k in range(free_nodes)]
+    view = ClusterView.build(ns)
+    running = []
+    for k in range(2):
+        a = _alloc(_long(f"L{k}"), f"n{k}", tuple(range(8)))
+        view.allocate(a)
+        running.append(RunningJob.from_allocation(a, k, NOW + 20 * H))
+    return view, running
+
+
+def _plans(view, running, blocked, most=4, misses=4):  # type: ignore[no-untyped-def]
+    by: dict[int, list[RunningJob]] = {}
+    for r in running:
+        by.setdefault(r.node_index, []).append(r)
+    facts = {r.spec.id: P.MoveFacts(NOW - H) for r in running}
+    soon = P.whole_free_within(view, running, NOW, -1.0)
+    pairs = [(pj, pj.spec.est_runtime_s) for pj in blocked]
+    return SW.short_plans(pairs, by, soon, view, facts, NOW, CFG, _speed(view), most, misses)
+
+
+def test_several_plans_in_one_look_each_on_its_own_node_and_room() -> None:
+    view, running = _view_of(free_nodes=2)
+    two = [_renamed(_blocked(), "s0"), _renamed(_blocked(), "s1")]
+    plans = _plans(view, running, two)
+    assert [p.for_job for p in plans] == ["s0", "s1"]
+    assert {p.node for p in plans} == {"n0", "n1"}
+    rooms = [dict(p.rooms) for p in plans]
+    assert {r[p.victims[0].job_id] for r, p in zip(rooms, plans, strict=True)} == {"f0", "f1"}
+    assert len(_plans(view, running, two, most=1)) == 1  # max_per_pass over all the plans
+
+
+def test_a_room_one_plan_promised_is_not_promised_again() -> None:
+    """One free node: the first plan's victim resumes there; the second has no room elsewhere
+    and a 30-min short job cannot swap within the bound (30 min + a save and a restore)."""
+    view, running = _view_of(free_nodes=1)
+    plans = _plans(view, running, [_renamed(_blocked(), "s0"), _renamed(_blocked(), "s1")])
+    assert len(plans) == 1 and dict(plans[0].rooms) == {plans[0].victims[0].job_id: "f0"}
+
+
+def test_a_look_stops_after_misses_in_a_row() -> None:
+    view, running = _view_of(free_nodes=2)
+    hopeless = [_renamed(_blocked(prio=0), f"h{k}") for k in range(4)]  # the victims rank 1
+    jobs = [*hopeless, _renamed(_blocked(), "s")]
+    assert _plans(view, running, jobs, misses=4) == []
+    assert [p.for_job for p in _plans(view, running, jobs, misses=5)] == ["s"]
+
+
+@st.composite
+def long_jobs_cluster(draw):  # type: ignore[no-untyped-def]
+    """2-6 nodes of 4 or 8 GPUs filled with random 1-4 GPU jobs (checkpointable, elastic,
+    plain or inference; short or long; moved recently or not), some GPUs left free."""
+    ns = [
+        node_spec(f"n{k}", gpus=draw(st.sampled_from([4, 8])), cpus=draw(st.sampled_from([16, 64])))
+        for k in range(draw(st.integers(2, 6)))
+    ]
+    view = ClusterView.build(ns)
+    running: list[RunningJob] = []
+    facts: dict[str, P.MoveFacts] = {}
+    for k in range(draw(st.integers(4, 40))):
+        i = draw(st.integers(0, len(ns) - 1))
+        free = [g for g in range(ns[i].gpu_count) if view.gpu_free[i, g] >= 1.0]
+        if not free:
+            continue
+        g = draw(st.integers(1, min(4, len(free))))
+        kind = draw(st.sampled_from(["ckpt", "ckpt", "elastic", "plain", "inference"]))
+        spec = JobSpec(
+            id=f"r{k}", gpus=g, gpu_mem_gb=4.0, host_mem_gb=1.0, cpus=1.0,
+            priority=draw(st.integers(0, 9)), checkpointable=kind in ("ckpt", "inference"),
+            elastic=Elastic(min_gpus=1, max_gpus=g) if kind == "elastic" else None,
+            kind="inference" if kind == "inference" else "training",
+        )  # fmt: skip
+        alloc = _alloc(spec, ns[i].id, tuple(free[:g]))
+        view.allocate(alloc)
+        end = NOW + draw(st.sampled_from([600.0, 5 * H, 30 * H]))
+        running.append(RunningJob.from_allocation(alloc, i, end))
+        moved = draw(st.sampled_from([None, None, NOW - 60, NOW - 2 * H]))
+        facts[spec.id] = P.MoveFacts(
+            started_at=NOW - draw(st.sampled_from([60.0, H])), last_moved_at=moved
+        )
+    return view, running, facts
+
+
+@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    long_jobs_cluster(),
+    st.lists(st.sampled_from([1, 2, 4, 8]), min_size=1, max_size=5),
+    st.integers(1, 6),
+)
+def test_plans_of_one_look_never_share_a_node_or_a_victim_nor_over_allocate(c, sizes, most) -> None:  # type: ignore[no-untyped-def]
+    view, running, facts = c
+    now = NOW
+    by: dict[int, list[RunningJob]] = {}
+    for r in running:
+        if r.spec.kind != "inference" and (r.spec.checkpointable or r.spec.elastic is not None):
+            by.setdefault(r.node_index, []).append(r)
+    top = int(view.gpu_total.max())
+    blocked: list[tuple[PendingJob, float]] = []
+    for k, g in enumerate(sizes):
+        spec = JobSpec(
+            id=f"s{k}", gpus=min(g, top), gpu_mem_gb=4.0, est_runtime_s=300.0, priority=9
+        )
+        blocked.append((PendingJob(spec, now - 3 * H), 300.0))
+    cfg = dataclasses.replace(CFG, preempt=PreemptConfig(min_run_s=0.0))
+    soon = P.whole_free_within(view, running, now, -1.0)
+    plans = SW.short_plans(blocked, by, soon, view, facts, now, cfg, _speed(view), most)
+    LOOKS.append(len(plans))
+    jobs = {r.spec.id: r for r in running}
+    specs = {pj.spec.id: pj.spec for pj, _ in blocked}
+    assert sum(len(p.victims) for p in plans) <= most
+    nodes = [p.node for p in plans]
+    victims = [v.job_id for p in plans for v in p.victims]
+    assert len(set(nodes)) == len(nodes) and len(set(victims)) == len(victims)
+    claimed = np.zeros(len(view.node_ids))  # whole GPUs promised to victims resuming elsewhere
+    room_nodes: list[set[str]] = []
+    for p in plans:
+        released = [(jobs[v.job_id], v.shrink_to) for v in p.victims]
+        assert P.fits_after_release(specs[p.for_job], view, view.index[p.node], released)
+        for v in p.victims:
+            r = jobs[v.job_id]
+            assert P.protection(r, facts[r.spec.id], now, cfg.preempt) == ""
+            assert view.node_ids[r.node_index] == p.node
+        elsewhere = {n for _, n in p.rooms if n != p.node}
+        room_nodes.append(elsewhere)
+        for j, n in p.rooms:
+            if n != p.node:
+                claimed[view.index[n]] += len(jobs[j].gpu_indices)
+    assert (claimed <= soon + 1e-9).all()  # never more than is free where they resume
+    for a, ra in enumerate(room_nodes):  # a node is one plan's, as its node or its rooms'
+        for b, rb in enumerate(room_nodes):
+            assert a == b or (not (ra & rb) and plans[b].node not in ra)
+
+
+def test_the_random_clusters_do_make_several_plans_in_one_look() -> None:
+    """The property above is not vacuous: some looks found two plans or more."""
+    if not LOOKS:
+        test_plans_of_one_look_never_share_a_node_or_a_victim_nor_over_allocate()
+    assert sum(n >= 2 for n in LOOKS) >= 3, f"plans per look: {Counter(LOOKS)}"
+
+
+def _queue(*jobs: PendingJob) -> np.ndarray:
+    return PendingQueue(list(jobs)).table()
+
+
+def test_the_rule_wakes_when_the_next_short_job_reaches_its_bound() -> None:
+    """A 30-min job queued at NOW reaches its bound (2 x 30 min) at NOW + 1 h: the wake-up;
+    not before the rule may look again, and a job already looked at is not owed one."""
+    best, pc = np.ones(len(WORKLOAD_CLASSES)), CFG.preempt
+    t = _queue(_renamed(_blocked(waited_s=0.0), "a"), _renamed(_blocked(est_s=3 * H), "long"))
+    assert SW.next_due_s(t, NOW, best, pc, looked_s=-np.inf, due_s=-np.inf) == NOW + H
+    assert SW.next_due_s(t, NOW, best, pc, -np.inf, due_s=NOW + 2 * H) == NOW + 2 * H
+    assert SW.next_due_s(t, NOW + 2 * H, best, pc, looked_s=NOW + 2 * H, due_s=0.0) is None
+    # owed since NOW + 1 h, but the rule could not look at NOW + 1.5 h: one interval later
+    later = SW.next_due_s(t, NOW + 1.5 * H, best, pc, looked_s=NOW, due_s=NOW)
+    assert later == NOW + 1.5 * H + pc.interval_s
+    assert SW.next_due_s(_queue(), NOW, best, pc, -np.inf, -np.inf) is None
+
+
+def test_a_full_quiet_cluster_is_woken_for_a_short_job_and_serves_it() -> None:
+    """The scheduler asks for the instant itself (``next_move_s``, which both drivers honour)
+    and its tick then orders the move, with no event in between."""
+    from libs.policy.core import Scheduler
+    from libs.policy.profiles import ProfileTable
+    from libs.policy.scores import ModelTables
+
+    ns = [node_spec("n0", gpus=8), node_spec("f0", gpus=8, cpus=16)]
+    cfg = dataclasses.replace(CFG, power_saving=False)
+    s = Scheduler(ns, cfg=cfg, profiles=ProfileTable.default(), now=0.0)
+    s.queue_job(PendingJob(msgspec.structs.replace(_long(), cpus=32.0), 0.0))
+    for p in s.tick(0.0).places:
+        s.start_job(p.allocation.job_id, p.allocation, p.job.spec, 0.0)
+    assert len(s.running) == 1
+    short = _blocked(est_s=1200.0).spec
+    s.queue_job(PendingJob(short, H))
+    d = s.tick(H, woke=True)
+    assert not d.places and not d.moves  # full; and it has not waited yet
+    best = ModelTables.build(s.view, s.profiles).speed.max(axis=0)
+    rem_s = 1200.0 / float(best[CLASS_INDEX[short.workload_class]])
+    due = H + max(600.0, 2.0 * rem_s)
+    assert s.next_move_s(H) == pytest.approx(due)
+    assert d.next_tick_s is not None and d.next_tick_s <= due + 1e-6
+    moves = s.tick(s.next_move_s(H), woke=False).moves
+    assert [m.job_id for m in moves] == ["L"] and moves[0].reason.startswith(SW.SHORT_RULE)
+
+
+def test_a_deadline_job_is_acted_for_before_its_deadline_is_lost() -> None:
+    """A 30-min job whose deadline leaves 1.5 x its runtime must start within 15 min, long
+    before its wait bound (1 h): it is eligible from 90 s (a look and a save) before that
+    latest start until it, then only at its bound; the wake-up is the window's opening."""
+    best, pc = np.ones(len(WORKLOAD_CLASSES)), CFG.preempt
+    pj = _renamed(_blocked(waited_s=0.0), "d", deadline=NOW + 2700.0)
+    t = _queue(pj)
+    opens = NOW + 900.0 - SW.deadline_margin_s(pc)
+    assert SW.deadline_margin_s(pc) == 90.0
+
+    def rows(at: float) -> list[int]:
+        return SW.eligible_rows(t, at, best, pc)[0].tolist()
+
+    assert rows(opens - 1) == [] and rows(opens) == [0] and rows(NOW + 900.0) == [0]
+    assert rows(NOW + 901.0) == [] and rows(NOW + H) == [0]
+    assert SW.next_due_s(t, NOW, best, pc, -np.inf, -np.inf) == opens
+    assert SW.next_due_s(t, opens, best, pc, looked_s=opens, due_s=opens + 60) == NOW + H
+
+
+@settings(max_examples=100, deadline=None)
+@given(
+    st.lists(
+        st.tuples(
+            st.sampled_from(["add", "add", "remove", "look", "ask"]),
+            st.floats(0.0, 3 * H),  # an enqueue time, a runtime or a step of the clock
+            st.booleans(),  # with a deadline
+        ),
+        max_size=30,
+    )
+)
+def test_the_kept_wake_up_equals_the_definition(ops) -> None:  # type: ignore[no-untyped-def]
+    from libs.policy.fast.short_due import ShortDue
+
+    q, kept, pc = PendingQueue(), ShortDue(), CFG.preempt
+    best = np.full(len(WORKLOAD_CLASSES), 1.5)
+    now, looked, due, k = NOW, -np.inf, -np.inf, 0
+    for op, x, dl in ops:
+        if op == "add":
+            k += 1
+            pj = _renamed(_blocked(est_s=60.0 + x / 2, waited_s=x), f"j{k}")
+            q.add(_renamed(pj, pj.spec.id, deadline=NOW + x if dl else None))
+        elif op == "remove" and len(q):
+            q.remove(q.jobs()[int(x) % len(q)].spec.id)
+        elif op == "look":
+            looked, due = now, now + pc.interval_s
+        now += x / 10
+        want = SW.next_due_s(q.table(), now, best, pc, looked, due)
+        assert kept.next_s(q, now, best, pc, looked, due) == want

@@ -69,8 +69,12 @@ def test_work_of_close_priority_is_protected() -> None:
 
 
 def test_the_rule_switched_off_moves_nothing() -> None:
-    _res, j = _run(_work({"checkpointable": True}), _cfg(enabled=False))
+    """The urgent job is short (1 h): with the priority rule off, the short-wait rule, woken at
+    its wait bound (2 h), moves for it; with both off nothing moves."""
+    _res, j = _run(_work({"checkpointable": True}), _cfg(enabled=False, short_enabled=False))
     assert all(x.moves == 0 for x in j.values())
+    _res, j = _run(_work({"checkpointable": True}), _cfg(enabled=False))
+    assert j["urgent"].wait_s >= 2 * 3_600.0 - 1e-6 and sum(x.moves for x in j.values()) > 0
 
 
 def test_a_victim_with_nowhere_to_resume_is_not_preempted() -> None:
