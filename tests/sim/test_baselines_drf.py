@@ -49,6 +49,8 @@ def test_every_preempting_policy_has_a_twin_that_never_preempts() -> None:
         assert make_policy(f"{name}-np").name == f"{name}-np"
     assert getattr(make_policy("tiresias-np"), "move_step", None) is None
     assert make_policy("mosaic-np").cfg.preempt.enabled is False  # type: ignore[attr-defined]
+    assert make_policy("mosaic-np").cfg.preempt.short_enabled is False  # type: ignore[attr-defined]
+    assert getattr(make_policy("mosaic-np"), "move_step", None) is None
     assert parse_policies("gavel,gavel-np") == ["gavel", "gavel-np"]
     with pytest.raises(ValueError, match="unknown policy 'drf-np'"):
         parse_policies("drf-np")
@@ -96,3 +98,24 @@ def test_drf_weights_from_the_command_line_reach_drf_and_the_results(tmp_path) -
     assert not (tmp_path / "x" / "results.json").exists()
     sim = ["sim", "--trace", "synthetic:40", "--cluster", "demo", "--policies", "drf"]
     assert mosaic_main([*sim, "--drf-weights", "oops", "--out", str(tmp_path / "y")]) == 2
+
+
+def test_the_simulator_asks_for_moves_whenever_some_move_rule_is_on() -> None:
+    """The adapter drops the engine's per-instant move step only when every rule
+    ``core_moves.preempt_step`` runs is off: with the priority and burst rules off, the
+    short-wait rule alone still moves jobs (as the live placer's tick would)."""
+    import dataclasses
+
+    from libs.policy.config import PolicyConfig
+    from libs.sim.baselines.mosaic import Mosaic
+
+    cfg = PolicyConfig.default()
+    only_short = dataclasses.replace(
+        cfg, preempt=dataclasses.replace(cfg.preempt, enabled=False, burst_enabled=False)
+    )
+    assert getattr(Mosaic(only_short), "move_step", None) is not None
+    none = dataclasses.replace(
+        only_short,
+        preempt=dataclasses.replace(only_short.preempt, short_enabled=False, grow_enabled=False),
+    )
+    assert getattr(Mosaic(none), "move_step", None) is None

@@ -70,7 +70,14 @@ def make_policy(name: str, **kwargs: Any) -> Policy:
         return Mosaic(**kwargs)
     cfg = kwargs.pop("cfg", None) or PolicyConfig.default()
     cfg = dataclasses.replace(
-        cfg, preempt=dataclasses.replace(cfg.preempt, enabled=False, burst_enabled=False)
+        cfg,
+        preempt=dataclasses.replace(
+            cfg.preempt,
+            enabled=False,
+            burst_enabled=False,
+            short_enabled=False,
+            grow_enabled=False,  # nothing is shrunk, so nothing grows back
+        ),
     )
     m = Mosaic(cfg, **kwargs)
     m.name = key

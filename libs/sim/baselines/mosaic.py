@@ -45,7 +45,9 @@ class Mosaic(BasePolicy):
         self.cfg = cfg or PolicyConfig.default()
         self.feed = ProfileFeed(profile_error, profile_learning, profile_seed)
         pc = self.cfg.preempt
-        if not (pc.enabled or pc.burst_enabled):  # no rule on: the engine asks nothing per instant
+        # no move rule on (``core_moves.preempt_step`` runs each that is): the engine asks
+        # nothing per instant; the live placer's tick would find nothing to do either
+        if not (pc.enabled or pc.burst_enabled or pc.short_enabled or pc.grow_enabled):
             self.move_step = None  # type: ignore[assignment]
             self.next_move_s = None  # type: ignore[assignment]
 
