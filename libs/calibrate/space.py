@@ -70,6 +70,7 @@ BOUNDS: dict[str, Bound] = {
     "green_worth": Bound(0.0, 1.0),
     "green_min_tolerance": Bound(0.0, 1.0),
     "green_max_runtime_s": Bound(1 * H, 30 * DAY, log=True),
+    "green_min_gpus": Bound(0.0, 16.0),  # 0: every tolerant job is green (before issue 15)
     "green_energy_slack": Bound(1.0, 3.0),
     "green_wait_s": Bound(60.0, 4 * H, log=True),
     "w_pack": Bound(0.0, 2.0),
@@ -115,6 +116,7 @@ EXCLUDED: dict[str, str] = {
     "power_saving": _SWITCH,
     "warm_reserve": _SWITCH,
     "warm_high_headroom": _SWITCH,
+    "guard_holds_high": _SWITCH + " (a promise to high-priority jobs: start when room exists)",
     "preempt.enabled": _SWITCH,
     "preempt.resume_counts_ends": _SWITCH,
     "preempt.burst_enabled": _SWITCH,

@@ -117,10 +117,13 @@ def green_tolerance(spec: JobSpec) -> float:
 
 def is_green(spec: JobSpec, cfg: PolicyConfig) -> bool:
     """A job the slow-GPU guard lets start on a slow, greener GPU at once and whose blocked
-    demand wakes the greenest suspended nodes first (``PolicyConfig.green_min_tolerance``)."""
+    demand wakes the greenest suspended nodes first (``PolicyConfig.green_min_tolerance``,
+    ``green_max_runtime_s``, ``green_min_gpus``: see the last in the config for why a one-GPU
+    job is not green)."""
     return (
         green_tolerance(spec) >= cfg.green_min_tolerance
         and spec.est_runtime_s <= cfg.green_max_runtime_s
+        and spec.gpus >= cfg.green_min_gpus
     )
 
 

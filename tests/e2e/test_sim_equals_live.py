@@ -317,13 +317,14 @@ def test_the_scheduler_decides_the_same_whether_starts_come_before_or_after_the_
     assert late.moves == sim.moves
 
 
-# seed 21: the rule moves three jobs; seed 1: a pass places blocked
+# seed 21: the rule moves three jobs; seed 5 with long work: the short-wait rule moves seven
+# (seed 7 until issue 15's natural-load rules left it none to move); seed 1: a pass places blocked
 # jobs between two backfill passes, just before a power step (a woken node's first pass),
 # and nodes still sleep. Seed 1 live is in `make test-all` (each live run is 20-40 s on 2
 # cores); the in-process check above covers its ordering in `make test`
 @pytest.mark.parametrize(
     ("seed", "moves", "long_every"),
-    [(21, True, 0), (7, True, 4), pytest.param(1, False, 0, marks=pytest.mark.slow)],
+    [(21, True, 0), (5, True, 4), pytest.param(1, False, 0, marks=pytest.mark.slow)],
 )
 async def test_the_live_services_place_and_power_exactly_as_the_simulator(
     live: Live, seed: int, moves: bool, long_every: int

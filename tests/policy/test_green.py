@@ -86,12 +86,37 @@ def test_slow_guard_lets_a_green_job_start_on_the_slow_gpu_at_once():
     green = run(_green_spec())
     assert len(green.assignments) == 1 and green.assignments[0][1].node_id == "t4"
     for held in (
-        _green_spec(priority=HIGH_PRIORITY),
         _green_spec(energy_sensitivity=0.1),
         _green_spec(est_runtime_s=CFG.green_max_runtime_s + DAY_S),
+        _green_spec(deadline=1e9),
     ):
         r = run(held)
         assert r.assignments == [] and r.waiting["g"] == "SlowGPU", held
+
+
+def test_a_high_priority_job_is_not_held_for_a_fast_gpu_while_a_slower_one_has_room():
+    """Issue 15, item 5: the guard never makes a high-priority job wait while capacity exists.
+    The A100 node is asleep or busy (cordoned here), the T4 node is awake and empty: a two-day
+    high-priority job starts on the T4 at once (on main it waited SlowGPU for its whole loss,
+    days); with ``guard_holds_high`` it is held as before."""
+    v = ClusterView.build(
+        [node_spec("t4", 8, "t4", 16), node_spec("a100", 8, "a100-80gb", 80)], cordoned=["a100"]
+    )
+    spec = _green_spec(priority=HIGH_PRIORITY, energy_sensitivity=0.0)
+
+    def run(cfg: PolicyConfig):
+        return schedule(
+            [PendingJob(spec, 0.0)], v.copy(), [], now=60.0, tenant_usage={}, profiles=P, cfg=cfg
+        )
+
+    now = run(CFG)
+    assert len(now.assignments) == 1 and now.assignments[0][1].node_id == "t4"
+    held = run(dataclasses.replace(CFG, guard_holds_high=True))
+    assert held.assignments == [] and held.waiting["g"] == "SlowGPU"
+    # with the fast node free as well, the job still takes the fast one
+    both = ClusterView.build([node_spec("t4", 8, "t4", 16), node_spec("a100", 8, "a100-80gb", 80)])
+    r = schedule([PendingJob(spec, 0.0)], both, [], now=60.0, tenant_usage={}, profiles=P, cfg=CFG)
+    assert len(r.assignments) == 1 and r.assignments[0][1].node_id == "a100"
 
 
 def test_a_slower_and_hungrier_gpu_is_held_longer_than_the_time_loss():
@@ -144,3 +169,21 @@ def test_green_demand_wakes_the_greenest_node_and_urgent_demand_the_fastest():
     assert green.model == "t4"
     urgent = _engine_run({"priority": HIGH_PRIORITY + 1, "energy_sensitivity": 0.9})
     assert urgent.model == "a100-80gb"
+
+
+def test_a_one_gpu_job_is_not_green():
+    """Issue 15, natural load: a one-GPU job saves less than one GPU's draw per second of delay
+    on a T4 (``PolicyConfig.green_min_gpus``), so a tolerant one-GPU job goes fast when a fast
+    GPU is free and is held off the T4 like any other job (on main it took the T4)."""
+    one = _green_spec(gpus=1)
+    assert not is_green(one, CFG) and is_green(_green_spec(gpus=2), CFG)
+    v = ClusterView.build([node_spec("t4", 8, "t4", 16), node_spec("a100", 8, "a100-80gb", 80)])
+    r = schedule(
+        [PendingJob(one, 0.0)], v.copy(), [], now=0.0, tenant_usage={}, profiles=P, cfg=CFG
+    )
+    assert len(r.assignments) == 1 and r.assignments[0][1].node_id == "a100"
+    old = dataclasses.replace(CFG, green_min_gpus=0.0)
+    r = schedule(
+        [PendingJob(one, 0.0)], v.copy(), [], now=0.0, tenant_usage={}, profiles=P, cfg=old
+    )
+    assert len(r.assignments) == 1 and r.assignments[0][1].node_id == "t4"

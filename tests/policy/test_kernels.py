@@ -205,7 +205,7 @@ def hold_waits_numpy(q, present, ctx, cfg):
     from libs.policy.stages import guard
 
     return guard.hold_waits(
-        q.cls, q.est, q.prog, q.prio, q.deadline, float(HIGH_PRIORITY), q.es, present,
+        q.cls, q.est, q.prog, q.prio, q.deadline, float(HIGH_PRIORITY), q.es, q.gpus, present,
         ctx.tables.speed, ctx.tables.energy_per_work, guard.guard_args(cfg),
     )  # fmt: skip
 
@@ -234,6 +234,8 @@ def test_hold_waits_bit_for_bit_as_numpy(node_list, specs, data):
     cfg = CFG  # the default config, or one where every job is green and the guard is 1x
     if data.draw(st.booleans()):
         cfg = dataclasses.replace(CFG, green_min_tolerance=0.0, energy_guard_factor=1.0)
+    if data.draw(st.booleans()):  # the guard holding high-priority jobs too
+        cfg = dataclasses.replace(cfg, guard_holds_high=True)
     got = C.hold_waits(q, present, ctx, cfg)
     want = hold_waits_numpy(q, present, ctx, cfg)
     np.testing.assert_array_equal(got, want)

@@ -20,6 +20,7 @@ from libs.policy.profiles import ProfileTable
 from libs.policy.queue import PendingQueue, QueueArrays
 from libs.policy.scores import CLASS_INDEX, green_tolerance, is_green
 from libs.policy.types import PendingJob
+from proto.jobs import HIGH_PRIORITY
 from tests.policy.strategies import jobs, nodes
 
 P = ProfileTable.default()
@@ -30,6 +31,8 @@ def rule(job: PendingJob, view: ClusterView, ctx: PlaceContext, cfg: PolicyConfi
     """Models (bool per model of the view) this job may not start on now; the spec."""
     spec = job.spec
     if spec.est_runtime_s < cfg.slow_guard_runtime_s:
+        return [False] * len(view.models)
+    if spec.priority >= HIGH_PRIORITY and not cfg.guard_holds_high:
         return [False] * len(view.models)
     cls_i = CLASS_INDEX.get(spec.workload_class, CLASS_INDEX["other"])
     speed = ctx.tables.speed[:, cls_i].tolist()

@@ -111,6 +111,7 @@ def hold_waits(
         q.deadline,
         float(HIGH_PRIORITY),
         q.es,
+        q.gpus,
         present,
         ctx.tables.speed,
         ctx.tables.energy_per_work,

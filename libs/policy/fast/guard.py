@@ -20,6 +20,7 @@ _WORTH, _MIN_SPEED, _FACTOR = (
     _G["energy_guard_factor"],
 )
 _SLACK, _WAIT = _G["green_energy_slack"], _G["green_wait_s"]
+_HOLDS_HIGH, _MIN_GPUS = _G["guard_holds_high"], _G["green_min_gpus"]
 
 
 @compiled
@@ -80,6 +81,7 @@ def _hold_row(
     deadline,
     high_priority,
     es,
+    gpus,
     present,
     speed,
     energy,
@@ -113,7 +115,8 @@ def _hold_row(
                 greenest = energy[m, c]
     best = speed[fast, c] if anyp else 1.0
     e_fast = energy[fast, c] if anyp else 1.0
-    if not (est >= guard_runtime and anyp):
+    high = prio >= high_priority and guard[_HOLDS_HIGH] == 0.0
+    if not (est >= guard_runtime and anyp) or high:
         for m in range(n_models):
             out[m] = -np.inf
         return
@@ -128,7 +131,7 @@ def _hold_row(
             tol = 0.0
         elif tol > 1.0:
             tol = 1.0
-    green = tol >= green_min_tol and est <= green_max_runtime
+    green = tol >= green_min_tol and est <= green_max_runtime and gpus >= guard[_MIN_GPUS]
     for m in range(n_models):
         sp = speed[m, c]
         e = energy[m, c]
@@ -159,6 +162,7 @@ def hold_waits(
     deadline,
     high_priority,
     es,
+    gpus,
     present,
     speed,
     energy,
@@ -178,6 +182,7 @@ def hold_waits(
             deadline[i],
             high_priority,
             es[i],
+            gpus[i],
             present[i],
             speed,
             energy,
@@ -211,6 +216,7 @@ def hold_waits_table(
             table[r, 5],
             high_priority,
             table[r, 1],
+            table[r, 6],
             present[i],
             speed,
             energy,
