@@ -139,7 +139,8 @@ class MovesMixin:
         pc = self.cfg.preempt
         if not pc.grow_enabled or not self.moves.asked or self.scaler.waiting():
             return []
-        moves = self.moves.plan_grow(self.view, self.queue.jobs(), now, self.cfg)
+        q = self.queue
+        moves = self.moves.plan_grow(self.view, q.jobs(), now, self.cfg, q.version)
         if moves:
             self._hold_rooms()
         return moves

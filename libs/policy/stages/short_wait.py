@@ -71,7 +71,7 @@ from libs.policy.queue_arrays import COLUMNS
 from libs.policy.scores import CLASS_INDEX
 from libs.policy.stages import preempt as P
 from libs.policy.stages.filter import is_fractional, whole_gpus
-from libs.policy.stages.resume import gpus_held, resume_rooms, static_ok
+from libs.policy.stages.resume import gpus_held, static_ok
 from libs.policy.types import PendingJob, RunningJob
 from proto.jobs import JobSpec
 
@@ -169,6 +169,14 @@ def swap_wait_s(
     return wait_s if wait_s <= pc.resume_bound_s else None
 
 
+def movable_gpus(movers: Mapping[int, Sequence[RunningJob]], n_nodes: int) -> np.ndarray:
+    """float[N]: the GPUs ``movers`` hold per node (a node's bound on what a plan frees)."""
+    movable = np.zeros(n_nodes)
+    for i, rs in movers.items():
+        movable[i] = sum(gpus_held(r) for r in rs)
+    return movable
+
+
 def short_plan(
     blocked: Sequence[tuple[PendingJob, float]],
     movers: Mapping[int, Sequence[RunningJob]],
@@ -179,18 +187,22 @@ def short_plan(
     cfg: PolicyConfig,
     speed: np.ndarray,
     most: int,
+    search: P.PlanSearch = P.DEFINITIONS,
+    movable: np.ndarray | None = None,
 ) -> P.PriorityPlan | None:
     """The rule (module docstring) for the first of ``blocked`` ((job, remaining_s), most
     slowed first) that has a plan, or None. ``movers``: per node index, the running jobs that
     could ever move and are not being moved; ``soon_free``: ``whole_free_within`` the resume
-    bound; ``speed``: float[M, C] of the view's models; ``most``: the moves it may order."""
+    bound; ``speed``: float[M, C] of the view's models; ``most``: the moves it may order.
+    ``search``: who runs ``node_victims`` and ``resume_rooms`` (``preempt.PlanSearch``);
+    ``movable``: float[N], the GPUs ``movers`` hold per node (``movable_gpus``), when the
+    caller keeps it."""
     pc = cfg.preempt
     if not pc.short_enabled or not movers or most <= 0:
         return None
     free_gpus = view.gpu_free.sum(axis=1)
-    movable = np.zeros(len(view.node_ids))
-    for i, rs in movers.items():
-        movable[i] = sum(gpus_held(r) for r in rs)
+    if movable is None:
+        movable = movable_gpus(movers, len(view.node_ids))
     for pj, rem_s in blocked:
         spec = pj.spec
         waited_s = now - pj.enqueued_at
@@ -211,7 +223,7 @@ def short_plan(
                 if victim_ok(r, pj, rem_s, view, speed, facts, now, pc)
             ]
             cands.sort(key=lambda c: (c[1], c[2].spec.id))
-            victims = P.node_victims(pj, i, cands, view, most)
+            victims = search.victims(pj, i, cands, view, most)
             if victims is None:
                 continue
             cost = sum(c[1] for c in cands[: len(victims)])  # the victims: a prefix of cands
@@ -222,7 +234,7 @@ def short_plan(
         options.sort(key=lambda o: (o[0], o[1]))
         for cost, i, victims, budget, gain_s in options:
             stopped = [r for r, keep in victims if not keep]  # a shrunk one resumes on node i
-            rooms = resume_rooms(stopped, view, soon_free, cfg, exclude=i, speed=speed)
+            rooms = search.rooms(stopped, view, soon_free, cfg, i, speed)
             after = ""
             if rooms is None:  # a full cluster: no room elsewhere; the swap, if it keeps the bound
                 after_s = swap_wait_s(spec, rem_s, len(stopped), view, i, speed, pc)
