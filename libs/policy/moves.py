@@ -80,18 +80,20 @@ class MoveBook:
         # the rules' searches from memory while what they read holds (fast.plans)
         self.memo = PlanMemo()
         self.grow_memo = GrowMemo()
-        # bumped when the running, shrunk or moving jobs change (``fast.plans.GrowMemo``'s key)
+        # bumped when a shrunk job (``asked``) starts, ends, is ordered to move or is forgotten,
+        # or ``asked`` changes: all the grow rule reads of this book (``fast.plans.GrowMemo``)
         self._ver = 0
         # per node, its movers not being moved and the GPUs they hold (``_candidates``), brought
         # up to date for the nodes whose movers or moves changed since (``_dirty``)
         self._free_movers: dict[int, list[RunningJob]] = {}
         self._free_movable = np.zeros(n_nodes)
         self._dirty: set[int] = set()
+        self._grow_at: tuple[tuple, list[float]] | None = None  # ``grow_times``, with its key
 
     # ----- events --------------------------------------------------------------------------
     def started(self, job: RunningJob, attempt: int, node: str, at: float) -> None:
         jid = job.spec.id
-        self._ver += 1
+        self._ver += jid in self.asked
         self._dirty.add(job.node_index)
         self.facts[jid] = P.MoveFacts(started_at=at, last_moved_at=self.moved_at.get(jid))
         self.attempts[jid] = (attempt, node)
@@ -102,7 +104,7 @@ class MoveBook:
 
     def ended(self, job_id: str, node_index: int) -> MoveOrder | None:
         """The attempt stopped; the order that stopped it, if it was a move."""
-        self._ver += 1
+        self._ver += job_id in self.asked
         self._dirty.add(node_index)
         self.facts.pop(job_id, None)
         self.attempts.pop(job_id, None)
@@ -121,7 +123,7 @@ class MoveBook:
 
     def forget(self, job_id: str) -> None:
         """The job left for good (a terminal state)."""
-        self._ver += 1
+        self._ver += job_id in self.asked
         self.moved_at.pop(job_id, None)
         self.asked.pop(job_id, None)
 
@@ -178,13 +180,14 @@ class MoveBook:
     def order(self, move: MoveOrder, now: float, room_s: float) -> MoveOrder:
         """Record a move decided or accepted now; a move that makes room for a job (``for_job``)
         holds the node it clears for that job for ``room_s``."""
-        self._ver += 1
         job = self.jobs.get(move.job_id)
         if job is not None:
             self._dirty.add(job.node_index)
+        self._ver += move.job_id in self.asked  # (before and after: a shrink adds it)
         self.moving[move.job_id] = move
         self.moved_at[move.job_id] = now
         self._note_resize(move)
+        self._ver += move.job_id in self.asked
         if move.for_job:
             self.rooms[move.for_job] = (move.node, now + room_s)
         if move.to_node:
@@ -239,6 +242,21 @@ class MoveBook:
             )
             out.append(self.order(mo, now, cfg.preempt.resume_bound_s))
         return out
+
+    def grow_times(self, pc: P.PreemptConfig) -> list[float]:
+        """The instants the grow rule may next act at, sorted: the end of the quiet window
+        after a burst, and of each shrunk job's move window (``core_moves._next_grow_s``).
+        Kept until a shrunk job or the last burst changes (``_ver``): it is asked at every
+        instant."""
+        key = (self._ver, self.last_burst_s)
+        kept = self._grow_at
+        if kept is not None and kept[0][:2] == key and kept[0][2] is pc:
+            return kept[1]
+        at = [self.last_burst_s + pc.grow_quiet_s]
+        at += [self.moved_at.get(j, -np.inf) + pc.min_interval_s for j in self.asked]
+        at.sort()
+        self._grow_at = ((*key, pc), at)
+        return at
 
     def _verify_no_grow(
         self, view: ClusterView, waiting: Sequence[PendingJob], now: float, cfg: PolicyConfig

@@ -11,6 +11,7 @@ from hypothesis import strategies as st
 
 from libs.policy import moves as M
 from libs.policy.config import PreemptConfig
+from libs.policy.core import Scheduler
 from libs.policy.fast.plans import GrowMemo, PlanMemo
 from libs.policy.stages import preempt as P
 from libs.policy.types import RunningJob
@@ -35,10 +36,21 @@ def test_a_replay_with_every_memo_checked_against_its_definition(monkeypatch) ->
 
     monkeypatch.setattr(M, "PlanMemo", plan_memo)
     monkeypatch.setattr(M, "GrowMemo", grow_memo)
+    kept_next_grow_s = Scheduler._next_grow_s
+    asked: list[float | None] = []
+
+    def next_grow_s(self: Scheduler, now: float) -> float | None:
+        got = kept_next_grow_s(self, now)
+        assert got == self._next_grow_scan_s(now)
+        asked.append(got)
+        return got
+
+    monkeypatch.setattr(Scheduler, "_next_grow_s", next_grow_s)
     out = run_simulation("synthetic:1500", "seed", 48, ["mosaic"], None, load=1.5)
     assert out["jobs"]
     assert plans and sum(m.hits for m in plans) > 100
     assert grows and sum(m.hits for m in grows) > 100
+    assert any(t is not None for t in asked)
 
 
 @given(

@@ -15,11 +15,14 @@ exactly what its definition reads, so a hit is the answer the definition would g
   (``soon_free``), the cordons and temperatures (``state_gen``), which nodes ran hot, the
   victims themselves, the node being cleared and the speed table; a fractional victim also
   reads every GPU's free share (``ClusterView.gen``). Kept until the room, cordons or heat move.
-* ``GrowMemo``, ``stages.grow.grow_plan``: a shrunk job's refusal (``grow_size``) reads its own
-  node (``node_gen``), the waiting jobs (``PendingQueue.version``), its attempt and move
-  history, and time only through two windows that only end (``preempt.time_protected``) and a
-  gain that only shrinks. So a refusal holds, while those are the same, until the windows that
-  refused it end; a refusal for any other reason holds for good.
+  A search it has not seen is skipped when a whole-GPU victim is wider than the largest room
+  (``_no_room``: the search could not pass; on a full cluster, most of them).
+* ``GrowMemo``, ``stages.grow.grow_plan`` when it grew no one: each shrunk job's refusal
+  (``grow_size``) reads its own node (``node_gen``), the waiting jobs (``PendingQueue.version``,
+  only if the refusal got to that check: ``grow.WANTED``), its attempt and move history (the
+  move book's ``_ver``, bumped only for shrunk jobs), and time only through two windows that
+  only end (``preempt.time_protected``) and a gain that only shrinks. So the empty answer
+  holds, while those are the same, until a window that refused a job ends.
 
 One memo per ``moves.MoveBook`` (no module state); a new view clears it. ``verify`` runs the
 definitions beside every answer and raises on a difference (``tests/policy/test_plans.py``
@@ -33,11 +36,11 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from libs.policy.cluster import ClusterView
+from libs.policy.cluster import EPS, ClusterView
 from libs.policy.config import PolicyConfig
 from libs.policy.stages import grow as G
 from libs.policy.stages import preempt as P
-from libs.policy.stages.filter import is_fractional
+from libs.policy.stages.filter import is_fractional, whole_gpus
 from libs.policy.stages.resume import resume_rooms
 from libs.policy.types import PendingJob, RunningJob
 
@@ -111,8 +114,8 @@ class PlanMemo:
         self._same_view(view)
         epoch = (cfg, view.state_gen, soon_free.tobytes(), view.heat_risky.tobytes())
         last = self._rooms_key
-        if last is None or last[0] is not cfg or last[1:] != epoch[1:]:
-            self._rooms_key = epoch
+        if last is None or last[0] is not cfg or last[1:4] != epoch[1:]:
+            self._rooms_key = (*epoch, None)  # (+ the largest room, once asked: ``_no_room``)
             self._rooms = {}
         frac = any(is_fractional(r.spec) for r in stopped)
         speed_key = None if speed is None else speed.tobytes()
@@ -121,7 +124,12 @@ class PlanMemo:
         hit = self._rooms.get(key)
         if hit is None:
             self.misses += 1
-            out = resume_rooms(stopped, view, soon_free, cfg, exclude=exclude, speed=speed)
+            if self._no_room(stopped, soon_free):
+                out = None
+                if self.verify and resume_rooms(stopped, view, soon_free, cfg, exclude=exclude):
+                    raise AssertionError("resume_rooms bound: no room, but the search found one")
+            else:
+                out = resume_rooms(stopped, view, soon_free, cfg, exclude=exclude, speed=speed)
             self._rooms[key] = (tuple(stopped), None if out is None else dict(out))
             return out
         self.hits += 1
@@ -131,6 +139,17 @@ class PlanMemo:
             if want != got:
                 raise AssertionError(f"resume_rooms memo (exclude {exclude}): {got} != {want}")
         return got
+
+    def _no_room(self, stopped: Sequence[RunningJob], soon_free: np.ndarray) -> bool:
+        """A bound ``resume_rooms`` cannot pass: a whole-GPU victim needs a node with that
+        many GPUs of room, and no node has (the victims before it only take room away). On a
+        full cluster this is most searches. The largest room is the epoch's (same bytes)."""
+        e = self._rooms_key
+        assert e is not None
+        if e[4] is None:
+            e = self._rooms_key = (*e[:4], float(soon_free.max()) if len(soon_free) else 0.0)
+        most = e[4]
+        return any(not is_fractional(r.spec) and most < whole_gpus(r.spec) - EPS for r in stopped)
 
 
 @dataclass(frozen=True, slots=True)
