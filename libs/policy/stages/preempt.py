@@ -295,6 +295,9 @@ def priority_plan(
     if not pc.enabled or not movers:
         return None
     free_gpus = view.gpu_free.sum(axis=1)
+    # a node's victims by cost, per priority bound: the same for every blocked job of this
+    # look that tries the node with that bound (they are ordered by time, not by the job)
+    by_node: dict[tuple[int, int], list[tuple[float, float, RunningJob]]] = {}
     for pj in blocked:
         spec = pj.spec
         waited_s = now - pj.enqueued_at
@@ -307,12 +310,14 @@ def priority_plan(
         budget = pc.lost_per_wait * waited_s * max(spec.gpus, 0.01)
         options: list[tuple[float, int, list[Release]]] = []
         for i in candidate_nodes(np.flatnonzero(ok), free_gpus, pc.candidate_nodes):
-            cands = [
-                (r.spec.priority, lost_gpu_s(r, facts.get(r.spec.id), now, pc), r)
-                for r in movers.get(i, ())
-                if r.spec.priority <= top and not protection(r, facts.get(r.spec.id), now, pc)
-            ]
-            cands.sort(key=lambda c: (c[0], c[1], c[2].spec.id))
+            cands = by_node.get((i, top))
+            if cands is None:
+                cands = by_node[(i, top)] = [
+                    (r.spec.priority, lost_gpu_s(r, facts.get(r.spec.id), now, pc), r)
+                    for r in movers.get(i, ())
+                    if r.spec.priority <= top and not protection(r, facts.get(r.spec.id), now, pc)
+                ]
+                cands.sort(key=lambda c: (c[0], c[1], c[2].spec.id))
             victims = search.victims(pj, i, cands, view, pc.max_per_pass)
             if victims is None:
                 continue
