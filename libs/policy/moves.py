@@ -18,6 +18,7 @@ from libs.policy.backfill import RunningSet
 from libs.policy.cluster import EPS, ClusterView
 from libs.policy.config import PolicyConfig
 from libs.policy.decisions import MoveOrder
+from libs.policy.fast.plans import GrowMemo, PlanMemo
 from libs.policy.fast.short_due import ShortDue
 from libs.policy.stages import burst as B
 from libs.policy.stages import grow as G
@@ -79,10 +80,24 @@ class MoveBook:
         self.short_due_s = -np.inf  # the short-wait rule looks again from then (interval_s)
         self.short_looked_s = -np.inf  # its last look that looked at every job it owed one
         self.short_wake = ShortDue()  # its wake-up, kept across instants (fast.short_due)
+        # the rules' searches from memory while what they read holds (fast.plans)
+        self.memo = PlanMemo()
+        self.grow_memo = GrowMemo()
+        # bumped when a shrunk job (``asked``) starts, ends, is ordered to move or is forgotten,
+        # or ``asked`` changes: all the grow rule reads of this book (``fast.plans.GrowMemo``)
+        self._ver = 0
+        # per node, its movers not being moved and the GPUs they hold (``_candidates``), brought
+        # up to date for the nodes whose movers or moves changed since (``_dirty``)
+        self._free_movers: dict[int, list[RunningJob]] = {}
+        self._free_movable = np.zeros(n_nodes)
+        self._dirty: set[int] = set()
+        self._grow_at: tuple[tuple, list[float]] | None = None  # ``grow_times``, with its key
 
     # ----- events --------------------------------------------------------------------------
     def started(self, job: RunningJob, attempt: int, node: str, at: float) -> None:
         jid = job.spec.id
+        self._ver += jid in self.asked
+        self._dirty.add(job.node_index)
         self.facts[jid] = P.MoveFacts(started_at=at, last_moved_at=self.moved_at.get(jid))
         self.attempts[jid] = (attempt, node)
         self.jobs[jid] = job
@@ -92,6 +107,8 @@ class MoveBook:
 
     def ended(self, job_id: str, node_index: int) -> MoveOrder | None:
         """The attempt stopped; the order that stopped it, if it was a move."""
+        self._ver += job_id in self.asked
+        self._dirty.add(node_index)
         self.facts.pop(job_id, None)
         self.attempts.pop(job_id, None)
         self.jobs.pop(job_id, None)
@@ -109,6 +126,7 @@ class MoveBook:
 
     def forget(self, job_id: str) -> None:
         """The job left for good (a terminal state)."""
+        self._ver += job_id in self.asked
         self.moved_at.pop(job_id, None)
         self.asked.pop(job_id, None)
 
@@ -165,9 +183,14 @@ class MoveBook:
     def order(self, move: MoveOrder, now: float, room_s: float) -> MoveOrder:
         """Record a move decided or accepted now; a move that makes room for a job (``for_job``)
         holds the node it clears for that job for ``room_s``."""
+        job = self.jobs.get(move.job_id)
+        if job is not None:
+            self._dirty.add(job.node_index)
+        self._ver += move.job_id in self.asked  # (before and after: a shrink adds it)
         self.moving[move.job_id] = move
         self.moved_at[move.job_id] = now
         self._note_resize(move)
+        self._ver += move.job_id in self.asked
         if move.for_job:
             self.rooms[move.for_job] = (move.node, now + room_s)
         if move.to_node:
@@ -187,14 +210,33 @@ class MoveBook:
             del self.asked[move.job_id]
 
     def plan_grow(
-        self, view: ClusterView, waiting: Sequence[PendingJob], now: float, cfg: PolicyConfig
+        self,
+        view: ClusterView,
+        waiting: Sequence[PendingJob],
+        now: float,
+        cfg: PolicyConfig,
+        waiting_version: int | None = None,
     ) -> list[MoveOrder]:
         """The grow-back rule's moves (``stages.grow``): each resumes at once on more GPUs of
-        its own node, its room held there (``to_node``), as a shrink does."""
+        its own node, its room held there (``to_node``), as a shrink does. With
+        ``waiting_version`` (``PendingQueue.version`` of ``waiting``) a refusal that still
+        holds is taken from memory (``fast.plans.GrowMemo``)."""
         quiet = now - self.last_burst_s >= cfg.preempt.grow_quiet_s
+        if not cfg.preempt.grow_enabled or not quiet or not self.asked:
+            return []  # (grow_plan's own first answer)
+        memo, ver = self.grow_memo, self._ver
+        if waiting_version is not None and memo.holds(ver, view, cfg, waiting_version, now):
+            if memo.verify:
+                self._verify_no_grow(view, waiting, now, cfg)
+            return []
         # the shrunk ones only (a few), not every running job: this runs at every instant
         jobs = {j: self.jobs[j] for j in self.asked if j in self.jobs and j not in self.moving}
-        grows = G.grow_plan(self.asked, jobs, view, waiting, self.facts, now, cfg, quiet=quiet)
+        if waiting_version is None:
+            grows = G.grow_plan(self.asked, jobs, view, waiting, self.facts, now, cfg, quiet=quiet)
+        else:
+            grows = memo.plan(
+                ver, self.asked, jobs, view, waiting, waiting_version, self.facts, now, cfg
+            )
         out = []
         for job, to, reason in grows:
             attempt, node = self.attempts[job.spec.id]
@@ -203,6 +245,29 @@ class MoveBook:
             )
             out.append(self.order(mo, now, cfg.preempt.resume_bound_s))
         return out
+
+    def grow_times(self, pc: P.PreemptConfig) -> list[float]:
+        """The instants the grow rule may next act at, sorted: the end of the quiet window
+        after a burst, and of each shrunk job's move window (``core_moves._next_grow_s``).
+        Kept until a shrunk job or the last burst changes (``_ver``): it is asked at every
+        instant."""
+        key = (self._ver, self.last_burst_s)
+        kept = self._grow_at
+        if kept is not None and kept[0][:2] == key and kept[0][2] is pc:
+            return kept[1]
+        at = [self.last_burst_s + pc.grow_quiet_s]
+        at += [self.moved_at.get(j, -np.inf) + pc.min_interval_s for j in self.asked]
+        at.sort()
+        self._grow_at = ((*key, pc), at)
+        return at
+
+    def _verify_no_grow(
+        self, view: ClusterView, waiting: Sequence[PendingJob], now: float, cfg: PolicyConfig
+    ) -> None:
+        """``GrowMemo.verify``: the definition grows no one either."""
+        jobs = {j: self.jobs[j] for j in self.asked if j in self.jobs and j not in self.moving}
+        if G.grow_plan(self.asked, jobs, view, waiting, self.facts, now, cfg, quiet=True):
+            raise AssertionError(f"grow memo: no grow kept at {now}, but the rule grows")
 
     def plan_priority(
         self,
@@ -213,8 +278,10 @@ class MoveBook:
         cfg: PolicyConfig,
     ) -> list[MoveOrder]:
         """The priority-protection rule's moves for this pass (``stages.preempt``), ordered."""
-        movers, soon = self._candidates(view, running, now, cfg)
-        plan = P.priority_plan(blocked, movers, self.movable_gpus, soon, view, self.facts, now, cfg)
+        movers, soon, _ = self._candidates(view, running, now, cfg)
+        plan = P.priority_plan(
+            blocked, movers, self.movable_gpus, soon, view, self.facts, now, cfg, self.memo
+        )
         return [] if plan is None else self._orders(plan, now, cfg)
 
     def plan_short(
@@ -229,9 +296,12 @@ class MoveBook:
     ) -> list[MoveOrder]:
         """The short-wait rule's moves for this pass (``stages.short_wait.short_plans``: several
         plans, each node once, at most ``most`` moves); ``blocked``: (job, remaining runtime on
-        the fastest model), most slowed first."""
-        movers, soon = self._candidates(view, running, now, cfg)
-        plans = SW.short_plans(blocked, movers, soon, view, self.facts, now, cfg, speed, most)
+        the fastest model), most slowed first. The searches go through the book's memo."""
+        movers, soon, movable = self._candidates(view, running, now, cfg)
+        plans = SW.short_plans(
+            blocked, movers, soon, view, self.facts, now, cfg, speed, most,
+            search=self.memo, movable=movable,
+        )  # fmt: skip
         return [mo for plan in plans for mo in self._orders(plan, now, cfg)]
 
     def plan_burst(
@@ -245,7 +315,7 @@ class MoveBook:
     ) -> list[MoveOrder]:
         """The burst rule's moves for one blocked replica of ``blocked`` (``stages.burst``);
         ``speed``: the view's speed table, so a stopped victim resumes no slower."""
-        movers, soon = self._candidates(view, running, now, cfg)
+        movers, soon, _ = self._candidates(view, running, now, cfg)
         plan = B.burst_plan(blocked, movers, soon, view, self.facts, now, cfg, speed)
         if plan is None:
             return []
@@ -254,13 +324,25 @@ class MoveBook:
 
     def _candidates(
         self, view: ClusterView, running: RunningSet, now: float, cfg: PolicyConfig
-    ) -> tuple[dict[int, list], np.ndarray]:
-        """What every rule plans on: per node the running jobs not already moving, and the
-        whole GPUs free within the resume bound (``stages.resume.whole_free_within``)."""
-        movers = {
-            i: [r for jid, r in d.items() if jid not in self.moving] for i, d in self.movers.items()
-        }
-        return movers, soon_free(view, running, now, _ends_bound(cfg))
+    ) -> tuple[dict[int, list], np.ndarray, np.ndarray]:
+        """What every rule plans on: per node the running jobs not already moving, the whole
+        GPUs free within the resume bound (``stages.resume.whole_free_within``) and the GPUs
+        those movers hold per node (``stages.resume.movable_gpus``). Kept per node, and
+        rebuilt (by the same expressions, so to the same values) only for the nodes where a
+        job started, ended or was ordered to move since: a rebuild of every node at every
+        change was a tenth of the rules' time. The caller reads them and changes nothing."""
+        for i in self._dirty:
+            d = self.movers.get(i)
+            if d is None:
+                self._free_movers.pop(i, None)
+                self._free_movable[i] = 0.0
+                continue
+            rs = [r for jid, r in d.items() if jid not in self.moving]
+            self._free_movers[i] = rs
+            self._free_movable[i] = sum(P.gpus_held(r) for r in rs)
+        self._dirty.clear()
+        soon = soon_free(view, running, now, _ends_bound(cfg))
+        return self._free_movers, soon, self._free_movable
 
     def _orders(self, plan: P.PriorityPlan, now: float, cfg: PolicyConfig) -> list[MoveOrder]:
         """A plan's moves, recorded as ordered (``order``)."""

@@ -117,6 +117,15 @@ class Demand:
         memo[:] = [key, (wake, keep)]
         return wake, keep
 
+    def keep_static(self, view: ClusterView, static: np.ndarray, gangs: list[JobSpec]) -> None:
+        """Take ``static_masks`` and ``gang_specs`` for ``view`` from a caller that already
+        has them per request shape (``power_state``: the queue's per-shape arrays, which the
+        pass keeps): a new ``Demand`` of shapes seen before then builds neither (it did, at
+        each change of the blocked jobs: most of a power plan's time on a full Philly replay).
+        ``tests/policy/test_power.py`` checks them equal to the ones built here."""
+        self._static[:] = [view.shape_memo, static]
+        self._gangs[:] = [view.shape_memo, gangs]
+
     @classmethod
     def of(cls, blocked: Iterable[JobSpec], cap: int) -> Demand:
         shapes: dict[tuple, list] = {}

@@ -20,6 +20,8 @@ from libs.policy import fast as K
 from libs.policy import power
 from libs.policy.cluster import ClusterView
 from libs.policy.config import PolicyConfig
+from libs.policy.fast.shapes import per_shape, static_masks
+from libs.policy.gang_pass import gang_shapes
 from libs.policy.profiles import ProfileTable
 from libs.policy.queue import PendingQueue
 from libs.policy.types import CycleResult
@@ -301,5 +303,18 @@ class PowerState:
                 ids = shape[left]
             specs = queue.shapes()[2]
             hit = power.Demand.of_shapes(ids, specs, self.cfg.power_demand_cap)
+            self._keep_static(hit, ids, specs)
             self._demands[which] = hit
         return hit
+
+    def _keep_static(self, demand: power.Demand, ids: np.ndarray, specs: list) -> None:
+        """Hand ``demand`` its groups' static masks and gangs from the per-shape arrays of the
+        queue's shape list (``fast.shapes.per_shape``, the ones the pass reads): a fancy
+        index instead of a stack of masks and a gang test per group (``Demand.keep_static``)."""
+        if not demand.groups:
+            return
+        view = self.view
+        uniq, _ = K.groups_in_order(np.asarray(ids, dtype=np.int64)[: self.cfg.power_demand_cap])
+        static = per_shape(view, "static_masks", specs, static_masks(view))[uniq]
+        gang = per_shape(view, "gang", specs, lambda sp: gang_shapes(view, sp))[uniq]
+        demand.keep_static(view, static, [specs[u] for u in uniq[gang].tolist()])

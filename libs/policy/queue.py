@@ -63,7 +63,9 @@ class PendingQueue(Sequence[PendingJob]):
         self._shape_specs: list = []  # one spec of each shape (static fit is the shape's)
         # per-row caches the scheduler owns (``column``): name -> [float array, key]
         self._cols: dict[str, list] = {}
-        self.gen = 0  # bumped by every add and remove: a memo of the rows keys on it
+        # bumped by every add, replace and removal: a memo of the rows keys on it
+        # (``fast.plans.GrowMemo``, ``fast.short_due.ShortDue``)
+        self.version = 0
         for j in jobs:
             self.add(j)
 
@@ -93,7 +95,7 @@ class PendingQueue(Sequence[PendingJob]):
 
     def add(self, job: PendingJob) -> None:
         """Add (or replace, keeping its row) a job."""
-        self.gen += 1
+        self.version += 1
         jid = job.spec.id
         i = self._pos.get(jid)
         if i is None:
@@ -133,7 +135,7 @@ class PendingQueue(Sequence[PendingJob]):
     def remove(self, job_id: str) -> PendingJob:
         """Remove a job by id (KeyError if absent): the last row moves into its place."""
         i = self._pos.pop(job_id)
-        self.gen += 1
+        self.version += 1
         job = self._jobs[i]
         self._count(job, -1)
         self._book_discard(i)

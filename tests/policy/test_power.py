@@ -142,3 +142,28 @@ def test_demand_from_shape_indices_groups_like_the_specs(specs, cap):
     a = Demand.of(specs, cap).groups
     b = Demand.of_shapes(shape_of[rows], shape_specs, cap).groups
     assert [(shape_key(s), n) for s, n in a] == [(shape_key(s), n) for s, n in b]
+
+
+@settings(max_examples=40, deadline=None)
+@given(nodes(), jobs(max_jobs=12), st.integers(1, 12), st.data())
+def test_kept_static_masks_and_gangs_are_the_demands_own(ns, specs, cap, data):
+    """The power state hands a new ``Demand`` its groups' static masks and gangs from the
+    queue's per-shape arrays (``PowerState._keep_static``): the same as the ones the
+    ``Demand`` builds itself, for any blocked subset of the queue in any order."""
+    from libs.policy.power import Demand
+    from libs.policy.power_state import PowerState
+    from libs.policy.queue import PendingQueue
+    from libs.policy.types import PendingJob
+
+    view = ClusterView.build(ns)
+    q = PendingQueue([PendingJob(s, 0.0) for s in specs])
+    shape_of, _, shape_specs = q.shapes()
+    rows = data.draw(st.permutations(range(len(specs))))[: data.draw(st.integers(0, len(specs)))]
+    ids = shape_of[list(rows)] if rows else np.zeros(0, dtype=np.int64)
+    cfg = dataclasses.replace(CFG, power_demand_cap=cap)
+    state = PowerState(view, cfg, ProfileTable.default())
+    kept = Demand.of_shapes(ids, shape_specs, cap)
+    state._keep_static(kept, ids, shape_specs)
+    own = Demand.of_shapes(ids, shape_specs, cap)
+    assert np.array_equal(kept.static_masks(view), own.static_masks(view))
+    assert kept.gang_specs(view) == own.gang_specs(view)

@@ -2,7 +2,7 @@
 
 Why: ``next_move_s`` is asked at every instant of a replay, and the definition scans the
 queue (0.1-0.3 ms for 500-10,000 rows; a full Philly replay has about 280k events). The owed
-instants (``short_wait.owed_s``) change only when the queue does (``PendingQueue.gen``), when
+instants (``short_wait.owed_s``) change only when the queue does (``PendingQueue.version``), when
 the rule looks (``looked_s``, ``due_s``), or with the fastest speeds or the config; between
 those they are kept sorted and each instant's answer is a binary search. Tested equal to the
 definition (``tests/policy/test_short_wait.py``).
@@ -35,7 +35,7 @@ class ShortDue:
         due_s: float,
     ) -> float | None:
         """``short_wait.next_due_s`` of ``queue.table()`` (the same arguments)."""
-        key = (queue.gen, looked_s, due_s, best.tobytes())
+        key = (queue.version, looked_s, due_s, best.tobytes())
         if key != self._key or pc is not self._pc:
             self._due = np.sort(SW.owed_s(queue.table(), best, pc, looked_s, due_s))
             self._key, self._pc = key, pc

@@ -43,6 +43,7 @@ from libs.policy.stages import preempt as P
 from libs.policy.types import PendingJob, RunningJob
 
 GROW_RULE = "grow-back"
+WANTED = "waiting job "  # how a refusal for a waiting job begins: the one that read the queue
 
 # A grow the rule decides: (the running job, the GPUs it resumes on, the reason)
 Grow = tuple[RunningJob, int, str]
@@ -111,7 +112,7 @@ def grow_size(
         return 0, f"saves {gain_s:.0f} s <= the move's {cost_s:.0f} s"
     other = wanted_by_waiting(i, view, waiting)  # last: the one check that walks the queue
     if other:
-        return 0, f"waiting job {other} could start on those GPUs"
+        return 0, f"{WANTED}{other} could start on those GPUs"
     node = view.node_ids[i]
     return to, (
         f"{GROW_RULE}: {job.spec.id} grows from {held} to {to} GPUs on {node} (asked {bound}); "

@@ -38,6 +38,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from typing import Protocol
 
 import numpy as np
 
@@ -107,6 +108,17 @@ def protection(job: RunningJob, facts: MoveFacts | None, now: float, pc: Preempt
         if now - facts.started_at < pc.min_run_s:
             return f"started {now - facts.started_at:.0f} s ago (min run {pc.min_run_s:.0f} s)"
     return ""
+
+
+def time_protected(facts: MoveFacts | None, now: float, pc: PreemptConfig) -> bool:
+    """Whether ``protection``'s two windows (moved within ``min_interval_s``, started within
+    ``min_run_s``) hold now: the same comparisons, without the reason's words. The only part
+    of ``protection`` that changes with time, and it only ends (once False, False later)."""
+    if facts is None:
+        return False
+    if facts.last_moved_at is not None and now - facts.last_moved_at < pc.min_interval_s:
+        return True
+    return now - facts.started_at < pc.min_run_s
 
 
 def lost_gpu_s(job: RunningJob, facts: MoveFacts | None, now: float, pc: PreemptConfig) -> float:
@@ -209,6 +221,44 @@ def node_victims(
     return None
 
 
+class PlanSearch(Protocol):
+    """The two searches a plan makes per node and per option: ``node_victims`` and
+    ``resume_rooms``. ``DEFINITIONS`` runs them; ``fast.plans.PlanMemo`` answers the same
+    from what it remembers of the nodes they read (tested equal over replays)."""
+
+    def victims(
+        self,
+        blocked: PendingJob,
+        i: int,
+        candidates: list[tuple[float, float, RunningJob]],
+        view: ClusterView,
+        most: int,
+    ) -> list[Release] | None: ...
+
+    def rooms(
+        self,
+        stopped: Sequence[RunningJob],
+        view: ClusterView,
+        soon_free: np.ndarray,
+        cfg: PolicyConfig,
+        exclude: int,
+        speed: np.ndarray | None = None,
+    ) -> dict[str, int] | None: ...
+
+
+class _Definitions:
+    """``PlanSearch`` by the definitions (no memory)."""
+
+    def victims(self, blocked, i, candidates, view, most):  # type: ignore[no-untyped-def]
+        return node_victims(blocked, i, candidates, view, most)
+
+    def rooms(self, stopped, view, soon_free, cfg, exclude, speed=None):  # type: ignore[no-untyped-def]
+        return resume_rooms(stopped, view, soon_free, cfg, exclude=exclude, speed=speed)
+
+
+DEFINITIONS: PlanSearch = _Definitions()
+
+
 def candidate_nodes(ok: np.ndarray, free_gpus: np.ndarray, most: int) -> list[int]:
     """The nodes (indices ``ok``) a plan tries, at most ``most``: those with the most GPUs
     free already (the fewest to stop), then in index order. A bound by design: a plan is
@@ -229,6 +279,7 @@ def priority_plan(
     facts: Mapping[str, MoveFacts],
     now: float,
     cfg: PolicyConfig,
+    search: PlanSearch = DEFINITIONS,
 ) -> PriorityPlan | None:
     """The priority-protection rule (module docstring) for the best-ranked eligible job of
     ``blocked`` (in rank order), or None when no plan passes the trade-off. ``movers``: per
@@ -238,11 +289,15 @@ def priority_plan(
     ``soon_free``: ``whole_free_within`` the resume bound.
 
     Per job, the nodes are tried cheapest plan first; the first whose victims can all resume
-    within the bound (``resume_rooms``) is the plan."""
+    within the bound (``resume_rooms``) is the plan. ``search``: who runs ``node_victims`` and
+    ``resume_rooms`` (the definitions, or a memo of them: ``PlanSearch``)."""
     pc = cfg.preempt
     if not pc.enabled or not movers:
         return None
     free_gpus = view.gpu_free.sum(axis=1)
+    # a node's victims by cost, per priority bound: the same for every blocked job of this
+    # look that tries the node with that bound (they are ordered by time, not by the job)
+    by_node: dict[tuple[int, int], list[tuple[float, float, RunningJob]]] = {}
     for pj in blocked:
         spec = pj.spec
         waited_s = now - pj.enqueued_at
@@ -255,13 +310,15 @@ def priority_plan(
         budget = pc.lost_per_wait * waited_s * max(spec.gpus, 0.01)
         options: list[tuple[float, int, list[Release]]] = []
         for i in candidate_nodes(np.flatnonzero(ok), free_gpus, pc.candidate_nodes):
-            cands = [
-                (r.spec.priority, lost_gpu_s(r, facts.get(r.spec.id), now, pc), r)
-                for r in movers.get(i, ())
-                if r.spec.priority <= top and not protection(r, facts.get(r.spec.id), now, pc)
-            ]
-            cands.sort(key=lambda c: (c[0], c[1], c[2].spec.id))
-            victims = node_victims(pj, i, cands, view, pc.max_per_pass)
+            cands = by_node.get((i, top))
+            if cands is None:
+                cands = by_node[(i, top)] = [
+                    (r.spec.priority, lost_gpu_s(r, facts.get(r.spec.id), now, pc), r)
+                    for r in movers.get(i, ())
+                    if r.spec.priority <= top and not protection(r, facts.get(r.spec.id), now, pc)
+                ]
+                cands.sort(key=lambda c: (c[0], c[1], c[2].spec.id))
+            victims = search.victims(pj, i, cands, view, pc.max_per_pass)
             if victims is None:
                 continue
             cost = sum(c[1] for c in cands[: len(victims)])  # the victims: a prefix of cands
@@ -274,7 +331,7 @@ def priority_plan(
             held = sum(gpus_held(r) for r in stopped)
             if room_total - soon_free[i] < held - EPS:  # no room for them all, whatever the fit
                 continue
-            rooms = resume_rooms(stopped, view, soon_free, cfg, exclude=i)
+            rooms = search.rooms(stopped, view, soon_free, cfg, i)
             if rooms is not None:
                 rooms.update({r.spec.id: i for r, keep in victims if keep})
                 plan = _plan(pj, view.node_ids[i], victims, cost, budget, waited_s, facts, now, pc)

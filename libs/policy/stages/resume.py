@@ -12,7 +12,7 @@ whose victims would otherwise finish a long job on a slow GPU).
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 
 import numpy as np
 
@@ -110,3 +110,11 @@ def resume_rooms(
         soon[i] -= need
         rooms[spec.id] = i
     return rooms
+
+
+def movable_gpus(movers: Mapping[int, Sequence[RunningJob]], n_nodes: int) -> np.ndarray:
+    """float[N]: the GPUs ``movers`` hold per node (a node's bound on what a plan frees)."""
+    movable = np.zeros(n_nodes)
+    for i, rs in movers.items():
+        movable[i] = sum(gpus_held(r) for r in rs)
+    return movable

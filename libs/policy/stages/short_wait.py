@@ -68,7 +68,7 @@ from libs.policy.queue_arrays import COLUMNS
 from libs.policy.scores import CLASS_INDEX
 from libs.policy.stages import preempt as P
 from libs.policy.stages.filter import is_fractional, whole_gpus
-from libs.policy.stages.resume import gpus_held, resume_rooms, static_ok
+from libs.policy.stages.resume import movable_gpus, resume_rooms, static_ok
 from libs.policy.types import PendingJob, RunningJob
 from proto.jobs import JobSpec
 
@@ -255,6 +255,8 @@ def short_plans(
     speed: np.ndarray,
     most: int,
     misses: int = 4,
+    search: P.PlanSearch = P.DEFINITIONS,
+    movable: np.ndarray | None = None,
 ) -> list[P.PriorityPlan]:
     """The rule's plans for one look: for ``blocked`` ((job, remaining_s), most slowed first),
     each job's plan (``job_plan``) in turn, at most ``most`` moves in all, stopping once
@@ -263,15 +265,17 @@ def short_plans(
     searched. Each node is used once per look: a plan's node and every node a victim resumes
     on (each a whole-node room hold) are off limits to the later plans, so no two plans count
     the same GPUs, stop the same job or promise the same room; each plan keeps its own
-    budget. Why several: a burst of short jobs was served one plan per ``interval_s``."""
+    budget. Why several: a burst of short jobs was served one plan per ``interval_s``.
+    ``search``: who runs ``node_victims`` and ``resume_rooms`` (``preempt.PlanSearch``: the
+    definitions, or ``fast.plans.PlanMemo``); ``movable``: float[N], the GPUs ``movers`` hold
+    per node (``movable_gpus``), when the caller keeps it."""
     pc = cfg.preempt
     out: list[P.PriorityPlan] = []
     if not pc.short_enabled or not movers or most <= 0:
         return out
     free_gpus = view.gpu_free.sum(axis=1)
-    movable = np.zeros(len(view.node_ids))
-    for i, rs in movers.items():
-        movable[i] = sum(gpus_held(r) for r in rs)
+    if movable is None:
+        movable = movable_gpus(movers, len(view.node_ids))
     used = np.zeros(len(view.node_ids), dtype=bool)
     missed = 0
     for pj, rem_s in blocked:
@@ -281,8 +285,9 @@ def short_plans(
         if fits_now(pj.spec, view, ok, free_gpus):
             continue
         plan = job_plan(
-            pj, rem_s, ok, movers, movable, soon_free, used, view, facts, now, cfg, speed, most
-        )
+            pj, rem_s, ok, movers, movable, soon_free, used, view, facts, now, cfg, speed, most,
+            search,
+        )  # fmt: skip
         if plan is None:
             missed += 1
             continue
@@ -309,13 +314,14 @@ def job_plan(
     cfg: PolicyConfig,
     speed: np.ndarray,
     most: int,
+    search: P.PlanSearch = P.DEFINITIONS,
 ) -> P.PriorityPlan | None:
     """The rule (module docstring) for one blocked job ``pj`` (``rem_s`` left on the fastest
     model) on the nodes ``ok`` marks, or None. ``movers``: per node index, the running jobs
     that could ever move and are not being moved, ``movable``: the GPUs they hold per node;
     ``soon_free``: ``whole_free_within`` the resume bound; ``used``: nodes no victim may
     resume on (earlier plans' nodes and rooms); ``speed``: float[M, C] of the view's models;
-    ``most``: the moves it may order."""
+    ``most``: the moves it may order; ``search``: as in ``short_plans``."""
     pc = cfg.preempt
     spec = pj.spec
     waited_s = now - pj.enqueued_at
@@ -331,7 +337,7 @@ def job_plan(
             if victim_ok(r, pj, rem_s, view, speed, facts, now, pc)
         ]
         cands.sort(key=lambda c: (c[1], c[2].spec.id))
-        victims = P.node_victims(pj, i, cands, view, most)
+        victims = search.victims(pj, i, cands, view, most)
         if victims is None:
             continue
         cost = sum(c[1] for c in cands[: len(victims)])  # the victims: a prefix of cands
@@ -343,7 +349,10 @@ def job_plan(
     avoid = used if used.any() else None
     for cost, i, victims, budget, gain_s in options:
         stopped = [r for r, keep in victims if not keep]  # a shrunk one resumes on node i
-        rooms = resume_rooms(stopped, view, soon_free, cfg, exclude=i, avoid=avoid, speed=speed)
+        if avoid is None:  # what the memo answers (it knows nothing of earlier plans' nodes)
+            rooms = search.rooms(stopped, view, soon_free, cfg, i, speed)
+        else:
+            rooms = resume_rooms(stopped, view, soon_free, cfg, exclude=i, avoid=avoid, speed=speed)
         after = ""
         if rooms is None:  # a full cluster: no room elsewhere; the swap, if it keeps the bound
             after_s = swap_wait_s(spec, rem_s, len(stopped), view, i, speed, pc)
