@@ -114,6 +114,10 @@ class PreemptConfig:
             raise ValueError("preempt.max_per_pass and preempt.priority_gap must be >= 0")
 
 
+# the switches of the rules ``core_moves.preempt_step`` runs: all off, nothing ever moves
+MOVE_RULES = ("enabled", "burst_enabled", "short_enabled", "grow_enabled")
+
+
 @dataclass(frozen=True, slots=True)
 class PolicyConfig:
     """All policy coefficients. Build variants with ``dataclasses.replace(cfg, ...)``."""

@@ -310,7 +310,7 @@ class Scheduler(MovesMixin, PowerMixin, ScaleMixin):
         return self._tick_at
 
     def could_place_now(self) -> bool:
-        """Could any queued request fit somewhere now (``fits.could_place``)?"""
+        """Could any queued request fit somewhere now (``could_place.could_place``)?"""
         return could_place(self._asks, self.view)
 
     def tick(self, now: float, *, woke: bool = True) -> Decisions:

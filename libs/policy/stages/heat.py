@@ -18,7 +18,7 @@ An averse job first *waits* for another node (``holds_off_risky``, reason ``HotN
 at most ``ThermalConfig.averse_wait_share`` (one half) of its remaining runtime: throttled at
 half speed it would lose its whole runtime again (break-even is a wait of all of it), so a
 wait of half of it is a good trade when a cool node frees meanwhile. The wait counted is the
-time it waited *for heat* (``HeatMemory.waited_s``: between passes that both kept it off a
+time it waited *for heat* (``HeatMemory.waited_at``: between passes that both kept it off a
 risky node that could take it), not its whole time in the queue: on a full cluster a job
 that queued for days for capacity has traded nothing against heat yet, and counting those
 days let it take the first risky node that freed (Philly seed 1, 10% of nodes hot: ten-day
@@ -70,7 +70,7 @@ def patience_s(job: PendingJob, cfg: PolicyConfig) -> float:
 
 def holds_off_risky(job: PendingJob, heat_waited_s: float, cfg: PolicyConfig) -> bool:
     """Does ``job`` still wait rather than take a risky node (module docstring)?
-    ``heat_waited_s``: how long it has waited for heat already (``HeatMemory.waited_s``)."""
+    ``heat_waited_s``: how long it has waited for heat already (``HeatMemory.waited_at``)."""
     return heat_averse(job.spec, cfg) and heat_waited_s < patience_s(job, cfg)
 
 
@@ -128,8 +128,9 @@ class HeatMemory:
         at a job (it stopped above it) changes nothing for it.
 
         Returns the first instant a job kept off now runs out of patience (``queued``: the
-        queue's job by id), or None: a pass is due then, events or not, or a job that may
-        take the risky node would wait for some unrelated event (both drivers wake at it)."""
+        queue's job by id), or None when none will. A pass is due then, events or not (both
+        drivers wake at it): else a job that may now take the risky node would wait for some
+        unrelated event."""
         for job_id, why in waiting.items():
             if why == HOT_NODE:
                 since = self._refused_at.get(job_id)

@@ -259,6 +259,12 @@ class _Definitions:
 DEFINITIONS: PlanSearch = _Definitions()
 
 
+def usable_nodes(spec: JobSpec, view: ClusterView, cfg: PolicyConfig) -> np.ndarray:
+    """bool[N]: nodes that could hold ``spec`` now, free or not: its static rules, not
+    cordoned (rooms held for other moves included), not too hot."""
+    return static_ok(spec, view) & ~view.cordoned & ~(view.temp_c >= cfg.thermal_max_c)
+
+
 def candidate_nodes(ok: np.ndarray, free_gpus: np.ndarray, most: int) -> list[int]:
     """The nodes (indices ``ok``) a plan tries, at most ``most``: those with the most GPUs
     free already (the fewest to stop), then in index order. A bound by design: a plan is
@@ -305,7 +311,7 @@ def priority_plan(
         if spec.priority < pc.protect_priority or waited_s < pc.min_wait_s or top < 0:
             continue
         need = spec.gpus if is_fractional(spec) else float(whole_gpus(spec))
-        ok = static_ok(spec, view) & ~view.cordoned & ~(view.temp_c >= cfg.thermal_max_c)
+        ok = usable_nodes(spec, view, cfg)
         ok &= free_gpus + movable_gpus[: top + 1].sum(axis=0) >= need - EPS
         budget = pc.lost_per_wait * waited_s * max(spec.gpus, 0.01)
         options: list[tuple[float, int, list[Release]]] = []

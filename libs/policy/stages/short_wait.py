@@ -68,7 +68,7 @@ from libs.policy.queue_arrays import COLUMNS
 from libs.policy.scores import CLASS_INDEX
 from libs.policy.stages import preempt as P
 from libs.policy.stages.filter import is_fractional, whole_gpus
-from libs.policy.stages.resume import movable_gpus, resume_rooms, static_ok
+from libs.policy.stages.resume import movable_gpus, resume_rooms
 from libs.policy.types import PendingJob, RunningJob
 from proto.jobs import JobSpec
 
@@ -114,6 +114,12 @@ def act_times_s(
     return rem, enq + wait_bound_s(rem, pc), dl_from, dl_to
 
 
+def _short_rows(table: np.ndarray, rem: np.ndarray, pc: PreemptConfig) -> np.ndarray:
+    """bool per queue row: a job the rule may ever act for (not inference, at most
+    ``short_max_s`` left on the fastest model, ``rem``), whatever its wait."""
+    return (table[:, _COL["inference"]] < 0.5) & (rem <= pc.short_max_s)
+
+
 def eligible_rows(
     table: np.ndarray, now: float, best: np.ndarray, pc: PreemptConfig
 ) -> tuple[np.ndarray, np.ndarray]:
@@ -123,7 +129,7 @@ def eligible_rows(
     if not len(table):
         return np.zeros(0, dtype=np.int64), np.zeros(0)
     rem, slow_at, dl_from, dl_to = act_times_s(table, best, pc)
-    ok = (table[:, _COL["inference"]] < 0.5) & (rem <= pc.short_max_s)
+    ok = _short_rows(table, rem, pc)
     with np.errstate(invalid="ignore"):
         ok &= (now >= slow_at) | ((now >= dl_from) & (now <= dl_to))
     rows = np.flatnonzero(ok)
@@ -143,7 +149,7 @@ def owed_s(
     with np.errstate(invalid="ignore"):
         dl = np.where((dl_from <= dl_to) & (dl_from > looked_s), dl_from, np.inf)
     at = np.minimum(np.where(slow_at > looked_s, slow_at, np.inf), dl)
-    owed = (table[:, _COL["inference"]] < 0.5) & (rem <= pc.short_max_s) & np.isfinite(at)
+    owed = _short_rows(table, rem, pc) & np.isfinite(at)
     return np.maximum(at[owed], due_s)
 
 
@@ -238,12 +244,6 @@ def fits_now(spec: JobSpec, view: ClusterView, ok: np.ndarray, free_gpus: np.nda
     )
 
 
-def usable_nodes(spec: JobSpec, view: ClusterView, cfg: PolicyConfig) -> np.ndarray:
-    """bool[N]: nodes that could hold ``spec`` now, free or not: its static rules, not
-    cordoned (rooms held for other moves included), not too hot."""
-    return static_ok(spec, view) & ~view.cordoned & ~(view.temp_c >= cfg.thermal_max_c)
-
-
 def short_plans(
     blocked: Sequence[tuple[PendingJob, float]],
     movers: Mapping[int, Sequence[RunningJob]],
@@ -281,7 +281,7 @@ def short_plans(
     for pj, rem_s in blocked:
         if most <= 0 or missed >= misses:
             break
-        ok = usable_nodes(pj.spec, view, cfg) & ~used
+        ok = P.usable_nodes(pj.spec, view, cfg) & ~used
         if fits_now(pj.spec, view, ok, free_gpus):
             continue
         plan = job_plan(

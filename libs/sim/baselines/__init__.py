@@ -63,22 +63,15 @@ def make_policy(name: str, **kwargs: Any) -> Policy:
         p = Gavel(GAVEL_KINDS[base], preemptive=preemptive, **kwargs)
         p.name = key
         return p
-    from libs.policy.config import PolicyConfig
+    from libs.policy.config import MOVE_RULES, PolicyConfig
     from libs.sim.baselines.mosaic import Mosaic
 
     if preemptive:
         return Mosaic(**kwargs)
     cfg = kwargs.pop("cfg", None) or PolicyConfig.default()
-    cfg = dataclasses.replace(
-        cfg,
-        preempt=dataclasses.replace(
-            cfg.preempt,
-            enabled=False,
-            burst_enabled=False,
-            short_enabled=False,
-            grow_enabled=False,  # nothing is shrunk, so nothing grows back
-        ),
-    )
+    # every move rule off (``config.MOVE_RULES``): none preempts, so nothing is shrunk either
+    off = dataclasses.replace(cfg.preempt, **dict.fromkeys(MOVE_RULES, False))
+    cfg = dataclasses.replace(cfg, preempt=off)
     m = Mosaic(cfg, **kwargs)
     m.name = key
     return m

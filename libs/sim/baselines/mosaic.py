@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from collections.abc import Collection
 
-from libs.policy.config import PolicyConfig
+from libs.policy.config import MOVE_RULES, PolicyConfig
 from libs.policy.core import Scheduler
 from libs.policy.types import PendingJob
 from libs.policy.warmup import warm_up
@@ -45,9 +45,9 @@ class Mosaic(BasePolicy):
         self.cfg = cfg or PolicyConfig.default()
         self.feed = ProfileFeed(profile_error, profile_learning, profile_seed)
         pc = self.cfg.preempt
-        # no move rule on (``core_moves.preempt_step`` runs each that is): the engine asks
-        # nothing per instant; the live placer's tick would find nothing to do either
-        if not (pc.enabled or pc.burst_enabled or pc.short_enabled or pc.grow_enabled):
+        # no move rule on (``config.MOVE_RULES``): the engine asks nothing per instant; the
+        # live placer's tick would find nothing to do either
+        if not any(getattr(pc, rule) for rule in MOVE_RULES):
             self.move_step = None  # type: ignore[assignment]
             self.next_move_s = None  # type: ignore[assignment]
 
