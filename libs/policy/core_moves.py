@@ -28,7 +28,7 @@ from libs.policy.decisions import MoveOrder
 from libs.policy.placement import to_allocation
 from libs.policy.queue import COLUMNS
 from libs.policy.scores import ModelTables
-from libs.policy.stages import preempt as P
+from libs.policy.stages import resume as R
 from libs.policy.stages import short_wait as SW
 from libs.policy.types import CycleResult, PendingJob, Placement
 
@@ -61,7 +61,7 @@ class MovesMixin:
         self: Scheduler, res: CycleResult, now: float
     ) -> list[tuple[PendingJob, Placement]]:
         """After the pass: each job moves made room for starts in its room once the moved jobs
-        are gone (``stages.preempt.room_placement``), unless the pass placed it elsewhere. A
+        are gone (``stages.resume.room_placement``), unless the pass placed it elsewhere. A
         room lapses after the resume bound, or when its node is held for another reason."""
         if not self.moves.rooms:  # almost every pass: nothing is being made room for
             return []
@@ -77,7 +77,7 @@ class MovesMixin:
                 continue
             if pj is None or job_id in placed:
                 continue
-            placement = P.room_placement(pj.spec, self.view, i, self.cfg)
+            placement = R.room_placement(pj.spec, self.view, i, self.cfg)
             if placement is not None:  # applied at once, as the pass applies its own
                 self.view.allocate(to_allocation(pj.spec, placement, now, pj.attempt))
                 self.power.node_taken(i)
@@ -193,8 +193,9 @@ class MovesMixin:
             return []
         self._preempt_due_s = now + max(pc.interval_s, 1.0)
         blocked.sort(key=lambda pj: (-pj.spec.priority, pj.enqueued_at, pj.spec.id))
+        speed = ModelTables.build(self.view, self.profiles).speed
         moves = self.moves.plan_priority(
-            blocked[:BLOCKED_LOOKED_AT], self.view, self.running, now, self.cfg
+            blocked[:BLOCKED_LOOKED_AT], self.view, self.running, now, self.cfg, speed
         )
         self._hold_rooms()
         return moves

@@ -276,11 +276,13 @@ class MoveBook:
         running: RunningSet,
         now: float,
         cfg: PolicyConfig,
+        speed: np.ndarray | None = None,
     ) -> list[MoveOrder]:
-        """The priority-protection rule's moves for this pass (``stages.preempt``), ordered."""
+        """The priority-protection rule's moves for this pass (``stages.preempt``), ordered;
+        with ``speed`` (float[M, C]) each victim's room is no slower than where it runs."""
         movers, soon, _ = self._candidates(view, running, now, cfg)
         plan = P.priority_plan(
-            blocked, movers, self.movable_gpus, soon, view, self.facts, now, cfg, self.memo
+            blocked, movers, self.movable_gpus, soon, view, self.facts, now, cfg, self.memo, speed
         )
         return [] if plan is None else self._orders(plan, now, cfg)
 

@@ -192,3 +192,37 @@ def test_the_rules_say_why_a_job_is_protected() -> None:
     assert "moved 60 s ago" in P.protection(r, P.MoveFacts(0.0, NOW - 60), NOW, pc)
     fresh = PreemptConfig(min_run_s=300.0)
     assert "started 10 s ago" in P.protection(r, P.MoveFacts(NOW - 10), NOW, fresh)
+
+
+def test_a_victim_is_never_given_a_room_on_a_slower_model() -> None:
+    """An urgent job needs the A100 node a checkpointable job fills; the only other room is a
+    T4 node. Without a speed table the plan would send the victim there; with it (what the
+    scheduler passes) there is no plan, since the slow-GPU guard would hold the moved job off
+    the T4 and break the resume bound (traced on full Philly: resume delays of 5,400-37,600 s
+    all followed priority-protection moves to rooms on slower models)."""
+    from libs.policy.profiles import ProfileTable
+    from libs.policy.scores import ModelTables
+    from tests.policy.strategies import node_spec
+
+    ns = [
+        node_spec("fast", gpus=8, model="a100-80gb", mem=80.0),
+        node_spec("slow", gpus=8, model="t4", mem=16.0),
+    ]
+    view = ClusterView.build(ns)
+    victim = JobSpec(id="v", gpus=8, gpu_mem_gb=4.0, host_mem_gb=1.0, cpus=1.0, priority=1,
+                     checkpointable=True)  # fmt: skip
+    alloc = Allocation(
+        job_id="v", node="fast", gpu_indices=tuple(range(8)), gpu_share=1.0,
+        gpu_mem_gb=4.0, host_mem_gb=1.0, cpus=1.0, time=0.0, attempt=1, spec=victim,
+    )  # fmt: skip
+    view.allocate(alloc)
+    running = [RunningJob.from_allocation(alloc, 0, NOW + 50_000)]
+    by, m = _movers(running)
+    urgent = PendingJob(JobSpec(id="u", gpus=8, gpu_mem_gb=40.0, priority=9), 0.0)
+    soon = P.whole_free_within(view, running, NOW, -1.0)
+    facts = {"v": P.MoveFacts(0.0)}
+    args = ([urgent], by, m[:, :2], soon, view, facts, NOW, CFG)
+    anywhere = P.priority_plan(*args)
+    assert anywhere is not None and dict(anywhere.rooms) == {"v": "slow"}
+    speed = ModelTables.build(view, ProfileTable.default()).speed
+    assert P.priority_plan(*args, speed=speed) is None

@@ -20,6 +20,10 @@ of priority <= its own - ``priority_gap`` on ONE node, the cheapest such set (lo
 then least lost work first), when the work lost (``lost_gpu_s``: the save and the restore, and
 a share of the attempt's run, over the victims' GPUs) is at most ``lost_per_wait`` x the
 GPU-seconds the blocked job has already waited. That is the trade-off, printed in the reason.
+Each stopped victim's room is on a GPU model no slower than the one it leaves (``speed``, as
+the burst and short-wait rules do): the slow-GPU guard holds a long job off a slower model, so
+a room there was a promise the queue did not keep (full Philly, before: six jobs resumed
+5,400-37,600 s after such moves; after: none above the 1,800 s bound).
 Slurm's ``PreemptType=preempt/qos`` with ``PreemptMode=REQUEUE`` is the model; the bound on
 lost work is Mosaic's own (Slurm preempts whenever the QOS allows).
 
@@ -42,16 +46,20 @@ from typing import Protocol
 
 import numpy as np
 
-from libs.policy.backfill import fits_slots
 from libs.policy.cluster import EPS, ClusterView
 from libs.policy.config import PolicyConfig, PreemptConfig
-from libs.policy.filters import static_mask
-from libs.policy.stages import share as SH
 from libs.policy.stages.filter import is_fractional, whole_gpus
 from libs.policy.stages.gang import is_part
-from libs.policy.stages.resume import gpus_held, resume_rooms, static_ok, whole_free_within
+from libs.policy.stages.resume import (
+    Release,
+    fits_after_release,
+    gpus_held,
+    resume_rooms,
+    static_ok,
+    whole_free_within,
+)
 from libs.policy.stages.shrink import shrink_floor
-from libs.policy.types import PendingJob, Placement, RunningJob
+from libs.policy.types import PendingJob, RunningJob
 from proto.jobs import JobSpec
 
 PRIORITY_RULE = "priority-protection"
@@ -74,10 +82,6 @@ class Victim:
     node: str
     lost_gpu_s: float
     shrink_to: int = 0  # elastic: resumes at once on this many GPUs of ``node`` (0: stopped)
-
-
-# A running job a plan releases, and how: (job, shrink_to), 0 = stopped whole (``Victim``).
-Release = tuple[RunningJob, int]
 
 
 @dataclass(frozen=True, slots=True)
@@ -130,28 +134,6 @@ def lost_gpu_s(job: RunningJob, facts: MoveFacts | None, now: float, pc: Preempt
     ran_s = max(0.0, now - facts.started_at) if facts is not None else 0.0
     at_risk_s = pc.at_risk_share * min(ran_s, pc.lost_work_cap_s)
     return gpus_held(job) * (2.0 * pc.checkpoint_cost_s + at_risk_s)
-
-
-def fits_after_release(
-    spec: JobSpec, view: ClusterView, i: int, released: Sequence[RunningJob | Release]
-) -> bool:
-    """Would ``spec`` fit on node ``i`` once ``released`` (jobs on that node) stopped, or shrank
-    (a ``(job, shrink_to)`` pair: it keeps its first ``shrink_to`` GPUs, its host memory and
-    CPUs)? Only the node's free resources are considered (the static rules are the caller's)."""
-    g = int(view.gpu_total[i])
-    free = view.gpu_free[i, :g].tolist()
-    mem = view.gpu_mem_free_gb[i, :g].tolist()
-    host = float(view.host_mem_free_gb[i])
-    cpus = float(view.cpus_free[i])
-    for item in released:
-        r, keep = item if isinstance(item, tuple) else (item, 0)
-        for j in r.gpu_indices[keep:]:
-            free[j] += r.gpu_share
-            mem[j] += r.spec.gpu_mem_gb
-        if not keep:
-            host += r.spec.host_mem_gb
-            cpus += r.spec.cpus
-    return fits_slots(spec, free, mem, host, cpus)
 
 
 def shrink_to_fit(
@@ -286,6 +268,7 @@ def priority_plan(
     now: float,
     cfg: PolicyConfig,
     search: PlanSearch = DEFINITIONS,
+    speed: np.ndarray | None = None,
 ) -> PriorityPlan | None:
     """The priority-protection rule (module docstring) for the best-ranked eligible job of
     ``blocked`` (in rank order), or None when no plan passes the trade-off. ``movers``: per
@@ -296,7 +279,9 @@ def priority_plan(
 
     Per job, the nodes are tried cheapest plan first; the first whose victims can all resume
     within the bound (``resume_rooms``) is the plan. ``search``: who runs ``node_victims`` and
-    ``resume_rooms`` (the definitions, or a memo of them: ``PlanSearch``)."""
+    ``resume_rooms`` (the definitions, or a memo of them: ``PlanSearch``). ``speed``
+    (float[M, C], ``ModelTables.speed``): rooms only on models no slower than the victim's
+    (the scheduler always passes it; None keeps any model, for tests of the search alone)."""
     pc = cfg.preempt
     if not pc.enabled or not movers:
         return None
@@ -337,7 +322,7 @@ def priority_plan(
             held = sum(gpus_held(r) for r in stopped)
             if room_total - soon_free[i] < held - EPS:  # no room for them all, whatever the fit
                 continue
-            rooms = search.rooms(stopped, view, soon_free, cfg, i)
+            rooms = search.rooms(stopped, view, soon_free, cfg, i, speed)
             if rooms is not None:
                 rooms.update({r.spec.id: i for r, keep in victims if keep})
                 plan = _plan(pj, view.node_ids[i], victims, cost, budget, waited_s, facts, now, pc)
@@ -374,27 +359,3 @@ def _plan(
         for r, keep in victims
     )
     return PriorityPlan(for_job=spec.id, node=node, victims=out, reason=reason)
-
-
-def room_placement(
-    spec: JobSpec, view: ClusterView, i: int, cfg: PolicyConfig | None = None
-) -> Placement | None:
-    """Where a job that moves made room for starts: on node ``i``, the node they cleared (held
-    for it meanwhile, ``core.Scheduler``'s room hold, so no other job takes the room first).
-    A gang takes the lowest-numbered whole free GPUs with its memory, as ``placement.place``
-    does; a fraction the best-fit GPU. None while it does not fit there yet (the moved jobs'
-    checkpoints are still being saved)."""
-    if not static_mask(spec, view)[i] or not fits_after_release(spec, view, i, ()):
-        return None
-    free, mem = view.gpu_free[i], view.gpu_mem_free_gb[i]
-    slots = view.gpu_exists[i] & (mem >= spec.gpu_mem_gb - EPS)
-    if is_fractional(spec):
-        free = free if cfg is None else SH.free_for(spec, view, cfg)[i]  # stages.share
-        ok = np.flatnonzero(slots & (free >= spec.gpus - EPS))
-        if len(ok) == 0:
-            return None
-        g = int(ok[np.argmin(free[ok])])
-        return Placement(i, view.node_ids[i], (g,), float(spec.gpus), 0.0, {})
-    ok = np.flatnonzero(slots & (free >= 1.0 - EPS))
-    k = whole_gpus(spec)
-    return Placement(i, view.node_ids[i], tuple(int(g) for g in ok[:k]), 1.0, 0.0, {})

@@ -6,8 +6,10 @@ expected to end within the bound. ``whole_free_within`` is that room per node, a
 ``resume_rooms`` hands each victim its own share of it (so two victims never count the same
 GPUs). Every rule that moves jobs reads these: priority protection (``stages.preempt``),
 burst capacity (``stages.burst``), the defragmenter and the thermal guard's migrations.
-A rule may also ask that a victim resume no slower than it ran (``no_slower``: the burst rule,
-whose victims would otherwise finish a long job on a slow GPU).
+A rule may also ask that a victim resume no slower than it ran (``no_slower``: priority
+protection, short-wait and the burst rule, whose victims would otherwise finish a long job on
+a slow GPU, or be held off it by the slow-GPU guard past the bound). ``fits_after_release``
+and ``room_placement`` are the other side of a move: the job it is for, on the node it clears.
 """
 
 from __future__ import annotations
@@ -16,14 +18,20 @@ from collections.abc import Iterable, Mapping, Sequence
 
 import numpy as np
 
+from libs.policy.backfill import fits_slots
 from libs.policy.cluster import EPS, ClusterView
 from libs.policy.config import PolicyConfig
 from libs.policy.filters import static_mask
 from libs.policy.scores import CLASS_INDEX
+from libs.policy.stages import share as SH
 from libs.policy.stages.filter import frac_slot_ok, is_fractional, whole_gpus
 from libs.policy.stages.heat import heat_averse
-from libs.policy.types import RunningJob
+from libs.policy.types import Placement, RunningJob
 from proto.jobs import JobSpec
+
+# A running job a plan releases, and how: (job, shrink_to), 0 = stopped whole
+# (``stages.preempt.Victim``).
+Release = tuple[RunningJob, int]
 
 
 def gpus_held(job: RunningJob) -> float:
@@ -118,3 +126,49 @@ def movable_gpus(movers: Mapping[int, Sequence[RunningJob]], n_nodes: int) -> np
     for i, rs in movers.items():
         movable[i] = sum(gpus_held(r) for r in rs)
     return movable
+
+
+def fits_after_release(
+    spec: JobSpec, view: ClusterView, i: int, released: Sequence[RunningJob | Release]
+) -> bool:
+    """Would ``spec`` fit on node ``i`` once ``released`` (jobs on that node) stopped, or shrank
+    (a ``(job, shrink_to)`` pair: it keeps its first ``shrink_to`` GPUs, its host memory and
+    CPUs)? Only the node's free resources are considered (the static rules are the caller's)."""
+    g = int(view.gpu_total[i])
+    free = view.gpu_free[i, :g].tolist()
+    mem = view.gpu_mem_free_gb[i, :g].tolist()
+    host = float(view.host_mem_free_gb[i])
+    cpus = float(view.cpus_free[i])
+    for item in released:
+        r, keep = item if isinstance(item, tuple) else (item, 0)
+        for j in r.gpu_indices[keep:]:
+            free[j] += r.gpu_share
+            mem[j] += r.spec.gpu_mem_gb
+        if not keep:
+            host += r.spec.host_mem_gb
+            cpus += r.spec.cpus
+    return fits_slots(spec, free, mem, host, cpus)
+
+
+def room_placement(
+    spec: JobSpec, view: ClusterView, i: int, cfg: PolicyConfig | None = None
+) -> Placement | None:
+    """Where a job that moves made room for starts: on node ``i``, the node they cleared (held
+    for it meanwhile, ``core.Scheduler``'s room hold, so no other job takes the room first).
+    A gang takes the lowest-numbered whole free GPUs with its memory, as ``placement.place``
+    does; a fraction the best-fit GPU. None while it does not fit there yet (the moved jobs'
+    checkpoints are still being saved)."""
+    if not static_mask(spec, view)[i] or not fits_after_release(spec, view, i, ()):
+        return None
+    free, mem = view.gpu_free[i], view.gpu_mem_free_gb[i]
+    slots = view.gpu_exists[i] & (mem >= spec.gpu_mem_gb - EPS)
+    if is_fractional(spec):
+        free = free if cfg is None else SH.free_for(spec, view, cfg)[i]  # stages.share
+        ok = np.flatnonzero(slots & (free >= spec.gpus - EPS))
+        if len(ok) == 0:
+            return None
+        g = int(ok[np.argmin(free[ok])])
+        return Placement(i, view.node_ids[i], (g,), float(spec.gpus), 0.0, {})
+    ok = np.flatnonzero(slots & (free >= 1.0 - EPS))
+    k = whole_gpus(spec)
+    return Placement(i, view.node_ids[i], tuple(int(g) for g in ok[:k]), 1.0, 0.0, {})
