@@ -29,7 +29,6 @@ from libs.policy.placement import to_allocation
 from libs.policy.queue import COLUMNS
 from libs.policy.scores import ModelTables
 from libs.policy.stages import resume as R
-from libs.policy.stages import short_wait as SW
 from libs.policy.types import CycleResult, PendingJob, Placement
 
 if TYPE_CHECKING:
@@ -120,7 +119,8 @@ class MovesMixin:
             return []
         self.moves.short_due_s = now + max(pc.interval_s, 1.0)
         speed = ModelTables.build(self.view, self.profiles).speed
-        rows, rem = SW.eligible_rows(self.queue.table(), now, speed.max(axis=0), pc)
+        # ``short_wait.eligible_rows`` of the queue, from act times kept per row (fast.short_due)
+        rows, rem = self.moves.short_wake.eligible(self.queue, now, speed.max(axis=0), pc)
         if not len(rows):
             self.moves.short_looked_s = now
             return []
