@@ -236,9 +236,10 @@ class MovesMixin:
         pc = self.cfg.preempt
         if not pc.short_enabled or not len(self.queue):
             return None
-        best = ModelTables.build(self.view, self.profiles).speed.max(axis=0)
+        wake = self.moves.short_wake
+        best = wake.fastest(ModelTables.build(self.view, self.profiles))
         looked, due = self.moves.short_looked_s, self.moves.short_due_s
-        return self.moves.short_wake.next_s(self.queue, now, best, pc, looked, due)
+        return wake.next_s(self.queue, now, best, pc, looked, due)
 
     def _next_grow_s(self: Scheduler, now: float) -> float | None:
         """When a shrunk job may next grow back (``stages.grow``): the end of the quiet window

@@ -533,3 +533,16 @@ def test_the_kept_wake_up_forgets_a_replaced_row_and_an_empty_window() -> None:
     for q_now in (NOW + 20, NOW + 30):
         want = SW.next_due_s(q.table(), q_now, best, pc, looked, due)
         assert want == NOW + 10 + H and kept.next_s(q, q_now, best, pc, looked, due) == want
+
+
+def test_the_kept_fastest_speeds_follow_the_tables() -> None:
+    """``ShortDue.fastest`` is ``speed.max(axis=0)`` of the tables it is given, kept for the
+    same tables object only."""
+    from libs.policy.fast.short_due import ShortDue
+    from libs.policy.scores import ModelTables
+
+    kept = ShortDue()
+    a = ModelTables(np.array([[1.0, 2.0], [3.0, 1.0]]), np.ones((2, 2)))
+    b = ModelTables(np.array([[5.0, 1.0]]), np.ones((1, 2)))
+    assert kept.fastest(a).tolist() == [3.0, 2.0] and kept.fastest(a) is kept.fastest(a)
+    assert kept.fastest(b).tolist() == [5.0, 1.0] and kept.fastest(a).tolist() == [3.0, 2.0]

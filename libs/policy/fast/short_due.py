@@ -29,6 +29,7 @@ import numpy as np
 
 from libs.policy.config import PreemptConfig
 from libs.policy.queue import PendingQueue
+from libs.policy.scores import ModelTables
 from libs.policy.stages import short_wait as SW
 
 _COLUMN = "short_due"
@@ -53,6 +54,8 @@ class ShortDue:
         # (candidate instant, generation, insertion sequence) of short rows, a min-heap
         self._heap: list[tuple[float, float, float]] = []
         self._col = np.zeros((0, _WIDTH))  # the column's view at ``_version``
+        self._tables: ModelTables | None = None  # ``fastest``'s memo
+        self._fastest = np.zeros(0)
 
     def next_s(
         self,
@@ -77,6 +80,14 @@ class ShortDue:
         if top > now:  # due_s <= now < every a_j: each owed instant is its a_j
             return top
         return SW.next_due_s(queue.table(), now, best, pc, looked_s, due_s)
+
+    def fastest(self, tables: ModelTables) -> np.ndarray:
+        """``tables.speed.max(axis=0)``, the fastest speed per class (``best``), kept while the
+        tables are the same object (``ModelTables.build`` keeps one per view; it is frozen):
+        the wake-up is asked at every instant."""
+        if tables is not self._tables:
+            self._tables, self._fastest = tables, tables.speed.max(axis=0)
+        return self._fastest
 
     def eligible(
         self, queue: PendingQueue, now: float, best: np.ndarray, pc: PreemptConfig
@@ -127,7 +138,7 @@ class ShortDue:
         rem, slow_at, dl_from, dl_to = SW.act_times_s(table, best, pc)
         gens = np.arange(self._gen, self._gen + len(new), dtype=float)
         self._gen += len(new)
-        got = np.column_stack([gens, rem, slow_at, dl_from, dl_to, SW._short_rows(table, rem, pc)])
+        got = np.array([gens, rem, slow_at, dl_from, dl_to, SW._short_rows(table, rem, pc)]).T
         col[new] = got
         entries = self._entries(got, queue.seq()[new])
         if len(entries) > len(self._heap):  # many rows (a start, a reset): one heapify
