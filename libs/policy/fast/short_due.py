@@ -16,8 +16,10 @@ candidates (lazily dropped: a job that left or was replaced, one at or before ``
 which only moves forward) answers: before ``due_s`` every owed instant is after ``now`` and the
 wake-up is max(min_j a_j, ``due_s``); from ``due_s`` on, the least a_j after ``now`` is the
 answer too; else (the rule was owed a look it could not take: the other rules took the
-budget, rare) the definition (``next_due_s``) answers. Tested equal to the definitions
-(``tests/policy/test_short_wait.py``); nothing in ``stages`` depends on this module.
+budget, rare) the definition (``next_due_s``) answers. ``eligible`` is ``eligible_rows``
+read off the same column, and ``fastest`` keeps ``best`` per ``ModelTables`` object. Tested
+equal to the definitions (``tests/policy/test_short_wait.py``); nothing in ``stages``
+depends on this module.
 """
 
 from __future__ import annotations
