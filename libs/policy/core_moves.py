@@ -29,7 +29,6 @@ from libs.policy.placement import to_allocation
 from libs.policy.queue import COLUMNS
 from libs.policy.scores import ModelTables
 from libs.policy.stages import resume as R
-from libs.policy.stages import short_wait as SW
 from libs.policy.types import CycleResult, PendingJob, Placement
 
 if TYPE_CHECKING:
@@ -120,7 +119,8 @@ class MovesMixin:
             return []
         self.moves.short_due_s = now + max(pc.interval_s, 1.0)
         speed = ModelTables.build(self.view, self.profiles).speed
-        rows, rem = SW.eligible_rows(self.queue.table(), now, speed.max(axis=0), pc)
+        # ``short_wait.eligible_rows`` of the queue, from act times kept per row (fast.short_due)
+        rows, rem = self.moves.short_wake.eligible(self.queue, now, speed.max(axis=0), pc)
         if not len(rows):
             self.moves.short_looked_s = now
             return []
@@ -236,9 +236,10 @@ class MovesMixin:
         pc = self.cfg.preempt
         if not pc.short_enabled or not len(self.queue):
             return None
-        best = ModelTables.build(self.view, self.profiles).speed.max(axis=0)
+        wake = self.moves.short_wake
+        best = wake.fastest(ModelTables.build(self.view, self.profiles))
         looked, due = self.moves.short_looked_s, self.moves.short_due_s
-        return self.moves.short_wake.next_s(self.queue, now, best, pc, looked, due)
+        return wake.next_s(self.queue, now, best, pc, looked, due)
 
     def _next_grow_s(self: Scheduler, now: float) -> float | None:
         """When a shrunk job may next grow back (``stages.grow``): the end of the quiet window

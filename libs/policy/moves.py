@@ -79,7 +79,7 @@ class MoveBook:
         self.last_burst_s = -np.inf  # when the burst rule last moved a job (grow's quiet)
         self.short_due_s = -np.inf  # the short-wait rule looks again from then (interval_s)
         self.short_looked_s = -np.inf  # its last look that looked at every job it owed one
-        self.short_wake = ShortDue()  # its wake-up, kept across instants (fast.short_due)
+        self.short_wake = ShortDue()  # its wake-up and eligible rows, kept per row (fast.short_due)
         # the rules' searches from memory while what they read holds (fast.plans)
         self.memo = PlanMemo()
         self.grow_memo = GrowMemo()

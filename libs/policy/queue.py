@@ -240,6 +240,11 @@ class PendingQueue(Sequence[PendingJob]):
         """Insertion sequence per row (read-only view): the rank tie-break."""
         return self._seq[: len(self._jobs)]
 
+    def row_of_seq(self, seq: float) -> int | None:
+        """The row of the queued job with insertion sequence ``seq`` (``seq()``), None once it
+        left: how a memo that keeps rows across swaps finds one again (``fast.short_due``)."""
+        return self._row_of_seq.get(seq)
+
     # --- the book (see __init__); maintained by libs.policy.scheduler ---------------------
     def _key(self, i: int) -> tuple:
         return (-float(self._score[i]), float(self._data[i, 2]), float(self._seq[i]))
