@@ -226,3 +226,42 @@ def test_a_victim_is_never_given_a_room_on_a_slower_model() -> None:
     assert anywhere is not None and dict(anywhere.rooms) == {"v": "slow"}
     speed = ModelTables.build(view, ProfileTable.default()).speed
     assert P.priority_plan(*args, speed=speed) is None
+
+
+def test_a_room_needs_the_victims_host_memory_and_cpus_free_too() -> None:
+    """A node with free GPUs but its host memory (or CPUs) taken is no room: the victim could
+    never start there (traced on full Philly: T4 rooms with GPUs free and 0 GB of host memory
+    held six victims past the bound). Two victims never count the same host memory."""
+    from libs.policy.stages.resume import resume_rooms
+    from tests.policy.strategies import node_spec
+
+    ns = [
+        node_spec("busy", gpus=8, host=64.0, cpus=32),
+        node_spec("spare", gpus=8, host=64.0, cpus=32),
+    ]
+
+    def job(jid: str, node: str, gpus: int, host: float, cpus: float) -> Allocation:
+        spec = JobSpec(id=jid, gpus=gpus, gpu_mem_gb=4.0, host_mem_gb=host, cpus=cpus,
+                       checkpointable=True)  # fmt: skip
+        return Allocation(
+            job_id=jid, node=node, gpu_indices=tuple(range(gpus)), gpu_share=1.0,
+            gpu_mem_gb=4.0, host_mem_gb=host, cpus=cpus, time=0.0, attempt=1, spec=spec,
+        )  # fmt: skip
+
+    def rooms_with(host_taken: float, cpus_taken: float, victims: list[tuple[float, float]]):  # type: ignore[no-untyped-def]
+        view = ClusterView.build(ns)
+        view.allocate(job("hog", "spare", 1, host_taken, cpus_taken))  # 7 GPUs stay free
+        running = []
+        for k, (host, cpus) in enumerate(victims):
+            a = job(f"v{k}", "busy", 2, host, cpus)
+            a = msgspec.structs.replace(a, gpu_indices=(2 * k, 2 * k + 1))
+            view.allocate(a)
+            running.append(RunningJob.from_allocation(a, 0, NOW + 5000))
+        soon = P.whole_free_within(view, running, NOW, -1.0)
+        return resume_rooms(running, view, soon, CFG, exclude=0)
+
+    assert rooms_with(0.0, 0.0, [(16.0, 8.0)]) == {"v0": 1}
+    assert rooms_with(64.0, 0.0, [(16.0, 8.0)]) is None  # GPUs free, host memory not
+    assert rooms_with(0.0, 32.0, [(16.0, 8.0)]) is None  # GPUs free, CPUs not
+    assert rooms_with(32.0, 0.0, [(16.0, 8.0), (16.0, 8.0)]) == {"v0": 1, "v1": 1}
+    assert rooms_with(40.0, 0.0, [(16.0, 8.0), (16.0, 8.0)]) is None  # 24 GB for two of 16

@@ -12,9 +12,10 @@ exactly what its definition reads, so a hit is the answer the definition would g
   and the candidates it may take, in order (their ids: a running job on a node whose counter
   did not move is the same attempt). Kept per node until its counter moves.
 * ``PlanMemo.rooms``, ``stages.resume.resume_rooms``: reads the room each node has
-  (``soon_free``), the cordons and temperatures (``state_gen``), which nodes ran hot, the
-  victims themselves, the node being cleared and the speed table; a fractional victim also
-  reads every GPU's free share (``ClusterView.gen``). Kept until the room, cordons or heat move.
+  (``soon_free``), each node's free host memory and CPUs, the cordons and temperatures
+  (``state_gen``), which nodes ran hot, the victims themselves, the node being cleared and
+  the speed table; a fractional victim also reads every GPU's free share
+  (``ClusterView.gen``). Kept until the room, spare host memory or CPUs, cordons or heat move.
   A search it has not seen is skipped when a whole-GPU victim is wider than the largest room
   (``_no_room``: the search could not pass; on a full cluster, most of them).
 * ``GrowMemo``, ``stages.grow.grow_plan`` when it grew no one: each shrunk job's refusal
@@ -108,13 +109,15 @@ class PlanMemo:
         speed: np.ndarray | None = None,
     ) -> dict[str, int] | None:
         """``stages.resume.resume_rooms`` (``exclude``: the node being cleared), kept while
-        the room per node, the cordons, temperatures and heat hold; a copy the caller owns."""
+        the room per node, its free host memory and CPUs, the cordons, temperatures and heat
+        hold; a copy the caller owns."""
         if not stopped:
             return resume_rooms(stopped, view, soon_free, cfg, exclude=exclude, speed=speed)
         self._same_view(view)
-        epoch = (cfg, view.state_gen, soon_free.tobytes(), view.heat_risky.tobytes())
+        spare = view.host_mem_free_gb.tobytes() + view.cpus_free.tobytes()
+        epoch = (cfg, view.state_gen, soon_free.tobytes(), view.heat_risky.tobytes(), spare)
         last = self._rooms_key
-        if last is None or last[0] is not cfg or last[1:4] != epoch[1:]:
+        if last is None or last[0] is not cfg or last[1:5] != epoch[1:]:
             self._rooms_key = (*epoch, None)  # (+ the largest room, once asked: ``_no_room``)
             self._rooms = {}
         frac = any(is_fractional(r.spec) for r in stopped)
@@ -146,9 +149,9 @@ class PlanMemo:
         full cluster this is most searches. The largest room is the epoch's (same bytes)."""
         e = self._rooms_key
         assert e is not None
-        if e[4] is None:
-            e = self._rooms_key = (*e[:4], float(soon_free.max()) if len(soon_free) else 0.0)
-        most = e[4]
+        if e[5] is None:
+            e = self._rooms_key = (*e[:5], float(soon_free.max()) if len(soon_free) else 0.0)
+        most = e[5]
         return any(not is_fractional(r.spec) and most < whole_gpus(r.spec) - EPS for r in stopped)
 
 

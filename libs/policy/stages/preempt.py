@@ -21,9 +21,8 @@ then least lost work first), when the work lost (``lost_gpu_s``: the save and th
 a share of the attempt's run, over the victims' GPUs) is at most ``lost_per_wait`` x the
 GPU-seconds the blocked job has already waited. That is the trade-off, printed in the reason.
 Each stopped victim's room is on a GPU model no slower than the one it leaves (``speed``, as
-the burst and short-wait rules do): the slow-GPU guard holds a long job off a slower model, so
-a room there was a promise the queue did not keep (full Philly, before: six jobs resumed
-5,400-37,600 s after such moves; after: none above the 1,800 s bound).
+the burst and short-wait rules ask: a victim should not finish a long run on a slower GPU),
+with the victim's host memory and CPUs free (``stages.resume.resume_rooms``).
 Slurm's ``PreemptType=preempt/qos`` with ``PreemptMode=REQUEUE`` is the model; the bound on
 lost work is Mosaic's own (Slurm preempts whenever the QOS allows).
 

@@ -50,7 +50,7 @@ def whole_free_within(
     """float[N]: whole GPUs each node has free now, plus those held by running jobs expected
     to end within ``bound_s`` (``RunningJob.expected_end``; a negative bound: none, free now
     only, ``PreemptConfig.resume_counts_ends``): the room a moved job could resume in before
-    its deadline. Host memory and CPUs are not counted (GPUs are what runs out)."""
+    its deadline. Host memory and CPUs are checked by ``resume_rooms``, free now."""
     soon = view.whole_free.astype(float)
     if bound_s < 0:
         return soon
@@ -84,10 +84,16 @@ def resume_rooms(
     nor ``exclude`` (the node being cleared), nor the nodes ``avoid`` marks (bool[N]). Each
     victim, widest first, takes its room from
     ``soon_free`` (``whole_free_within``), best fit, so two victims never count the same GPUs;
-    a fractional one needs a GPU slot with its share free now, or a whole GPU. The scheduler
-    holds these rooms for the victims while they save (``core.Scheduler``'s room holds).
+    a fractional one needs a GPU slot with its share free now, or a whole GPU. A room also
+    needs the victim's host memory and CPUs free now (not counted from expected ends: those
+    are estimates, as ``resume_counts_ends`` says of GPUs). The scheduler holds these rooms
+    for the victims while they save (``core.Scheduler``'s room holds).
     With ``speed`` (float[M, C]), each victim's room is ``no_slower`` than where it runs."""
     soon = soon_free.copy()
+    # host memory and CPUs free now (a room needs them too: on the seed cluster's T4 nodes,
+    # 64 GB of host memory ran out while GPUs were still free, and such a "room" never took
+    # its victim back; traced on full Philly, six resumes of 5,440-37,638 s)
+    host, cpus = view.host_mem_free_gb.astype(float), view.cpus_free.astype(float)
     avail = ~view.cordoned & ~(view.temp_c >= cfg.thermal_max_c)
     if exclude is not None:
         avail[exclude] = False
@@ -97,13 +103,17 @@ def resume_rooms(
     for v in sorted(victims, key=lambda r: (-gpus_held(r), r.spec.id)):
         spec = v.spec
         ok = avail & static_ok(spec, view)
+        ok &= (host >= spec.host_mem_gb - EPS) & (cpus >= spec.cpus - EPS)
         if speed is not None:
             ok &= no_slower(v, view, speed)
         ok[v.node_index] = False
         if is_fractional(spec):
             slot = np.flatnonzero(ok & frac_slot_ok(spec, view).any(axis=1))
             if len(slot):
-                rooms[spec.id] = int(slot[0])
+                i = int(slot[0])
+                rooms[spec.id] = i
+                host[i] -= spec.host_mem_gb
+                cpus[i] -= spec.cpus
                 continue
             need = 1.0
         else:
@@ -116,6 +126,8 @@ def resume_rooms(
             hit = cool if len(cool) else hit
         i = int(hit[np.argmin(soon[hit])])  # best fit: keep big holes for big jobs
         soon[i] -= need
+        host[i] -= spec.host_mem_gb
+        cpus[i] -= spec.cpus
         rooms[spec.id] = i
     return rooms
 
