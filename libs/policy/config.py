@@ -71,11 +71,7 @@ class PreemptConfig:
     at_risk_share: float = 0.1  # share of an attempt's run a move counts as at risk ...
     lost_work_cap_s: float = 1800.0  # ... of at most this much run
     checkpoint_cost_s: float = 30.0  # time a checkpoint takes (sim) / is expected to take
-    # moves the scheduler decides per pass, and victims per plan (a node of eight 1-GPU jobs
-    # can be cleared for an 8-GPU job only at 8). 8 (was 4), measured at stop 18 on full
-    # Philly at 0.8 effective load, power saving for all, seeds 0/1/2: mean JCT -0.21/-0.14/
-    # -0.15 h, energy lower on each, deadlines +0.55/-0.32/+1.33 points, moves +4-17 %; on
-    # Helios 50k (not looked at before) better on every figure; natural Philly unchanged
+    # moves decided per pass, and victims per plan: 8 (was 4; docs/benchmarks.md, "max_per_pass")
     max_per_pass: int = 8
     interval_s: float = 60.0  # the rule looks at most this often (a plan is a search)
     candidate_nodes: int = 8  # nodes a plan tries per blocked job (most free GPUs first)
