@@ -5,7 +5,7 @@ every one (an arrival, a start), so a memo of the whole answer keyed on ``Pendin
 recomputed ``short_wait.owed_s`` over the whole queue, and sorted it, at almost every instant
 (8-10 % of a Philly replay); the rule's own look (``eligible_rows``) recomputed the same act
 times over the whole queue again. Yet a job's act times (``short_wait.act_times_s``: its wait
-bound and deadline window) and whether it is short (``short_wait._short_rows``) read only its
+bound and deadline window) and whether it is short (``short_wait.short_rows``) read only its
 own row, the fastest speeds (``best``) and the config: they are computed once when the row
 joins (a ``PendingQueue.column``, moved with its row, cleared when it is replaced) and kept.
 
@@ -98,11 +98,8 @@ class ShortDue:
         if not len(queue):
             return np.zeros(0, dtype=np.int64), np.zeros(0)
         col = self._sync(queue, best, pc)
-        slow_at, dl_from, dl_to = col[:, _SLOW], col[:, _FROM], col[:, _TO]
-        ok = col[:, _SHORT] > 0.5
-        with np.errstate(invalid="ignore"):
-            ok &= (now >= slow_at) | ((now >= dl_from) & (now <= dl_to))
-        rows = np.flatnonzero(ok)
+        short = col[:, _SHORT] > 0.5
+        rows = np.flatnonzero(SW.acting_now(short, col[:, _SLOW], col[:, _FROM], col[:, _TO], now))
         return rows, col[rows, _REM]
 
     def _sync(self, queue: PendingQueue, best: np.ndarray, pc: PreemptConfig) -> np.ndarray:
@@ -140,7 +137,7 @@ class ShortDue:
         rem, slow_at, dl_from, dl_to = SW.act_times_s(table, best, pc)
         gens = np.arange(self._gen, self._gen + len(new), dtype=float)
         self._gen += len(new)
-        got = np.array([gens, rem, slow_at, dl_from, dl_to, SW._short_rows(table, rem, pc)]).T
+        got = np.array([gens, rem, slow_at, dl_from, dl_to, SW.short_rows(table, rem, pc)]).T
         col[new] = got
         entries = self._entries(got, queue.seq()[new])
         if len(entries) > len(self._heap):  # many rows (a start, a reset): one heapify

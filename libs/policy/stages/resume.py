@@ -107,25 +107,20 @@ def resume_rooms(
         if speed is not None:
             ok &= no_slower(v, view, speed)
         ok[v.node_index] = False
-        if is_fractional(spec):
+        i = -1
+        if is_fractional(spec):  # a GPU slot with its share free, else a whole GPU
             slot = np.flatnonzero(ok & frac_slot_ok(spec, view).any(axis=1))
-            if len(slot):
-                i = int(slot[0])
-                rooms[spec.id] = i
-                host[i] -= spec.host_mem_gb
-                cpus[i] -= spec.cpus
-                continue
-            need = 1.0
-        else:
-            need = float(whole_gpus(spec))
-        hit = np.flatnonzero(ok & (soon >= need - EPS))
-        if not len(hit):
-            return None
-        if view.heat_risky[hit].any() and heat_averse(spec, cfg):  # stages.heat: cool first
-            cool = hit[~view.heat_risky[hit]]
-            hit = cool if len(cool) else hit
-        i = int(hit[np.argmin(soon[hit])])  # best fit: keep big holes for big jobs
-        soon[i] -= need
+            i = int(slot[0]) if len(slot) else -1
+        if i < 0:
+            need = 1.0 if is_fractional(spec) else float(whole_gpus(spec))
+            hit = np.flatnonzero(ok & (soon >= need - EPS))
+            if not len(hit):
+                return None
+            if view.heat_risky[hit].any() and heat_averse(spec, cfg):  # stages.heat: cool first
+                cool = hit[~view.heat_risky[hit]]
+                hit = cool if len(cool) else hit
+            i = int(hit[np.argmin(soon[hit])])  # best fit: keep big holes for big jobs
+            soon[i] -= need
         host[i] -= spec.host_mem_gb
         cpus[i] -= spec.cpus
         rooms[spec.id] = i

@@ -114,7 +114,7 @@ def act_times_s(
     return rem, enq + wait_bound_s(rem, pc), dl_from, dl_to
 
 
-def _short_rows(table: np.ndarray, rem: np.ndarray, pc: PreemptConfig) -> np.ndarray:
+def short_rows(table: np.ndarray, rem: np.ndarray, pc: PreemptConfig) -> np.ndarray:
     """bool per queue row: a job the rule may ever act for (not inference, at most
     ``short_max_s`` left on the fastest model, ``rem``), whatever its wait."""
     return (table[:, _COL["inference"]] < 0.5) & (rem <= pc.short_max_s)
@@ -129,11 +129,17 @@ def eligible_rows(
     if not len(table):
         return np.zeros(0, dtype=np.int64), np.zeros(0)
     rem, slow_at, dl_from, dl_to = act_times_s(table, best, pc)
-    ok = _short_rows(table, rem, pc)
-    with np.errstate(invalid="ignore"):
-        ok &= (now >= slow_at) | ((now >= dl_from) & (now <= dl_to))
-    rows = np.flatnonzero(ok)
+    rows = np.flatnonzero(acting_now(short_rows(table, rem, pc), slow_at, dl_from, dl_to, now))
     return rows, rem[rows]
+
+
+def acting_now(
+    short: np.ndarray, slow_at: np.ndarray, dl_from: np.ndarray, dl_to: np.ndarray, now: float
+) -> np.ndarray:
+    """bool per row: the rule may act for it now: short (``short_rows``), and past its wait
+    bound or inside its deadline window (``act_times_s``; NaN compares False)."""
+    with np.errstate(invalid="ignore"):
+        return short & ((now >= slow_at) | ((now >= dl_from) & (now <= dl_to)))
 
 
 def owed_s(
@@ -149,7 +155,7 @@ def owed_s(
     with np.errstate(invalid="ignore"):
         dl = np.where((dl_from <= dl_to) & (dl_from > looked_s), dl_from, np.inf)
     at = np.minimum(np.where(slow_at > looked_s, slow_at, np.inf), dl)
-    owed = _short_rows(table, rem, pc) & np.isfinite(at)
+    owed = short_rows(table, rem, pc) & np.isfinite(at)
     return np.maximum(at[owed], due_s)
 
 
