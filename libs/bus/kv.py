@@ -24,6 +24,7 @@ from nats.js.kv import KeyValue
 from libs.bus.errors import CasConflict, KeyExists
 from libs.bus.monitor import LoopMonitor
 from libs.bus.receive import WEDGED_AFTER_S, guarded_decode
+from libs.bus.tasks import cancel_and_wait
 
 ITEMS_TIMEOUT_S = 5.0
 
@@ -57,9 +58,7 @@ class KvWatch:
     async def stop(self) -> None:
         if self.monitor is not None:
             self.monitor.stop()
-        self.task.cancel()
-        with contextlib.suppress(asyncio.CancelledError, Exception):
-            await self.task
+        await cancel_and_wait(self.task)
         with contextlib.suppress(Exception):
             await self._watcher.stop()
 

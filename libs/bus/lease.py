@@ -19,7 +19,6 @@ The record lives here, not in ``proto``, because only this module reads or write
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import time
 from collections.abc import Callable
 
@@ -27,6 +26,7 @@ import msgspec
 
 from libs.bus.errors import CasConflict, KeyExists
 from libs.bus.kv import TypedKV
+from libs.bus.tasks import cancel_and_wait
 from libs.obs.logging import get_logger
 
 
@@ -162,11 +162,8 @@ class Lease:
     async def release(self) -> None:
         """Stop renewing and delete the record (only if still ours), so a standby takes over
         at once instead of waiting for expiry."""
-        if self._renewer is not None:
-            self._renewer.cancel()
-            with contextlib.suppress(asyncio.CancelledError, Exception):
-                await self._renewer
-            self._renewer = None
+        renewer, self._renewer = self._renewer, None
+        await cancel_and_wait(renewer)  # before reading the revision: a last renewal may move it
         rev, self._revision = self._revision, None
         if rev is not None:
             try:

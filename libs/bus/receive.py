@@ -33,6 +33,7 @@ from opentelemetry.trace import SpanKind, Status, StatusCode
 
 from libs.bus.limits import DecodeLimits
 from libs.bus.monitor import LoopMonitor
+from libs.bus.tasks import cancel_and_wait
 from libs.bus.topology import stream_replicas
 from libs.bus.tracectx import extract_context
 from libs.obs.metrics import HANDLER_ERRORS, HANDLER_SECONDS, MESSAGES
@@ -105,9 +106,7 @@ class Consumer:
     async def stop(self) -> None:
         if self.monitor is not None:
             self.monitor.stop()
-        self.task.cancel()
-        with contextlib.suppress(asyncio.CancelledError, Exception):
-            await self.task
+        await cancel_and_wait(self.task)
         with contextlib.suppress(Exception):
             await self.sub.unsubscribe()
 

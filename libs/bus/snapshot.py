@@ -25,7 +25,6 @@ stream or is ahead of it is ignored with a log line, and the service replays fro
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import os
 import time
 from collections.abc import Awaitable, Callable
@@ -37,6 +36,7 @@ import nats.js.errors
 from nats.js import api
 
 from libs.bus.connection import Bus, Consumer
+from libs.bus.tasks import cancel_and_wait
 from libs.bus.topology import stream_replicas
 from libs.obs.logging import get_logger
 from proto import subjects
@@ -271,11 +271,8 @@ class Snapshotter:
 
     async def stop(self, *, final: bool = True) -> None:
         """End the periodic writer; with ``final``, save what is new (a clean shutdown)."""
-        if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError, Exception):
-                await self._task
-            self._task = None
+        task, self._task = self._task, None
+        await cancel_and_wait(task)
         if final:
             await self.save_now()
 

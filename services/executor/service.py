@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import contextlib
 import math
 import os
 import tempfile
@@ -14,6 +13,7 @@ from urllib.parse import quote
 from libs.bus import ServiceContext, common_arg_parser
 from libs.bus.nodeargs import add_node_spec_arg, node_specs_from_args
 from libs.bus.runtime import env_float
+from libs.bus.tasks import cancel_and_wait
 from proto.validation import MAX_CHECKPOINT_COST_S
 from services.executor.executor import REPORT_INTERVAL_S, NodeExecutor
 from services.executor.journal import Journal
@@ -199,9 +199,6 @@ async def main(ctx: ServiceContext) -> None:
             stepping = asyncio.create_task(participate(executors, name), name="steps")
         await ctx.stop.wait()
     finally:
-        if stepping is not None:
-            stepping.cancel()
-            with contextlib.suppress(asyncio.CancelledError, Exception):
-                await stepping
+        await cancel_and_wait(stepping)
         for e in executors:
             await e.shutdown()

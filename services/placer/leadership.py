@@ -15,6 +15,7 @@ import contextlib
 from collections.abc import Awaitable, Callable
 
 from libs.bus.lease import Lease
+from libs.bus.tasks import cancel_and_wait
 
 RETRY_MAX_S = 10.0  # longest pause between failed turns (wall s)
 
@@ -100,10 +101,7 @@ async def _until(aw: Awaitable[object], stop: asyncio.Event) -> bool:
         await asyncio.wait({task, halt}, return_when=asyncio.FIRST_COMPLETED)
     finally:
         halt.cancel()
-        if not task.done():
-            task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
+        await cancel_and_wait(task)
     if task.cancelled():
         return False
     task.result()

@@ -27,6 +27,7 @@ from libs.bus.profile_watch import ProfileFollower
 from libs.bus.refusals import refused
 from libs.bus.replay import wait_caught_up
 from libs.bus.runtime import ServiceContext
+from libs.bus.tasks import cancel_and_wait
 from libs.clock import Clock
 from libs.obs.health import Heartbeat
 from libs.policy.config import PolicyConfig
@@ -289,9 +290,7 @@ class Placer(Committer, MoveCommitter, Announcer, NodeWatch, Cancels, ScaleDrive
             if stop.is_set():  # a clean stop is not a failure; a crash stays reported
                 health.unregister("placer_lease")
                 health.unregister("placer_cycle")
-            lease_task.cancel()
-            with contextlib.suppress(asyncio.CancelledError, Exception):
-                await lease_task
+            await cancel_and_wait(lease_task)
             await self._step_down()
             with contextlib.suppress(Exception):
                 await self.lease.release()

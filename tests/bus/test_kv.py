@@ -208,6 +208,37 @@ async def test_renewal_keeps_the_lease(bus: Bus) -> None:
     await holder.release()
 
 
+class _RenewalSwallowsCancel:
+    """The real KV, except that a renewal cancelled mid-write finishes the write and returns, as
+    nats-py's ``wait_for`` does on Python 3.11 when the reply lands in the same loop turn."""
+
+    def __init__(self, kv: object) -> None:
+        self._kv = kv
+        self.swallowed = 0
+
+    def __getattr__(self, name: str) -> object:
+        return getattr(self._kv, name)
+
+    async def update(self, key: str, value: LeaseRecord, revision: int) -> int:
+        try:
+            await asyncio.sleep(0.3)  # slow enough that release() cancels it here
+        except asyncio.CancelledError:
+            self.swallowed += 1  # and carry on as if the reply had won the race
+        return await self._kv.update(key, value, revision)  # type: ignore[attr-defined]
+
+
+async def test_release_ends_a_renewer_whose_cancellation_was_swallowed(bus: Bus) -> None:
+    kv = await bus.kv(subjects.KV_LEASES, LeaseRecord)
+    swallowing = _RenewalSwallowsCancel(kv)
+    holder = Lease(swallowing, "placer", "p1", ttl_s=0.6, poll_s=0.05)  # type: ignore[arg-type]
+    await asyncio.wait_for(holder.acquire(), 10.0)
+    await asyncio.sleep(0.3)  # the renewer is inside update now
+    await asyncio.wait_for(holder.release(), 5.0)  # waited for good before cancel_and_wait
+    assert swallowing.swallowed >= 1
+    assert not holder.is_held
+    assert await kv.get("placer") is None  # deleted with the revision the last renewal wrote
+
+
 def _alloc(job_id: str, node: str) -> Allocation:
     return Allocation(
         job_id=job_id,
