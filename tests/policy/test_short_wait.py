@@ -20,7 +20,7 @@ from libs.policy.stages import short_wait as SW
 from libs.policy.types import PendingJob, RunningJob
 from proto.jobs import WORKLOAD_CLASSES, Elastic, JobSpec
 from proto.ledger import Allocation
-from tests.policy.strategies import node_spec
+from tests.policy.strategies import derandomized, node_spec
 from tests.policy.test_preempt import cluster
 
 NOW = 100_000.0
@@ -171,8 +171,11 @@ def test_the_switch_turns_it_off() -> None:
     assert _plan(view, running, _blocked(), cfg=off) is None
 
 
+PLAN_ARGS = (cluster(), st.integers(0, 3), st.sampled_from([300.0, 1200.0]), st.integers(1, 4))
+
+
 @settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(cluster(), st.integers(0, 3), st.sampled_from([300.0, 1200.0]), st.integers(1, 4))
+@given(*PLAN_ARGS)
 def test_a_plan_never_stops_a_protected_or_short_job(c, less, est_s, most) -> None:  # type: ignore[no-untyped-def]
     view, running, facts = c
     gpus = max(1, int(view.gpu_total.max()) - less)  # wide: it rarely fits without a move
@@ -201,9 +204,10 @@ def test_a_plan_never_stops_a_protected_or_short_job(c, less, est_s, most) -> No
 
 
 def test_the_random_clusters_do_make_short_wait_plans() -> None:
-    """The property above is not vacuous: some of its examples found a plan."""
-    if not PLANS:
-        test_a_plan_never_stops_a_protected_or_short_job()
+    """The property above is not vacuous: some of its examples found a plan. Counted on
+    hypothesis's fixed examples (``derandomized``), so the count is the same every run."""
+    PLANS.clear()
+    derandomized(test_a_plan_never_stops_a_protected_or_short_job, PLAN_ARGS, 300)()
     assert sum(PLANS) >= 5, f"{sum(PLANS)} plans in {len(PLANS)} examples"
 
 
@@ -308,12 +312,15 @@ def long_jobs_cluster(draw):  # type: ignore[no-untyped-def]
     return view, running, facts
 
 
-@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(
+LOOK_ARGS = (
     long_jobs_cluster(),
     st.lists(st.sampled_from([1, 2, 4, 8]), min_size=1, max_size=5),
     st.integers(1, 6),
 )
+
+
+@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(*LOOK_ARGS)
 def test_plans_of_one_look_never_share_a_node_or_a_victim_nor_over_allocate(c, sizes, most) -> None:  # type: ignore[no-untyped-def]
     view, running, facts = c
     now = NOW
@@ -359,9 +366,12 @@ def test_plans_of_one_look_never_share_a_node_or_a_victim_nor_over_allocate(c, s
 
 
 def test_the_random_clusters_do_make_several_plans_in_one_look() -> None:
-    """The property above is not vacuous: some looks found two plans or more."""
-    if not LOOKS:
-        test_plans_of_one_look_never_share_a_node_or_a_victim_nor_over_allocate()
+    """The property above is not vacuous: some looks found two plans or more (counted on
+    hypothesis's fixed examples, as the single-plan count above)."""
+    LOOKS.clear()
+    derandomized(
+        test_plans_of_one_look_never_share_a_node_or_a_victim_nor_over_allocate, LOOK_ARGS, 200
+    )()
     assert sum(n >= 2 for n in LOOKS) >= 3, f"plans per look: {Counter(LOOKS)}"
 
 
