@@ -59,6 +59,7 @@ BOUNDS: dict[str, Bound] = {
     "urgency_missed": Bound(0.0, 2.0),
     "w_short": Bound(0.0, 20.0),  # 0: runtime-blind order (before issue 15's fix)
     "short_scale_s": Bound(600.0, 24 * H, log=True),
+    "w_urgent": Bound(0.0, 5.0),  # 0: a deadline counts only inside p x (...)
     # --- placement score ---
     "w_speed": Bound(0.1, 10.0, log=True),
     "speed_runtime_scale_s": Bound(1 * H, 24 * H, log=True),

@@ -140,6 +140,7 @@ class PolicyConfig:
     aging_per_h: float = 0.025
     urgency_scale_s: float = 3600.0  # slack at which urgency has fallen to 1/e
     urgency_missed: float = 1.0  # urgency of a job whose deadline can no longer be met
+    w_urgent: float = 0.0  # + w_urgent x urgency beside w_short while it can be met (stages.rank)
     # Shortest remaining time first (stages.rank: + w_short x short_scale_s / (short_scale_s +
     # remaining runtime on the fastest model), added beside aging, not multiplied by the
     # priority). Issue 15: without it the order ignored runtime, and on full Philly (seed
@@ -363,8 +364,8 @@ class PolicyConfig:
             raise ValueError("aging_per_h must be > 0 (otherwise a job may wait forever)")
         if self.urgency_scale_s <= 0:
             raise ValueError("urgency_scale_s must be > 0")
-        if not (self.w_short >= 0 and self.short_scale_s > 0):
-            raise ValueError("need w_short >= 0 and short_scale_s > 0")
+        if not (self.w_short >= 0 and self.short_scale_s > 0 and self.w_urgent >= 0):
+            raise ValueError("need w_short >= 0, short_scale_s > 0 and w_urgent >= 0")
         if not self.rerank_interval_s >= 0:
             raise ValueError("rerank_interval_s must be >= 0")
         if not 0.0 <= self.green_speed_relief <= 1.0:

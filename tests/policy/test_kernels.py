@@ -491,6 +491,7 @@ def test_priority_terms_bit_for_bit_as_numpy(specs, used, load, data):
         aging_per_h=data.draw(st.sampled_from([0.05, 1.0, 7.0])),
         w_short=data.draw(st.sampled_from([0.0, 2.5, 10.0])),
         short_scale_s=data.draw(st.sampled_from([600.0, 14400.0])),
+        w_urgent=data.draw(st.sampled_from([0.0, 0.5, 2.0])),
     )
     got, terms, _ = score_arrays(
         q,

@@ -135,6 +135,27 @@ def test_a_shorter_job_ranks_first_and_the_term_is_bounded():
         dataclasses.replace(CFG, short_scale_s=0.0)
 
 
+def test_w_urgent_lets_a_deadline_that_can_still_be_met_lead_beside_length() -> None:
+    """w_urgent adds w_urgent x urgency outside p x (...), only while the deadline can be met."""
+
+    def job(i: int, est: float, deadline: float | None = None) -> PendingJob:
+        return PendingJob(JobSpec(id=f"j{i}", est_runtime_s=est, deadline=deadline), 0.0)
+
+    # j0: 2 h with a deadline it can just meet; j1: 30 min, no deadline; j2: lost already
+    jobs = [job(0, 7200.0, deadline=7200.0), job(1, 1800.0), job(2, 7200.0, deadline=60.0)]
+    off = _rank(jobs, load=0.9)
+    on = _rank(jobs, load=0.9, cfg=dataclasses.replace(CFG, w_urgent=5.0))
+    assert off.order[0] == 1  # without it, length leads: the short job first
+    assert on.order[0] == 0  # with it, the deadline that can still be met leads
+    urgency_now = on.terms["urgency"]
+    gain = on.scores - off.scores
+    assert urgency_now[0] > 0 and gain[0] == pytest.approx(5.0 * urgency_now[0])
+    assert urgency_now[2] == CFG.urgency_missed and gain[2] == 0.0  # lost: nothing added
+    assert gain[1] == 0.0  # no deadline, nothing added
+    with pytest.raises(ValueError):
+        dataclasses.replace(CFG, w_urgent=-1.0)
+
+
 def test_queue_columns_equal_list():
     rng = np.random.default_rng(1)
     jobs = [

@@ -15,6 +15,7 @@ _SCALE, _MISSED = _S["urgency_scale_s"], _S["urgency_missed"]
 _W_FAIR, _W_ENERGY = _S["w_fair_share"], _S["w_energy"]
 _W_DEADLINE, _W_PRIORITY = _S["w_deadline"], _S["w_priority"]
 _W_SHORT, _SHORT_SCALE = _S["w_short"], _S["short_scale_s"]
+_W_URGENT = _S["w_urgent"]
 
 
 @compiled
@@ -94,7 +95,9 @@ def _score_terms(
     aging = aging_per_h * (0.0 if waited < 0.0 else waited) / 3600.0
     short = settings[_SHORT_SCALE] / (settings[_SHORT_SCALE] + remaining)
     mix = w_fair * fair + w_energy * energy + w_deadline * urg + w_priority
-    return base, fair, energy, urg, aging, short, base * mix + aging + settings[_W_SHORT] * short
+    live = urg if deadline - now - remaining >= 0.0 else 0.0  # False for NaN, as numpy
+    score = base * mix + aging + settings[_W_SHORT] * short + settings[_W_URGENT] * live
+    return base, fair, energy, urg, aging, short, score
 
 
 @compiled

@@ -1,7 +1,7 @@
 """Rank: the priority of each queued job and the order of the queue (the definitions).
 
 score = p × (w_fair·fair_share + w_energy·(1 − energy_sensitivity) + w_deadline·urgency
-             + w_priority·1) + aging + w_short·short + boost
+             + w_priority·1) + aging + w_short·short + w_urgent·live_urgency + boost
 
 * ``boost``: the day/night period's score for the job's kind (``libs.policy.daynight.
   kind_boost``; 0 with the calendar off), added after the compiled loop.
@@ -25,6 +25,11 @@ score = p × (w_fair·fair_share + w_energy·(1 − energy_sensitivity) + w_dead
   ones (first 20k Philly jobs, 0.8 effective load: jobs under 1 h, 88 % of them, waited 4.4 h
   for 0.35 h of run with a runtime-blind order). It does not change while a job waits (only a move's
   progress does), so a rank epoch keeps it exactly.
+* ``live_urgency`` = ``urgency`` while the deadline can still be met (slack >= 0), else 0:
+  ``cfg.w_urgent`` lets a deadline lead a job's place beside its length, as ``short`` does,
+  where inside ``p × (...)`` it is worth at most ``p × w_deadline`` (<= 0.3) against the
+  ``w_short`` (10) of length. A deadline already lost gets nothing from it: raising a job that
+  will miss anyway only delays one that can still make it.
 * ``aging`` = aging_per_h × hours waited, unbounded: a job that waited longer than
   (1 + w_short) / aging_per_h hours outranks every fresh job (starvation freedom; 440 h with
   the defaults, the price of shortest-first: a long job may wait behind a stream of short
@@ -58,6 +63,7 @@ SCORE_SETTINGS: tuple[str, ...] = (
     "w_priority",
     "w_short",
     "short_scale_s",
+    "w_urgent",
 )
 
 
@@ -89,6 +95,7 @@ def score_settings(now: float, cfg: PolicyConfig, w: RegimeWeights) -> np.ndarra
             w.priority,
             cfg.w_short,
             cfg.short_scale_s,
+            cfg.w_urgent,
         ],
         dtype=float,
     )
@@ -133,7 +140,8 @@ def priority_terms(
     mix = (
         s["w_fair_share"] * fair + s["w_energy"] * energy + s["w_deadline"] * urg + s["w_priority"]
     )
-    score = base * mix + aging + s["w_short"] * short
+    live = np.where(np.asarray(deadline, dtype=float) - now - remaining >= 0.0, urg, 0.0)
+    score = base * mix + aging + s["w_short"] * short + s["w_urgent"] * live
     return np.array([base, fair, energy, urg, aging, short, score]).reshape(7, len(prio))
 
 
