@@ -140,7 +140,7 @@ class PolicyConfig:
     aging_per_h: float = 0.025
     urgency_scale_s: float = 3600.0  # slack at which urgency has fallen to 1/e
     urgency_missed: float = 1.0  # urgency of a job whose deadline can no longer be met
-    w_urgent: float = 0.0  # + w_urgent x urgency beside w_short while it can be met (stages.rank)
+    w_urgent: float = 0.5  # + w_urgent x urgency beside w_short while it can be met (stages.rank)
     # Shortest remaining time first (stages.rank: + w_short x short_scale_s / (short_scale_s +
     # remaining runtime on the fastest model), added beside aging, not multiplied by the
     # priority). Issue 15: without it the order ignored runtime, and on full Philly (seed

@@ -143,7 +143,7 @@ def test_w_urgent_lets_a_deadline_that_can_still_be_met_lead_beside_length() -> 
 
     # j0: 2 h with a deadline it can just meet; j1: 30 min, no deadline; j2: lost already
     jobs = [job(0, 7200.0, deadline=7200.0), job(1, 1800.0), job(2, 7200.0, deadline=60.0)]
-    off = _rank(jobs, load=0.9)
+    off = _rank(jobs, load=0.9, cfg=dataclasses.replace(CFG, w_urgent=0.0))
     on = _rank(jobs, load=0.9, cfg=dataclasses.replace(CFG, w_urgent=5.0))
     assert off.order[0] == 1  # without it, length leads: the short job first
     assert on.order[0] == 0  # with it, the deadline that can still be met leads
