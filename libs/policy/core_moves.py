@@ -28,6 +28,7 @@ from libs.policy.decisions import MoveOrder
 from libs.policy.placement import to_allocation
 from libs.policy.queue import COLUMNS
 from libs.policy.scores import ModelTables
+from libs.policy.stages import lease as L
 from libs.policy.stages import resume as R
 from libs.policy.types import CycleResult, PendingJob, Placement
 
@@ -93,15 +94,28 @@ class MovesMixin:
             self.set_cordoned(room[0], ROOM_HOLD + job_id, False)
 
     def preempt_step(self: Scheduler, now: float) -> list[MoveOrder]:
-        """The moves decided now: the burst rule's first (``burst_step``: a latency target is
-        at stake), then the priority-protection rule's (``priority_step``), which sees the
-        burst's victims as being moved already, then the short-wait rule's with what is left
+        """The moves decided now: the ends of swap leases first (``lease_step``: a promise
+        made earlier), the burst rule's next (``burst_step``: a latency target is at stake),
+        then the priority-protection rule's (``priority_step``), which sees the burst's
+        victims as being moved already, then the short-wait rule's with what is left
         of ``max_per_pass`` (``short_step``), then the grow-back (``grow_step``: after every
         rule that holds a node for a blocked job, so no grow takes those GPUs)."""
-        burst = self.burst_step(now)
-        done = burst + self.priority_step(now)
+        ended = self.lease_step(now)
+        done = ended + self.burst_step(now)
+        done += self.priority_step(now)
         done += self.short_step(now, self.cfg.preempt.max_per_pass - len(done))
         return done + self.grow_step(now)
+
+    def lease_step(self: Scheduler, now: float) -> list[MoveOrder]:
+        """The short jobs whose swap lease ends now while they still hold their victims' node
+        (``stages.lease``): each is checkpointed so the victims resume within their bound."""
+        if not self.moves.leases:  # almost every instant
+            return []
+        waiting = lambda job_id: self.queue.get(job_id) is not None  # noqa: E731
+        moves = self.moves.end_leases(now, waiting, self.cfg.preempt.resume_bound_s)
+        if moves:
+            self._hold_rooms()
+        return moves
 
     def short_step(self: Scheduler, now: float, most: int) -> list[MoveOrder]:
         """The short-wait rule's moves (``stages.short_wait.short_plans``), at most ``most``
@@ -220,9 +234,10 @@ class MovesMixin:
         """The next instant after ``now`` a rule owes a full cluster a look, where no event
         may come for hours: when a waiting job of protected priority reaches ``min_wait_s``,
         when a queued short job reaches its wait bound (``_next_short_s``), when a shrunk
-        job may grow back (``_next_grow_s``); the earliest. Both drivers wake then."""
+        job may grow back (``_next_grow_s``), when a swap lease ends (``stages.lease``); the
+        earliest. Both drivers wake then."""
         pc = self.cfg.preempt
-        at = [self._next_grow_s(now)]
+        at = [self._next_grow_s(now), L.next_end_s(self.moves.leases.values(), now)]
         if self.moves.movers:
             if pc.enabled:
                 at.append(self.protected.next_ready_s(now, pc.min_wait_s))  # = _next_ready_s

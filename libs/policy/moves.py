@@ -10,7 +10,7 @@ arrive (``started``, ``ended``); ``core.Scheduler`` owns one and asks it for dec
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import numpy as np
 
@@ -22,6 +22,7 @@ from libs.policy.fast.plans import GrowMemo, PlanMemo
 from libs.policy.fast.short_due import ShortDue
 from libs.policy.stages import burst as B
 from libs.policy.stages import grow as G
+from libs.policy.stages import lease as L
 from libs.policy.stages import preempt as P
 from libs.policy.stages import short_wait as SW
 from libs.policy.stages.shrink import size_error
@@ -72,6 +73,7 @@ class MoveBook:
         self.moving: dict[str, MoveOrder] = {}  # ordered, not yet ended
         # job -> (the node moves are clearing for it, until when the room is held)
         self.rooms: dict[str, tuple[str, float]] = {}
+        self.leases: dict[str, L.Lease] = {}  # short job -> its swap's lease (stages.lease)
         # GPUs the could-ever-move jobs hold, per priority and node (stages.preempt's bound)
         self.movable_gpus = np.zeros((P.PRIORITY_LEVELS, n_nodes))
         # shrunk job -> the size it held when first shrunk (stages.grow: it grows back to it)
@@ -304,7 +306,35 @@ class MoveBook:
             blocked, movers, soon, view, self.facts, now, cfg, speed, most,
             search=self.memo, movable=movable,
         )  # fmt: skip
+        for plan in plans:
+            if plan.lease_until_s is not None:
+                stopped = tuple(v.job_id for v in plan.victims if not v.shrink_to)
+                self.leases[plan.for_job] = L.Lease(
+                    plan.for_job, plan.node, plan.lease_until_s, stopped
+                )
         return [mo for plan in plans for mo in self._orders(plan, now, cfg)]
+
+    def end_leases(
+        self, now: float, waiting: Callable[[str], bool], bound_s: float
+    ) -> list[MoveOrder]:
+        """The moves the leases that end now call for (``stages.lease.lease_move``), each
+        recorded as ordered; every ended lease is forgotten. A victim still waiting keeps its
+        room for another resume bound (the short job's save comes first)."""
+        out = []
+        for lease in L.due(self.leases.values(), now):
+            del self.leases[lease.job_id]
+            mo = L.lease_move(lease, self._running_free, waiting)
+            if mo is None:
+                continue
+            for v in lease.victims:
+                if v in self.rooms and waiting(v):
+                    self.rooms[v] = (lease.node, now + bound_s)
+            out.append(self.order(mo, now, bound_s))
+        return out
+
+    def _running_free(self, job_id: str) -> tuple[int, str] | None:
+        """(attempt, node) of a running job that is not being moved, else None."""
+        return None if job_id in self.moving else self.attempts.get(job_id)
 
     def plan_burst(
         self,

@@ -39,6 +39,7 @@ from typing import Any
 import msgspec
 
 from libs.bus import Bus, Consumer
+from libs.bus.tasks import cancel_and_wait
 from libs.clock import Clock
 from proto import subjects
 from proto.commands import CheckpointCommand, KillCommand, RunCommand
@@ -166,8 +167,7 @@ class NodeExecutor(Recovery, Reports, PowerHandling, Checkpoints, GangParts):
         for task in list(self._tasks):
             task.cancel()
         for task in list(self._tasks):
-            with contextlib.suppress(asyncio.CancelledError, Exception):
-                await task
+            await cancel_and_wait(task)
         for job in jobs:
             if self.keep_on_stop:
                 self.log.info("job_left_running", job_id=job.entry.job_id)

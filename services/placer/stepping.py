@@ -21,6 +21,7 @@ import asyncio
 from typing import TYPE_CHECKING
 
 from libs.bus.steps import StepParticipant
+from libs.bus.tasks import cancel_and_wait
 from proto.clock import Step
 
 if TYPE_CHECKING:
@@ -66,6 +67,5 @@ async def run_stepped(placer: Placer, stop: asyncio.Event) -> None:
     try:
         await stop.wait()
     finally:
-        serving.cancel()
-        await asyncio.gather(serving, return_exceptions=True)
+        await cancel_and_wait(serving)
         await participant.stop()

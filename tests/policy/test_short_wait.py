@@ -60,8 +60,13 @@ def _setup(victims: list[tuple[JobSpec, float]], n1_full: bool = False):  # type
     return view, running
 
 
-def _blocked(est_s: float = 1800.0, waited_s: float = 2.5 * H, prio: int = 3) -> PendingJob:
-    spec = JobSpec(id="s", gpus=8, gpu_mem_gb=4.0, cpus=64.0, est_runtime_s=est_s, priority=prio)
+def _blocked(
+    est_s: float = 1800.0, waited_s: float = 2.5 * H, prio: int = 3, ckpt: bool = True
+) -> PendingJob:
+    spec = JobSpec(
+        id="s", gpus=8, gpu_mem_gb=4.0, cpus=64.0, est_runtime_s=est_s, priority=prio,
+        checkpointable=ckpt,
+    )  # fmt: skip
     return PendingJob(spec, NOW - waited_s)
 
 
@@ -184,7 +189,9 @@ def test_a_plan_never_stops_a_protected_or_short_job(c, less, est_s, most) -> No
     for r in running:
         if r.spec.kind != "inference" and (r.spec.checkpointable or r.spec.elastic is not None):
             by.setdefault(r.node_index, []).append(r)
-    spec = JobSpec(id="s", gpus=gpus, gpu_mem_gb=4.0, est_runtime_s=est_s, priority=9)
+    spec = JobSpec(
+        id="s", gpus=gpus, gpu_mem_gb=4.0, est_runtime_s=est_s, priority=9, checkpointable=True
+    )  # a swap needs a short job its lease's end can stop (stages.lease)
     pj = PendingJob(spec, now - 3 * H)
     cfg = dataclasses.replace(CFG, preempt=PreemptConfig(min_run_s=0.0))
     soon = P.whole_free_within(view, running, now, -1.0)
@@ -219,6 +226,8 @@ def test_on_a_full_cluster_the_victim_resumes_after_the_short_job_within_the_bou
     plan = _plan(view, running, _blocked(est_s=1200.0))
     assert plan is not None and dict(plan.rooms) == {"L": "n0"}
     assert "resume there after it, in about 1260 s" in plan.reason
+    assert plan.lease_until_s == NOW + CFG.preempt.resume_bound_s - CFG.preempt.checkpoint_cost_s
+    assert _plan(view, running, _blocked(est_s=1200.0, ckpt=False)) is None  # no lease: no swap
     assert _plan(view, running, _blocked(est_s=1800.0)) is None
     many = [(_long(f"L{k}", gpus=1), NOW + 20 * H) for k in range(8)]
     view, running = _setup(many, n1_full=True)
@@ -332,8 +341,9 @@ def test_plans_of_one_look_never_share_a_node_or_a_victim_nor_over_allocate(c, s
     blocked: list[tuple[PendingJob, float]] = []
     for k, g in enumerate(sizes):
         spec = JobSpec(
-            id=f"s{k}", gpus=min(g, top), gpu_mem_gb=4.0, est_runtime_s=300.0, priority=9
-        )
+            id=f"s{k}", gpus=min(g, top), gpu_mem_gb=4.0, est_runtime_s=300.0, priority=9,
+            checkpointable=True,  # a swap needs a short job its lease's end can stop
+        )  # fmt: skip
         blocked.append((PendingJob(spec, now - 3 * H), 300.0))
     cfg = dataclasses.replace(CFG, preempt=PreemptConfig(min_run_s=0.0))
     soon = P.whole_free_within(view, running, now, -1.0)

@@ -92,6 +92,7 @@ class PriorityPlan:
     victims: tuple[Victim, ...]
     reason: str
     rooms: tuple[tuple[str, str], ...] = ()  # (victim, node it resumes on)
+    lease_until_s: float | None = None  # a swap: for_job holds node until then (stages.lease)
 
 
 def protection(job: RunningJob, facts: MoveFacts | None, now: float, pc: PreemptConfig) -> str:

@@ -30,30 +30,27 @@ done job is never stopped: waiting for it costs less than moving it.
 (``preempt.node_victims``, least lost work first, elastic ones shrunk when that is enough),
 whose stopped victims can all resume within ``resume_bound_s`` on a GPU model no slower for
 them (``resume.resume_rooms`` with ``speed``), when the GPU-seconds lost (``preempt.lost_gpu_s``)
-are at most ``lost_per_wait`` x the blocked job's GPUs x min(waited, delay saved). The delay
-saved is the earliest expected end among the victims (the node frees no sooner without the
-move); the wait so far bounds it too (a job that waited W behind long jobs is expected to
-wait about as long again). ``lost_per_wait`` is priority protection's own (1: break-even).
-**A look** (``short_plans``) makes several plans, most slowed first, each node used once (a
-plan's node and its victims' rooms are off limits to the next), at most ``most`` moves.
+are at most ``lost_per_wait`` (priority protection's, 1: break-even) x the blocked job's
+GPUs x min(waited, delay saved: the victims' earliest expected end). **A look**
+(``short_plans``) makes several plans, most slowed first, each node used once (a plan's node
+and its victims' rooms are off limits to the next), at most ``most`` moves.
 
 **On a full cluster, the swap** (``swap_wait_s``). With no room elsewhere (first 20k Philly
 jobs: 16 of 15,961 plans found one) the victims resume on their own node once the short
 job has run there: allowed only when that run plus a save and a restore is within
-``resume_bound_s`` (the node held for them meanwhile), and when the stopped victims' waits
-together are at most ``lost_per_wait`` x what the short job gains.
+``resume_bound_s`` (the node held for them meanwhile), when the stopped victims' waits
+together are at most ``lost_per_wait`` x what the short job gains, and on a lease that ends
+with the bound (``stages.lease``: a wrong estimate cannot keep the victims waiting).
 
 **Thrash and starvation.** A victim waits again with its progress, first in line
 (``PreemptConfig.resume_credit_s``), its resume room held (``core_moves``'s rooms). It cannot
 preempt back by this rule (it is long) and cannot be stopped again for ``min_interval_s``
-(1 h): a long job loses at most one save/restore per hour to this rule. The short job, once
-started, is never a victim. The constants were chosen once from these arguments, not
-fitted: ``short_max_s`` 1 h (the rank's short term is >= 0.8 below it), ``short_wait_factor``
-2 (act at slowdown 3), ``short_victim_factor`` 4 (a move must gain a long job's worth of
-order, not swap near equals under noisy estimates).
-
-Pure: a plan is a ``stages.preempt.PriorityPlan`` with this rule's reason; both drivers
-apply it as every move (``core_moves``), and wake the scheduler at ``next_due_s``.
+(1 h): a long job loses at most one save/restore per hour to this rule; the short job is
+never its victim (only its lease's end stops it). Constants chosen once from these arguments,
+not fitted: ``short_max_s`` 1 h (the rank's short term is >= 0.8 below it),
+``short_wait_factor`` 2 (act at slowdown 3), ``short_victim_factor`` 4 (gain a long job's
+worth of order, not swap near equals under noisy estimates). Both drivers apply a plan as
+every move (``core_moves``).
 """
 
 from __future__ import annotations
@@ -66,6 +63,7 @@ from libs.policy.cluster import EPS, ClusterView
 from libs.policy.config import PolicyConfig, PreemptConfig
 from libs.policy.queue_arrays import COLUMNS
 from libs.policy.scores import CLASS_INDEX
+from libs.policy.stages import lease as L
 from libs.policy.stages import preempt as P
 from libs.policy.stages.filter import is_fractional, whole_gpus
 from libs.policy.stages.resume import movable_gpus, resume_rooms
@@ -182,9 +180,8 @@ def next_due_s(
 def own_and_fastest(
     workload_class: str, view: ClusterView, i: int, speed: np.ndarray
 ) -> tuple[float, float]:
-    """(the speed of node ``i``'s GPU model for ``workload_class``, the fastest model's):
-    how this rule converts a runtime between a node and the fastest model (``speed``:
-    float[M, C] of the view's models)."""
+    """(node ``i``'s GPU model's speed for ``workload_class``, the fastest model's): how this
+    rule converts a runtime between a node and the fastest model (``speed``: float[M, C])."""
     c = CLASS_INDEX.get(workload_class, CLASS_INDEX["other"])
     return float(speed[view.model_idx[i], c]), float(speed[:, c].max())
 
@@ -216,8 +213,7 @@ def victim_ok(
 
 
 def saved_delay_s(victims: Sequence[P.Release], now: float) -> float:
-    """The delay a plan saves the blocked job, at most: the earliest expected end among the
-    victims (the node frees no sooner without the move)."""
+    """The most a plan saves the blocked job: the victims' earliest expected end."""
     return min(max(0.0, r.expected_end - now) for r, _ in victims)
 
 
@@ -232,8 +228,10 @@ def swap_wait_s(
 ) -> float | None:
     """How long stopped victims wait to resume on node ``i`` itself, after the short job has
     run there (its remaining at node ``i``'s speed, plus a save and a restore); None when that
-    breaks the resume bound (``resume_bound_s``) or nothing is stopped."""
-    if not stopped:
+    breaks the resume bound (``resume_bound_s``), nothing is stopped, or the short job could
+    not be stopped at its lease's end (``stages.lease.leasable``: the promise would rest on
+    its estimate alone)."""
+    if not stopped or not L.leasable(spec):
         return None
     own, fastest = own_and_fastest(spec.workload_class, view, i, speed)
     wait_s = remaining_s * fastest / max(own, EPS) + 2.0 * pc.checkpoint_cost_s
@@ -241,8 +239,7 @@ def swap_wait_s(
 
 
 def fits_now(spec: JobSpec, view: ClusterView, ok: np.ndarray, free_gpus: np.ndarray) -> bool:
-    """Does ``spec`` fit now on a node ``ok`` marks? Then it waits for another reason (a hold,
-    a boot, a reservation) and no move is made for it."""
+    """Does ``spec`` fit now on a node ``ok`` marks? Then it waits for a hold or boot: no move."""
     need = spec.gpus if is_fractional(spec) else float(whole_gpus(spec))
     return any(
         P.fits_after_release(spec, view, i, ())
@@ -359,13 +356,14 @@ def job_plan(
             rooms = search.rooms(stopped, view, soon_free, cfg, i, speed)
         else:
             rooms = resume_rooms(stopped, view, soon_free, cfg, exclude=i, avoid=avoid, speed=speed)
-        after = ""
+        after, lease = "", None
         if rooms is None:  # a full cluster: no room elsewhere; the swap, if it keeps the bound
             after_s = swap_wait_s(spec, rem_s, len(stopped), view, i, speed, pc)
             if after_s is None or after_s * len(stopped) > pc.lost_per_wait * gain_s:
                 continue  # the victims together would wait longer than it gains
             rooms = {r.spec.id: i for r in stopped}
-            after = f"; they resume there after it, in about {after_s:.0f} s"
+            lease = L.lease_until_s(now, pc)
+            after = f"; they resume there after it, in about {after_s:.0f} s (on a lease)"
         rooms.update({r.spec.id: i for r, keep in victims if keep})
         reason = _reason(pj, view.node_ids[i], victims, cost, budget, waited_s, rem_s, pc)
         out = tuple(
@@ -373,7 +371,9 @@ def job_plan(
             for r, k in victims
         )
         to = tuple((j, view.node_ids[n]) for j, n in sorted(rooms.items()))
-        return P.PriorityPlan(spec.id, view.node_ids[i], out, reason + after, rooms=to)
+        return P.PriorityPlan(
+            spec.id, view.node_ids[i], out, reason + after, rooms=to, lease_until_s=lease
+        )
     return None
 
 
