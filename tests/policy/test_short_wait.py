@@ -226,7 +226,8 @@ def test_on_a_full_cluster_the_victim_resumes_after_the_short_job_within_the_bou
     plan = _plan(view, running, _blocked(est_s=1200.0))
     assert plan is not None and dict(plan.rooms) == {"L": "n0"}
     assert "resume there after it, in about 1260 s" in plan.reason
-    assert plan.lease_until_s == NOW + CFG.preempt.resume_bound_s - CFG.preempt.checkpoint_cost_s
+    pc = CFG.preempt
+    assert plan.lease_until_s == NOW + pc.resume_bound_s - pc.checkpoint_cost_s - pc.interval_s
     assert _plan(view, running, _blocked(est_s=1200.0, ckpt=False)) is None  # no lease: no swap
     assert _plan(view, running, _blocked(est_s=1800.0)) is None
     many = [(_long(f"L{k}", gpus=1), NOW + 20 * H) for k in range(8)]

@@ -8,9 +8,10 @@ of 891 swaps broke the bound, by up to 7 h: a job estimated at 10 min that ran f
 its victim waiting all that time (every other rule's victims kept it).
 
 The rule: a swap leases the node to the short job until the victims' resume deadline less one
-save (``lease_until_s``). If at that instant the short job still runs there and a victim still
-waits, the short job is checkpointed and requeued with its progress (``lease_move``), as Slurm
-ends a job at its time limit, only here it resumes later instead of being killed; the node
+save and one look (``lease_until_s``). If at that instant the short job still runs there and
+a victim still waits, the short job is checkpointed and requeued with its progress
+(``lease_move``), as Slurm ends a job at its time limit, only here it resumes later instead of
+being killed; the node
 then goes back to the victims (their rooms, ``core_moves``). So the swap needs a short job
 that can be checkpointed or shrunk (``leasable``): one that cannot would hold the promise
 hostage to its estimate, and the rule makes no such swap.
@@ -51,8 +52,10 @@ def leasable(spec: JobSpec) -> bool:
 
 def lease_until_s(now: float, pc: PreemptConfig) -> float:
     """When a swap decided ``now`` ends its lease: the victims' rooms last ``resume_bound_s``
-    from now (``moves.MoveBook.order``), and the short job's save must end by then."""
-    return now + pc.resume_bound_s - pc.checkpoint_cost_s
+    from now (``moves.MoveBook.order``), and the short job's save must end by then, with one
+    look's interval (``interval_s``) to spare: a driver acts at the first instant it looks
+    after the end (the live placer cycles every ``tick_s``, 2 s), and a save may run long."""
+    return now + pc.resume_bound_s - pc.checkpoint_cost_s - pc.interval_s
 
 
 def due(leases: Iterable[Lease], now: float) -> list[Lease]:
