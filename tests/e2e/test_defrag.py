@@ -98,8 +98,13 @@ def test_a_job_blocked_by_fragments_starts_after_checkpointable_jobs_move(tmp_pa
         views = {j.id: j for j in client.jobs()}
         assert views["big"].node == "n0"
         assert all(views[j].attempts == 1 for j in plain), "a plain job was moved"
+
+        def resumed(ids: set[str]) -> bool:  # not just "running": the view may not yet show
+            views = {j.id: j for j in client.jobs()}  # the move (a stale attempt 1 passed)
+            return all(views[j].state == "running" and views[j].attempts >= 2 for j in ids)
+
         wait_for(
-            lambda: running(movers), timeout_s=30, what="the moved jobs to resume", stack=stack
+            lambda: resumed(movers), timeout_s=30, what="the moved jobs to resume", stack=stack
         )
         views = {j.id: j for j in client.jobs()}
         assert all(views[j].attempts == 2 and views[j].node == "n1" for j in movers)
