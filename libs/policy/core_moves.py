@@ -111,7 +111,7 @@ class MovesMixin:
         (``stages.lease``): each is checkpointed so the victims resume within their bound."""
         if not self.moves.leases:  # almost every instant
             return []
-        waiting = lambda job_id: self.queue.get(job_id) is not None  # noqa: E731
+        waiting = self.queue.__contains__  # a victim still queued
         moves = self.moves.end_leases(now, waiting, self.cfg.preempt.resume_bound_s)
         if moves:
             self._hold_rooms()

@@ -59,8 +59,7 @@ def _level(job: RunningJob) -> int:
 
 def could_ever_move(job: RunningJob) -> bool:
     """Checkpointable or elastic and not inference: the jobs a plan may consider at all."""
-    s = job.spec
-    return s.kind != "inference" and (s.checkpointable or s.elastic is not None)
+    return P.ever_movable(job.spec)
 
 
 class MoveBook:

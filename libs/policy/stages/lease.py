@@ -11,10 +11,9 @@ The rule: a swap leases the node to the short job until the victims' resume dead
 save and one look (``lease_until_s``). If at that instant the short job still runs there and
 a victim still waits, the short job is checkpointed and requeued with its progress
 (``lease_move``), as Slurm ends a job at its time limit, only here it resumes later instead of
-being killed; the node
-then goes back to the victims (their rooms, ``core_moves``). So the swap needs a short job
-that can be checkpointed or shrunk (``leasable``): one that cannot would hold the promise
-hostage to its estimate, and the rule makes no such swap.
+being killed; the node then goes back to the victims (their rooms, ``core_moves``). So the
+swap needs a short job that can be checkpointed or shrunk (``stages.preempt.ever_movable``):
+one that cannot would hold the promise hostage to its estimate, and no such swap is made.
 
 The stopped short job waits first in line with its own resume deadline, like any moved job,
 but no room is promised to it: its estimate was wrong, not the plan. Its delay is counted with
@@ -28,7 +27,6 @@ from dataclasses import dataclass
 
 from libs.policy.config import PreemptConfig
 from libs.policy.decisions import MoveOrder
-from proto.jobs import JobSpec
 
 LEASE_RULE = "swap-lease"
 
@@ -42,12 +40,6 @@ class Lease:
     node: str
     until_s: float
     victims: tuple[str, ...]
-
-
-def leasable(spec: JobSpec) -> bool:
-    """Can a swap's short job be stopped at its lease's end? Checkpointable or elastic, and
-    not inference (a service is never preempted: ``stages.preempt.protection``)."""
-    return spec.kind != "inference" and (spec.checkpointable or spec.elastic is not None)
 
 
 def lease_until_s(now: float, pc: PreemptConfig) -> float:

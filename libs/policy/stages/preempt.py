@@ -95,6 +95,13 @@ class PriorityPlan:
     lease_until_s: float | None = None  # a swap: for_job holds node until then (stages.lease)
 
 
+def ever_movable(spec: JobSpec) -> bool:
+    """Checkpointable or elastic and not inference: a job a move may ever stop (the static
+    part of ``protection``; the jobs a plan considers at all, ``moves.could_ever_move``, and
+    the short jobs a swap may lease a node to, ``stages.lease``)."""
+    return spec.kind != "inference" and (spec.checkpointable or spec.elastic is not None)
+
+
 def protection(job: RunningJob, facts: MoveFacts | None, now: float, pc: PreemptConfig) -> str:
     """Why ``job`` may not be moved now ("" when it may). Resume feasibility is separate
     (``resume_feasible``): it needs the cluster."""

@@ -229,9 +229,9 @@ def swap_wait_s(
     """How long stopped victims wait to resume on node ``i`` itself, after the short job has
     run there (its remaining at node ``i``'s speed, plus a save and a restore); None when that
     breaks the resume bound (``resume_bound_s``), nothing is stopped, or the short job could
-    not be stopped at its lease's end (``stages.lease.leasable``: the promise would rest on
+    not be stopped at its lease's end (``preempt.ever_movable``: the promise would rest on
     its estimate alone)."""
-    if not stopped or not L.leasable(spec):
+    if not stopped or not P.ever_movable(spec):
         return None
     own, fastest = own_and_fastest(spec.workload_class, view, i, speed)
     wait_s = remaining_s * fastest / max(own, EPS) + 2.0 * pc.checkpoint_cost_s
