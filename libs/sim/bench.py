@@ -10,6 +10,9 @@ Scenarios (each printed with the command that reproduces it):
 3. Speed: jobs/s of the mosaic replay of the whole Philly trace (the wall time of run 1).
 4. Gavel-recipe traces at 6 and 10 jobs/h, seeds 1-3, every policy with power saving
    (``libs.sim.bench_gavel``, its own section of the page).
+4b. Issue 15's targets: Philly at 0.8 and at its natural load, every policy with the same
+   power saving, Mosaic against the best of drf/tiresias/gavel and against fifo and the lower
+   bound (``libs.sim.bench_peers``, its own section).
 5. Inference services beside Philly training on the seed cluster against separate pools and
    blind sharing, two load curves (``libs.sim.bench_inference``, its own section).
 
@@ -185,6 +188,11 @@ def main(argv: list[str] | None = None) -> int:
         text = bench_gavel.section(bench_gavel.run(args.out / "gavel-recipe"), args.out)
         if not args.no_doc:
             bench_gavel.write_section(text, DOC)
+        from libs.sim import bench_peers  # issue 15: the best peer, the same power saving
+
+        text = bench_peers.section(bench_peers.run(args.out / "peers"), args.out / "peers")
+        if not args.no_doc:
+            bench_peers.write_section(text, DOC)
     from libs.sim import bench_inference  # issue 16: inference services beside training
 
     res = bench_inference.run(bench_inference.JOBS, list(bench_inference.SEEDS), args.out / "inf")

@@ -19,6 +19,7 @@ import sys
 import time
 from pathlib import Path
 
+from libs.sim.bench_page import shown, write_between
 from libs.sim.loaders import default_traces_dir
 from libs.sim.report import fmt
 from libs.sim.runner import run_simulation
@@ -71,14 +72,6 @@ def _folder(out: Path, suffix: str, rate: float, seed: int) -> Path:
     return out / f"rate{rate:g}-seed{seed}{suffix.replace(',', '-').replace('=', '')}"
 
 
-def _shown(path: Path) -> Path:
-    """A folder as the page shows it: relative to the checkout when inside it."""
-    try:
-        return path.resolve().relative_to(ROOT)
-    except ValueError:
-        return path
-
-
 def run(out: Path) -> dict[Key, list[tuple[int, dict]]]:
     """{(variant, rate): [(seed, results.json) of each seed]}."""
     runs: dict[Key, list[tuple[int, dict]]] = {}
@@ -121,7 +114,7 @@ def section(runs: dict[Key, list[tuple[int, dict]]], out: Path) -> str:
     ]
     for (suffix, rate), rs in runs.items():
         parts += [
-            f"- `{command(suffix, rate, seed, _shown(_folder(out, suffix, rate, seed)))}`"
+            f"- `{command(suffix, rate, seed, shown(_folder(out, suffix, rate, seed)))}`"
             for seed, _ in rs
         ]
     parts.append("")
@@ -167,13 +160,7 @@ def section(runs: dict[Key, list[tuple[int, dict]]], out: Path) -> str:
 
 def write_section(text: str, doc: Path = DOC) -> None:
     """Replace the section between ``START`` and ``END`` (or append it)."""
-    page = doc.read_text() if doc.is_file() else "# Benchmarks\n"
-    a, b = page.find(START), page.find(END)
-    if a >= 0 and b > a:
-        page = page[:a] + text.rstrip("\n") + page[b + len(END) :]
-    else:
-        page = page.rstrip("\n") + "\n\n" + text
-    doc.write_text(page if page.endswith("\n") else page + "\n")
+    write_between(text, START, END, doc)
 
 
 def main(argv: list[str] | None = None) -> int:
