@@ -12,7 +12,12 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from libs.policy.calendar import CalendarConfig
-from libs.policy.config_moves import DefragConfig, ThermalConfig
+from libs.policy.config_moves import (  # noqa: F401 (re-exported)
+    MOVE_RULES,
+    DefragConfig,
+    PreemptConfig,
+    ThermalConfig,
+)
 
 REGIMES: tuple[str, ...] = ("low", "balanced", "high")
 
@@ -51,72 +56,6 @@ def _size_mix() -> tuple[tuple[float, float], ...]:
     # Default mix of request sizes (GPUs, probability) for the fragmentation measure when the
     # caller does not pass the pending mix: roughly Philly/openb shaped (mostly 1 GPU).
     return ((0.5, 0.15), (1.0, 0.55), (2.0, 0.1), (4.0, 0.1), (8.0, 0.1))
-
-
-@dataclass(frozen=True, slots=True)
-class PreemptConfig:
-    """Moving running jobs (``libs.policy.stages.preempt``): who may be moved, how often, and the
-    priority-protection rule. The simulator charges ``checkpoint_cost_s`` per move; the live
-    executor takes what the job's save takes."""
-
-    enabled: bool = True  # the priority-protection rule (protected jobs are never moved anyway)
-    resume_bound_s: float = 1800.0  # a moved job must be able to start again within this
-    min_interval_s: float = 3600.0  # a job is not moved twice within this window
-    min_run_s: float = 300.0  # nor in the first minutes of an attempt (it would gain nothing)
-    protect_priority: int = 8  # a blocked job of at least this priority may preempt
-    priority_gap: int = 3  # ... jobs of at most its priority minus this
-    min_wait_s: float = 600.0  # ... once it has waited this long
-    # ... when the GPU-seconds lost are at most this times the GPU-seconds it has waited
-    lost_per_wait: float = 1.0
-    at_risk_share: float = 0.1  # share of an attempt's run a move counts as at risk ...
-    lost_work_cap_s: float = 1800.0  # ... of at most this much run
-    checkpoint_cost_s: float = 30.0  # time a checkpoint takes (sim) / is expected to take
-    # moves decided per pass, and victims per plan: 8 (was 4; docs/benchmarks.md, "max_per_pass")
-    max_per_pass: int = 8
-    interval_s: float = 60.0  # the rule looks at most this often (a plan is a search)
-    candidate_nodes: int = 8  # nodes a plan tries per blocked job (most free GPUs first)
-    # a moved job is first in line again: its place counts as resume_credit_s older (aging at
-    # 0.025/h: +4.2 for a week, above any fresh score), so the resume bound the plan checked
-    # is kept (measured on the first 8k Philly jobs: without it p99 resume delay was 20 h)
-    resume_credit_s: float = 7 * 86_400.0
-    # whether a victim's resume may count on GPUs of running jobs expected to end within the
-    # bound. Off: expected ends are estimates (measured on the first 8k Philly jobs, counting
-    # them let the p99 resume delay reach 7 h); a victim must have room elsewhere now
-    resume_counts_ends: bool = False
-    # the burst rule (stages.burst): a service's replica the pass could not place gets room at
-    # once, by shrinking or stopping training jobs that may move (no wait, no trade-off)
-    burst_enabled: bool = True
-    # the grow-back rule (stages.grow): a shrunk elastic job takes its node's free GPUs back,
-    # at most once no burst move was made for ``grow_quiet_s`` and no replica waits
-    grow_enabled: bool = True
-    grow_quiet_s: float = 3600.0
-    # short-wait protection (stages.short_wait): a job with at most short_max_s left on the
-    # fastest model that has waited short_wait_factor x that (and min_wait_s) may stop jobs that
-    # may move and have short_victim_factor x as long left (and over short_max_s), when the work
-    # lost is at most lost_per_wait x min(its wait, the delay saved). Chosen once, not fitted:
-    # 1 h is where the rank's short term is still >= 0.8; act at slowdown 3; a victim is a
-    # job of another order of length (see the stage's docstring)
-    short_enabled: bool = True
-    short_max_s: float = 3600.0
-    short_wait_factor: float = 2.0
-    short_victim_factor: float = 4.0
-
-    def __post_init__(self) -> None:
-        for name in ("resume_bound_s", "min_interval_s", "min_run_s", "min_wait_s", "grow_quiet_s"):
-            if not getattr(self, name) >= 0:
-                raise ValueError(f"preempt.{name} must be >= 0")
-        if not self.lost_per_wait >= 0 or not self.checkpoint_cost_s >= 0:
-            raise ValueError("preempt.lost_per_wait and preempt.checkpoint_cost_s must be >= 0")
-        if not (self.short_max_s >= 0 and self.short_wait_factor >= 0):
-            raise ValueError("preempt.short_max_s and preempt.short_wait_factor must be >= 0")
-        if not self.short_victim_factor >= 1:
-            raise ValueError("preempt.short_victim_factor must be >= 1 (victims are longer)")
-        if self.max_per_pass < 0 or self.priority_gap < 0:
-            raise ValueError("preempt.max_per_pass and preempt.priority_gap must be >= 0")
-
-
-# the switches of the rules ``core_moves.preempt_step`` runs: all off, nothing ever moves
-MOVE_RULES = ("enabled", "burst_enabled", "short_enabled", "grow_enabled")
 
 
 @dataclass(frozen=True, slots=True)

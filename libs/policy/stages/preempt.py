@@ -41,7 +41,6 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Protocol
 
 import numpy as np
 
@@ -49,7 +48,7 @@ from libs.policy.cluster import EPS, ClusterView
 from libs.policy.config import PolicyConfig, PreemptConfig
 from libs.policy.stages.filter import is_fractional, whole_gpus
 from libs.policy.stages.gang import is_part
-from libs.policy.stages.resume import (
+from libs.policy.stages.resume import (  # noqa: F401 (fits_after_release: re-exported)
     Release,
     fits_after_release,
     gpus_held,
@@ -57,7 +56,12 @@ from libs.policy.stages.resume import (
     static_ok,
     whole_free_within,
 )
-from libs.policy.stages.shrink import shrink_floor
+from libs.policy.stages.victims import (  # noqa: F401 (re-exported: the rules read them here)
+    DEFINITIONS,
+    PlanSearch,
+    node_victims,
+    shrink_to_fit,
+)
 from libs.policy.types import PendingJob, RunningJob
 from proto.jobs import JobSpec
 
@@ -143,20 +147,6 @@ def lost_gpu_s(job: RunningJob, facts: MoveFacts | None, now: float, pc: Preempt
     return gpus_held(job) * (2.0 * pc.checkpoint_cost_s + at_risk_s)
 
 
-def shrink_to_fit(
-    spec: JobSpec, view: ClusterView, i: int, chosen: Sequence[Release], victim: RunningJob
-) -> int:
-    """The largest size ``victim`` (elastic, on node ``i``) may shrink to after which ``spec``
-    fits there beside ``chosen``; 0 when no size it may take is enough (stop it whole)."""
-    floor = shrink_floor(victim.spec)
-    if floor is None or victim.gpu_share < 1.0 - EPS:
-        return 0
-    for keep in range(len(victim.gpu_indices) - 1, floor - 1, -1):
-        if fits_after_release(spec, view, i, [*chosen, (victim, keep)]):
-            return keep
-    return 0
-
-
 def may_move(
     job: RunningJob,
     facts: Mapping[str, MoveFacts],
@@ -191,61 +181,6 @@ def movable_predicate(
         view, running, now, pc.resume_bound_s if pc.resume_counts_ends else -1.0
     )
     return lambda job: not may_move(job, facts, view, soon, now, cfg)
-
-
-def node_victims(
-    blocked: PendingJob,
-    i: int,
-    candidates: list[tuple[float, float, RunningJob]],
-    view: ClusterView,
-    most: int,
-) -> list[Release] | None:
-    """The fewest cheapest victims (at most ``most``) on node ``i`` after which ``blocked``
-    fits, each shrunk when it is elastic and a size it may take is enough, or None."""
-    chosen: list[Release] = []
-    for _, _, r in candidates[:most]:
-        chosen.append((r, shrink_to_fit(blocked.spec, view, i, chosen, r)))
-        if fits_after_release(blocked.spec, view, i, chosen):
-            return chosen
-    return None
-
-
-class PlanSearch(Protocol):
-    """The two searches a plan makes per node and per option: ``node_victims`` and
-    ``resume_rooms``. ``DEFINITIONS`` runs them; ``fast.plans.PlanMemo`` answers the same
-    from what it remembers of the nodes they read (tested equal over replays)."""
-
-    def victims(
-        self,
-        blocked: PendingJob,
-        i: int,
-        candidates: list[tuple[float, float, RunningJob]],
-        view: ClusterView,
-        most: int,
-    ) -> list[Release] | None: ...
-
-    def rooms(
-        self,
-        stopped: Sequence[RunningJob],
-        view: ClusterView,
-        soon_free: np.ndarray,
-        cfg: PolicyConfig,
-        exclude: int,
-        speed: np.ndarray | None = None,
-    ) -> dict[str, int] | None: ...
-
-
-class _Definitions:
-    """``PlanSearch`` by the definitions (no memory)."""
-
-    def victims(self, blocked, i, candidates, view, most):  # type: ignore[no-untyped-def]
-        return node_victims(blocked, i, candidates, view, most)
-
-    def rooms(self, stopped, view, soon_free, cfg, exclude, speed=None):  # type: ignore[no-untyped-def]
-        return resume_rooms(stopped, view, soon_free, cfg, exclude=exclude, speed=speed)
-
-
-DEFINITIONS: PlanSearch = _Definitions()
 
 
 def usable_nodes(spec: JobSpec, view: ClusterView, cfg: PolicyConfig) -> np.ndarray:
@@ -292,49 +227,98 @@ def priority_plan(
     pc = cfg.preempt
     if not pc.enabled or not movers:
         return None
-    free_gpus = view.gpu_free.sum(axis=1)
-    # a node's victims by cost, per priority bound: the same for every blocked job of this
-    # look that tries the node with that bound (they are ordered by time, not by the job)
-    by_node: dict[tuple[int, int], list[tuple[float, float, RunningJob]]] = {}
+    at = NodeSearch(movers, movable_gpus, soon_free, view, facts, now, cfg, {})
     for pj in blocked:
         spec = pj.spec
         waited_s = now - pj.enqueued_at
         top = spec.priority - pc.priority_gap
         if spec.priority < pc.protect_priority or waited_s < pc.min_wait_s or top < 0:
             continue
-        need = spec.gpus if is_fractional(spec) else float(whole_gpus(spec))
-        ok = usable_nodes(spec, view, cfg)
-        ok &= free_gpus + movable_gpus[: top + 1].sum(axis=0) >= need - EPS
         budget = pc.lost_per_wait * waited_s * max(spec.gpus, 0.01)
-        options: list[tuple[float, int, list[Release]]] = []
-        for i in candidate_nodes(np.flatnonzero(ok), free_gpus, pc.candidate_nodes):
-            cands = by_node.get((i, top))
-            if cands is None:
-                cands = by_node[(i, top)] = [
-                    (r.spec.priority, lost_gpu_s(r, facts.get(r.spec.id), now, pc), r)
-                    for r in movers.get(i, ())
-                    if r.spec.priority <= top and not protection(r, facts.get(r.spec.id), now, pc)
-                ]
-                cands.sort(key=lambda c: (c[0], c[1], c[2].spec.id))
-            victims = search.victims(pj, i, cands, view, pc.max_per_pass)
-            if victims is None:
-                continue
-            cost = sum(c[1] for c in cands[: len(victims)])  # the victims: a prefix of cands
-            if cost <= budget:
-                options.append((cost, i, victims))
-        options.sort(key=lambda o: (o[0], o[1]))
-        room_total = float(soon_free.sum())
-        for cost, i, victims in options:
-            stopped = [r for r, keep in victims if not keep]  # a shrunk one resumes on node i
-            held = sum(gpus_held(r) for r in stopped)
-            if room_total - soon_free[i] < held - EPS:  # no room for them all, whatever the fit
-                continue
-            rooms = search.rooms(stopped, view, soon_free, cfg, i, speed)
-            if rooms is not None:
-                rooms.update({r.spec.id: i for r, keep in victims if keep})
-                plan = _plan(pj, view.node_ids[i], victims, cost, budget, waited_s, facts, now, pc)
-                to = tuple((j, view.node_ids[n]) for j, n in sorted(rooms.items()))
-                return dataclasses.replace(plan, rooms=to)
+        plan = job_plan(pj, budget, at, search, speed)
+        if plan is not None:
+            return plan
+    return None
+
+
+@dataclass(frozen=True, slots=True)
+class NodeSearch:
+    """What a plan for one blocked job searches: the movers and their GPUs per node, the room
+    within the bound, the cluster, and the victims by cost per (node, priority bound), shared
+    by the jobs of one look (``job_plan``)."""
+
+    movers: Mapping[int, Sequence[RunningJob]]
+    movable_gpus: np.ndarray
+    soon_free: np.ndarray
+    view: ClusterView
+    facts: Mapping[str, MoveFacts]
+    now: float
+    cfg: PolicyConfig
+    # a node's victims by cost, per priority bound: the same for every blocked job of this
+    # look that tries the node with that bound (they are ordered by time, not by the job)
+    by_node: dict[tuple[int, int], list[tuple[float, float, RunningJob]]]
+
+
+def job_plan(
+    pj: PendingJob,
+    budget: float,
+    at: NodeSearch,
+    search: PlanSearch = DEFINITIONS,
+    speed: np.ndarray | None = None,
+    *,
+    wake: np.ndarray | None = None,
+    rule: str = PRIORITY_RULE,
+    budget_words: str = "its wait",
+) -> PriorityPlan | None:
+    """The cheapest plan for ``pj`` whose work lost is within ``budget`` (GPU-seconds): it
+    stops jobs of priority <= its own - ``priority_gap`` on one node, each victim with a room
+    (``resume_rooms``; with ``wake``, bool[N], also on those nodes, sleeping or booting:
+    ``stages.boot``), or None. ``rule`` and ``budget_words`` (what the budget is) word the
+    plan's reason."""
+    spec, view, pc = pj.spec, at.view, at.cfg.preempt
+    facts, now, soon_free = at.facts, at.now, at.soon_free
+    waited_s = now - pj.enqueued_at
+    top = spec.priority - pc.priority_gap
+    free_gpus = view.gpu_free.sum(axis=1)
+    need = spec.gpus if is_fractional(spec) else float(whole_gpus(spec))
+    ok = usable_nodes(spec, view, at.cfg)
+    ok &= free_gpus + at.movable_gpus[: top + 1].sum(axis=0) >= need - EPS
+    options: list[tuple[float, int, list[Release]]] = []
+    for i in candidate_nodes(np.flatnonzero(ok), free_gpus, pc.candidate_nodes):
+        cands = at.by_node.get((i, top))
+        if cands is None:
+            cands = at.by_node[(i, top)] = [
+                (r.spec.priority, lost_gpu_s(r, facts.get(r.spec.id), now, pc), r)
+                for r in at.movers.get(i, ())
+                if r.spec.priority <= top and not protection(r, facts.get(r.spec.id), now, pc)
+            ]
+            cands.sort(key=lambda c: (c[0], c[1], c[2].spec.id))
+        victims = search.victims(pj, i, cands, view, pc.max_per_pass)
+        if victims is None:
+            continue
+        cost = sum(c[1] for c in cands[: len(victims)])  # the victims: a prefix of cands
+        if cost <= budget:
+            options.append((cost, i, victims))
+    options.sort(key=lambda o: (o[0], o[1]))
+    room_total = float(soon_free.sum())
+    for cost, i, victims in options:
+        stopped = [r for r, keep in victims if not keep]  # a shrunk one resumes on node i
+        held = sum(gpus_held(r) for r in stopped)
+        if room_total - soon_free[i] < held - EPS:  # no room for them all, whatever the fit
+            continue
+        rooms = search.rooms(stopped, view, soon_free, at.cfg, i, speed)
+        if rooms is None and wake is not None:  # a room on a node that is still to boot
+            rooms = resume_rooms(
+                stopped, view, soon_free, at.cfg, exclude=i, speed=speed, wake=wake
+            )
+        if rooms is not None:
+            rooms.update({r.spec.id: i for r, keep in victims if keep})
+            words = (rule, budget_words)
+            plan = _plan(
+                pj, view.node_ids[i], victims, cost, budget, waited_s, facts, now, pc, words
+            )
+            to = tuple((j, view.node_ids[n]) for j, n in sorted(rooms.items()))
+            return dataclasses.replace(plan, rooms=to)
     return None
 
 
@@ -348,8 +332,10 @@ def _plan(
     facts: Mapping[str, MoveFacts],
     now: float,
     pc: PreemptConfig,
+    words: tuple[str, str] = (PRIORITY_RULE, "its wait"),
 ) -> PriorityPlan:
     spec = pj.spec
+    rule, budget_words = words
 
     def what(r: RunningJob, keep: int) -> str:
         how = f", shrunk to {keep} GPUs" if keep else ""
@@ -357,9 +343,9 @@ def _plan(
 
     names = ", ".join(what(r, keep) for r, keep in victims)
     reason = (
-        f"{PRIORITY_RULE}: {spec.id} (priority {spec.priority}, waited {waited_s:.0f} s) "
+        f"{rule}: {spec.id} (priority {spec.priority}, waited {waited_s:.0f} s) "
         f"needs {spec.gpus:g} GPUs on {node}; stopping {names} loses {cost:.0f} GPU-s "
-        f"<= {pc.lost_per_wait:g} x its wait ({budget:.0f} GPU-s)"
+        f"<= {pc.lost_per_wait:g} x {budget_words} ({budget:.0f} GPU-s)"
     )
     out = tuple(
         Victim(r.spec.id, node, lost_gpu_s(r, facts.get(r.spec.id), now, pc), keep)
