@@ -123,6 +123,7 @@ EXCLUDED: dict[str, str] = {
     "preempt.burst_enabled": _SWITCH,
     "preempt.grow_enabled": _SWITCH,
     "preempt.short_enabled": _SWITCH,
+    "preempt.boot_enabled": _SWITCH,
     "service_rank_boost": _PROMISE + " (a latency target first in line)",
     "defrag.enabled": _SWITCH,
     "thermal.enabled": _SWITCH,
@@ -158,6 +159,9 @@ EXCLUDED: dict[str, str] = {
     "preempt.resume_bound_s": _PROMISE + " (a moved job restarts within it)",
     "preempt.resume_credit_s": _PROMISE + " (it keeps the resume bound the plan checked)",
     "defrag.max_moves": _OFF + " (defrag.enabled)",
+    "preempt.boot_priority": _OFF + " (preempt.boot_enabled)",
+    "preempt.boot_min_wait_s": _OFF + " (preempt.boot_enabled)",
+    "preempt.boot_interval_s": _OFF + " (preempt.boot_enabled)",
     "w_frag": _OFF + " (a frag_workload; empty by default)",
     "explain_top_k": _OUTPUT,
     # day/night (issue 16): off by default, and the calibration traces carry no inference jobs

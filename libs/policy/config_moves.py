@@ -156,7 +156,7 @@ class PreemptConfig:
     # sleeping node once it is up (one boot, power.resume_s, inside resume_bound_s): the wait
     # for the boot goes to the lower priority. Trade-off as priority protection's, with the
     # boot it saves counted as waited. Looked at most every boot_interval_s
-    boot_enabled: bool = True
+    boot_enabled: bool = False  # off until it wins: see docs/design-notes.md, boot protection
     boot_priority: int = 7  # proto.jobs.HIGH_PRIORITY: the jobs the p99 wait is of
     boot_min_wait_s: float = 0.0
     boot_interval_s: float = 15.0

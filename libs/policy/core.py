@@ -98,6 +98,8 @@ class Scheduler(MovesMixin, PowerMixin, ScaleMixin):
         self._preempt_due_s = now  # the priority-protection rule looks again from then
         # queued jobs the priority-protection rule protects, by wait (its per-instant questions)
         self.protected = ProtectedWaits(cfg.preempt.protect_priority)
+        self.boot_waits = ProtectedWaits(cfg.preempt.boot_priority)  # (stages.boot)
+        self._boot_due_s = now  # the boot-protection rule looks again from then
         self.regime = regime(0.0, cfg)
         # running attempts' history, ordered moves (stages.preempt)
         self.moves = MoveBook(len(self.view.node_ids))
@@ -128,6 +130,7 @@ class Scheduler(MovesMixin, PowerMixin, ScaleMixin):
         """A job waits to start (a submission, a retry, a preempted job back in line)."""
         self.queue.add(job)
         self.protected.add(job)
+        self.boot_waits.add(job)
         key = (job.spec.gpus, job.spec.gpu_mem_gb)
         self._asks[key] = self._asks.get(key, 0) + 1
         self.why.queued(job.spec.id)
@@ -205,6 +208,7 @@ class Scheduler(MovesMixin, PowerMixin, ScaleMixin):
         """The job leaves the queue (started or cancelled): out of every record of the queue."""
         self.power.left_queue(self.queue.seq()[self.queue.position(job_id)])
         self.protected.remove(job_id)
+        self.boot_waits.remove(job_id)
         spec = self.queue.remove(job_id).spec
         key = (spec.gpus, spec.gpu_mem_gb)
         n = self._asks[key] - 1

@@ -24,10 +24,12 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from libs.policy.core_power import POWER_HOLD
 from libs.policy.decisions import MoveOrder
 from libs.policy.placement import to_allocation
 from libs.policy.queue import COLUMNS
 from libs.policy.scores import ModelTables
+from libs.policy.stages import boot as B
 from libs.policy.stages import lease as L
 from libs.policy.stages import resume as R
 from libs.policy.types import CycleResult, PendingJob, Placement
@@ -38,6 +40,9 @@ if TYPE_CHECKING:
 ROOM_HOLD = "room:"  # + job id: a node moves are clearing for that job (``_fill_rooms``)
 COL_PRIO, COL_ENQ = COLUMNS.index("prio"), COLUMNS.index("enq")
 BLOCKED_LOOKED_AT = 4  # blocked jobs, in rank order, the priority-protection rule looks at
+# ... times this: the boot-protection rule makes a plan per job it serves in one look (a burst
+# of arrivals finds the awake GPUs taken all at once), at most ``max_per_pass`` moves
+BOOT_LOOKED_AT = 4
 
 
 class MovesMixin:
@@ -61,8 +66,9 @@ class MovesMixin:
         self: Scheduler, res: CycleResult, now: float
     ) -> list[tuple[PendingJob, Placement]]:
         """After the pass: each job moves made room for starts in its room once the moved jobs
-        are gone (``stages.resume.room_placement``), unless the pass placed it elsewhere. A
-        room lapses after the resume bound, or when its node is held for another reason."""
+        are gone (``stages.resume.room_placement``), unless the pass placed it elsewhere, and
+        once its node is up (a room may be on a node that boots: ``stages.boot``). A room
+        lapses after the resume bound, or when its node is held for another reason."""
         if not self.moves.rooms:  # almost every pass: nothing is being made room for
             return []
         out = []
@@ -70,12 +76,13 @@ class MovesMixin:
         for job_id, (node, until) in list(self.moves.rooms.items()):
             pj = self.queue.get(job_id)
             i = self.view.index[node]
-            others = [h for h in self._holds.get(node, ()) if not h.startswith(ROOM_HOLD)]
+            holds = self._holds.get(node, ())
+            others = [h for h in holds if not h.startswith(ROOM_HOLD) and h != POWER_HOLD]
             saving = job_id in self.moves.moving  # a moved job's room waits for its save
             if until < now or others or (pj is None and not saving):
                 self._release_room(job_id)
                 continue
-            if pj is None or job_id in placed:
+            if pj is None or job_id in placed or POWER_HOLD in holds:  # (or it still boots)
                 continue
             placement = R.room_placement(pj.spec, self.view, i, self.cfg)
             if placement is not None:  # applied at once, as the pass applies its own
@@ -97,12 +104,14 @@ class MovesMixin:
         """The moves decided now: the ends of swap leases first (``lease_step``: a promise
         made earlier), the burst rule's next (``burst_step``: a latency target is at stake),
         then the priority-protection rule's (``priority_step``), which sees the burst's
-        victims as being moved already, then the short-wait rule's with what is left
-        of ``max_per_pass`` (``short_step``), then the grow-back (``grow_step``: after every
-        rule that holds a node for a blocked job, so no grow takes those GPUs)."""
+        victims as being moved already, then the boot-protection rule's (``boot_step``) and
+        the short-wait rule's with what is left of ``max_per_pass`` (``short_step``), then
+        the grow-back (``grow_step``: after every rule that holds a node for a blocked job,
+        so no grow takes those GPUs)."""
         ended = self.lease_step(now)
         done = ended + self.burst_step(now)
         done += self.priority_step(now)
+        done += self.boot_step(now, self.cfg.preempt.max_per_pass - len(done))
         done += self.short_step(now, self.cfg.preempt.max_per_pass - len(done))
         return done + self.grow_step(now)
 
@@ -213,6 +222,55 @@ class MovesMixin:
         )
         self._hold_rooms()
         return moves
+
+    def boot_step(self: Scheduler, now: float, most: int) -> list[MoveOrder]:
+        """The boot-protection rule's moves (``stages.boot.boot_plan``), at most once per
+        ``PreemptConfig.boot_interval_s`` and only while some node sleeps or boots: for the
+        waiting jobs of ``boot_priority`` that have waited ``boot_min_wait_s`` (kept as the
+        priority rule's, ``fast.protected``), highest priority then longest wait first, none
+        that a move already makes room for; a plan per job, until ``most`` moves. It looks at
+        the instants both drivers give the scheduler (no wake-up of its own: an arrival is
+        one)."""
+        pc = self.cfg.preempt
+        if most <= 0 or not B.boot_enabled(self.cfg) or not self.moves.movers:
+            return []
+        if now < self._boot_due_s or not len(self.boot_waits):
+            return []
+        waited = self.boot_waits.waited_since(now - pc.boot_min_wait_s)
+        asleep = self._asleep_only() if waited else None
+        if asleep is None or not asleep.any():
+            return []
+        made = set(self.moves.rooms) | {m.for_job for m in self.moves.moving.values()}
+        blocked = [self.queue.get(j) for j in waited if j not in made]
+        if not blocked:
+            return []
+        self._boot_due_s = now + max(pc.boot_interval_s, 1.0)
+        blocked.sort(key=lambda pj: (-pj.spec.priority, pj.enqueued_at, pj.spec.id))
+        blocked = blocked[: BOOT_LOOKED_AT * BLOCKED_LOOKED_AT]
+        speed = ModelTables.build(self.view, self.profiles).speed
+        out: list[MoveOrder] = []
+        while blocked and len(out) < most:  # a plan per job, each on nodes no other plan holds
+            moves = self.moves.plan_priority(
+                blocked, self.view, self.running, now, self.cfg, speed, asleep
+            )
+            if not moves:
+                break
+            out += moves
+            self._hold_rooms()  # its rooms and the node it clears: no later plan counts them
+            asleep = self._asleep_only()
+            blocked = [pj for pj in blocked if pj.spec.id != moves[0].for_job]
+        return out
+
+    def _asleep_only(self: Scheduler) -> np.ndarray:
+        """bool[N]: the nodes that sleep or boot and are held for that alone (no room of a
+        move, no operator's or thermal cordon): the rooms ``boot_step`` may promise."""
+        p = self.power
+        out = p.suspended | p.resuming
+        ids = self.view.node_ids
+        for i in np.flatnonzero(out).tolist():
+            if self._holds.get(ids[i], set()) != {POWER_HOLD}:
+                out[i] = False
+        return out
 
     def _protected_rows(self: Scheduler) -> np.ndarray:
         """Queue rows of protected priority (``PreemptConfig.protect_priority``): waiting

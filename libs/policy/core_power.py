@@ -65,11 +65,17 @@ class PowerMixin:
 
     def power_step(self: Scheduler, now: float) -> PowerStep:
         """Which nodes to suspend and resume now (view indices); the decided nodes are held
-        (cordoned) in the view until ``node_resumed``."""
+        (cordoned) in the view until ``node_resumed``. A node moves hold as a room is never
+        suspended, and is woken when it sleeps (``PowerState.hold_rooms``)."""
         if not self.cfg.power_saving:
             return PowerStep((), (), None)
         self._policy_at(now)
+        index = self.view.index
+        rooms = tuple(sorted({index[node] for node, _ in self.moves.rooms.values()}))
+        woken = self.power.hold_rooms(rooms) if rooms or self.power.rooms else ()
         step = self.power.step(now, self.queue)
+        if woken:  # a move's room on a node that slept (stages.boot): woken with the step's
+            step = PowerStep(step.suspend, woken + step.resume, step.next_s, step.warm)
         if step.suspend or step.resume:  # most steps decide nothing
             ids = self.view.node_ids
             for i in step.suspend + step.resume:

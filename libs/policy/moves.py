@@ -20,6 +20,7 @@ from libs.policy.config import PolicyConfig
 from libs.policy.decisions import MoveOrder
 from libs.policy.fast.plans import GrowMemo, PlanMemo
 from libs.policy.fast.short_due import ShortDue
+from libs.policy.stages import boot as BT
 from libs.policy.stages import burst as B
 from libs.policy.stages import grow as G
 from libs.policy.stages import lease as L
@@ -278,13 +279,17 @@ class MoveBook:
         now: float,
         cfg: PolicyConfig,
         speed: np.ndarray | None = None,
+        asleep: np.ndarray | None = None,
     ) -> list[MoveOrder]:
         """The priority-protection rule's moves for this pass (``stages.preempt``), ordered;
-        with ``speed`` (float[M, C]) each victim's room is no slower than where it runs."""
+        with ``speed`` (float[M, C]) each victim's room is no slower than where it runs; with
+        ``asleep`` (bool[N]) the boot-protection rule's instead (``stages.boot``)."""
         movers, soon, _ = self._candidates(view, running, now, cfg)
-        plan = P.priority_plan(
-            blocked, movers, self.movable_gpus, soon, view, self.facts, now, cfg, self.memo, speed
-        )
+        args = (movers, self.movable_gpus, soon, view, self.facts, now, cfg)
+        if asleep is None:
+            plan = P.priority_plan(blocked, *args, self.memo, speed)
+        else:
+            plan = BT.boot_plan(blocked, *args, asleep, self.memo, speed)
         return [] if plan is None else self._orders(plan, now, cfg)
 
     def plan_short(

@@ -84,6 +84,7 @@ class PowerState:
         self._demands: dict[str, power.Demand] = {}
         self._demand_key: tuple | None = None
         self.reserved: tuple[int, ...] = ()
+        self.rooms: tuple[int, ...] = ()  # nodes moves hold as rooms (``hold_rooms``)
         self.warm = WarmHistory(view, cfg)  # the recent starts: the warm reserve's demand
         self._wake_order, self._green_wake_order = wake_orders(view, profiles)
 
@@ -151,6 +152,19 @@ class PowerState:
         self.cfg = cfg
         self._last_step = self._plan_key = None
 
+    def hold_rooms(self, rooms: tuple[int, ...]) -> tuple[int, ...]:
+        """The nodes moves hold as rooms for their jobs (``core_moves``): none is suspended
+        (a promised room stays), and one that sleeps is woken now, for a victim that resumes
+        there once it is up (``stages.boot``). The nodes woken."""
+        self.rooms = rooms
+        woken = tuple(i for i in rooms if self.suspended[i])
+        for i in woken:
+            self.suspended[i] = False
+            self.resuming[i] = True
+        if woken:
+            self._last_step = None
+        return woken
+
     # ----- the decision --------------------------------------------------------------------
     def step(self, now: float, queue: PendingQueue) -> PowerStep:
         """Which empty nodes to suspend and which to resume now (applied to the states here;
@@ -164,7 +178,7 @@ class PowerState:
             view.empty_gen,
             self._blocked_ver,
             self._blocked_left,
-            self.reserved,
+            self.reserved + self.rooms,
             keep.tobytes(),
             view.state_gen,
         )
@@ -242,7 +256,7 @@ class PowerState:
             view.gen if reserve_reads_view else None,
             self._blocked_left,
             self._blocked_ver,
-            self.reserved,
+            self.reserved + self.rooms,
             self.suspended.tobytes(),
             self.resuming.tobytes(),
             due.tobytes(),
@@ -262,7 +276,7 @@ class PowerState:
                 suspended=suspended,
                 resuming=resuming,
                 blocked=jobs,
-                reserved=self.reserved,
+                reserved=self.reserved + self.rooms,
                 cfg=self.cfg,
                 prefer=prefer,
                 keep_nodes=keep if warm and len(keep) else None,

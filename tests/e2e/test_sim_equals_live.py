@@ -21,6 +21,7 @@ suspended; a second wave that wakes them.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import random
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
@@ -38,6 +39,7 @@ from libs.obs.tracing import setup_tracing
 from libs.policy.config import PolicyConfig
 from libs.policy.inventory import demo_cluster
 from libs.policy.profiles import ProfileTable
+from libs.policy.stages.boot import BOOT_RULE
 from libs.policy.stages.preempt import PRIORITY_RULE
 from libs.policy.stages.short_wait import SHORT_RULE
 from libs.sim.baselines.mosaic import Mosaic
@@ -166,9 +168,14 @@ class StartsAfterTick(Recording):
         super().ended(job, now)
 
 
-def simulated(jobs: list[tuple[float, JobSpec]], nodes: list[NodeSpec], policy_cls=None) -> Record:
+def simulated(
+    jobs: list[tuple[float, JobSpec]],
+    nodes: list[NodeSpec],
+    policy_cls=None,
+    cfg: PolicyConfig | None = None,
+) -> Record:
     profiles = ProfileTable.default().covering(nodes)
-    policy = (policy_cls or Recording)(PolicyConfig.default())
+    policy = (policy_cls or Recording)(cfg or PolicyConfig.default())
     trace = [TraceJob(spec=s, submit_s=t) for t, s in jobs]
     result = simulate(trace, nodes, policy, profiles)
     end = max(j.end_s for j in result.jobs)
@@ -187,7 +194,10 @@ class Live:
 
 
 @pytest.fixture
-async def live(nats_url: str, tmp_path) -> AsyncIterator[Live]:
+async def live(nats_url: str, tmp_path, request) -> AsyncIterator[Live]:
+    """The live services; ``request.param`` (indirect parametrisation), where given, is the
+    placer's PolicyConfig, else the defaults."""
+    cfg: PolicyConfig | None = getattr(request, "param", None)
     nodes = demo_cluster()
     bus = await Bus.connect(nats_url, "test")
     await bus.ensure_topology()
@@ -219,7 +229,7 @@ async def live(nats_url: str, tmp_path) -> AsyncIterator[Live]:
     pbus = await Bus.connect(nats_url, "placer")
     settings = PlacerSettings(holder="live", tick_s=0.5, debounce_s=0.0, settle_s=0.0)
     log, tracer = get_logger(service="placer"), setup_tracing("placer")
-    placer = Placer(pbus, SteppedClock(epoch=0.0), log, tracer, settings)
+    placer = Placer(pbus, SteppedClock(epoch=0.0), log, tracer, settings, policy=cfg)
     await placer.start()
     placer_stop = asyncio.Event()
     placer_task = asyncio.create_task(placer.run(placer_stop))
@@ -293,7 +303,7 @@ async def lived(live: Live, jobs: list[tuple[float, JobSpec]]) -> Record:
         d = msgspec.json.decode((await live.bus.js.get_msg(subjects.STREAM_DECISIONS, seq)).data)
         ours = d.get("service") == "placer" and not d.get("intent")  # the scheduler's own
         rule = d.get("reason", "").split(":", 1)[0]
-        if ours and d.get("action") == "preempt" and rule in (PRIORITY_RULE, SHORT_RULE):
+        if ours and d.get("action") == "preempt" and rule in (PRIORITY_RULE, SHORT_RULE, BOOT_RULE):
             moves.append((d["time"], d["job_id"], d["node"]))
     return Record(placed, sorted(live.power), max(ends), sorted(moves))
 
@@ -353,3 +363,26 @@ async def test_the_live_services_place_and_power_exactly_as_the_simulator(
     compared = sorted(p for p in sim.power if p[0] < end)
     assert {"suspend", "wake"} <= {a for _, a, _ in compared}
     assert [p for p in got.power if p[0] < end] == compared
+
+
+BOOT_ON = dataclasses.replace(
+    PolicyConfig.default(),
+    preempt=dataclasses.replace(PolicyConfig.default().preempt, boot_enabled=True),
+)
+
+
+@pytest.mark.parametrize("live", [BOOT_ON], indirect=True)
+async def test_the_live_services_move_for_a_boot_exactly_as_the_simulator(live: Live) -> None:
+    """Boot protection (off by default) on in both drivers: on seed 21 it stops jobs so that
+    high-priority jobs need not wait for a node to boot, and their victims resume on the woken
+    node; the live placer, the executor's boot and the power plan's held rooms must give the
+    same starts, moves and power commands as the simulator."""
+    nodes = sorted(demo_cluster(), key=lambda n: n.id)
+    jobs = workload(seed=21)
+    sim = simulated(jobs, nodes, cfg=BOOT_ON)
+    assert any(r.startswith(BOOT_RULE) for r in sim.reasons), sim.reasons
+    got = await lived(live, jobs)
+    assert got.placements == sim.placements
+    assert got.moves == sorted(sim.moves)
+    end = min(sim.end_s, got.end_s)
+    assert [p for p in got.power if p[0] < end] == sorted(p for p in sim.power if p[0] < end)

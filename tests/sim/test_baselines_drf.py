@@ -103,7 +103,8 @@ def test_drf_weights_from_the_command_line_reach_drf_and_the_results(tmp_path) -
 def test_the_simulator_asks_for_moves_whenever_some_move_rule_is_on() -> None:
     """The adapter drops the engine's per-instant move step only when every rule
     ``core_moves.preempt_step`` runs is off: with the priority and burst rules off, the
-    short-wait rule alone still moves jobs (as the live placer's tick would)."""
+    short-wait rule alone still moves jobs (as the live placer's tick would); with it, grow
+    and boot protection off too, none does."""
     import dataclasses
 
     from libs.policy.config import PolicyConfig
@@ -116,6 +117,8 @@ def test_the_simulator_asks_for_moves_whenever_some_move_rule_is_on() -> None:
     assert getattr(Mosaic(only_short), "move_step", None) is not None
     none = dataclasses.replace(
         only_short,
-        preempt=dataclasses.replace(only_short.preempt, short_enabled=False, grow_enabled=False),
+        preempt=dataclasses.replace(
+            only_short.preempt, short_enabled=False, grow_enabled=False, boot_enabled=False
+        ),
     )
     assert getattr(Mosaic(none), "move_step", None) is None

@@ -78,6 +78,7 @@ def resume_rooms(
     exclude: int | None = None,
     avoid: np.ndarray | None = None,
     speed: np.ndarray | None = None,
+    wake: np.ndarray | None = None,
 ) -> dict[str, int] | None:
     """Where each of ``victims`` starts again (job id -> node index), so that all of them can
     resume within the bound if moved now; None when one cannot. Never the node a victim leaves
@@ -88,13 +89,16 @@ def resume_rooms(
     needs the victim's host memory and CPUs free now (not counted from expected ends: those
     are estimates, as ``resume_counts_ends`` says of GPUs). The scheduler holds these rooms
     for the victims while they save (``core.Scheduler``'s room holds).
-    With ``speed`` (float[M, C]), each victim's room is ``no_slower`` than where it runs."""
+    With ``speed`` (float[M, C]), each victim's room is ``no_slower`` than where it runs.
+    ``wake`` (bool[N]): nodes held only because they sleep or boot that may be rooms too (the
+    victim resumes there once the node is up, one boot inside the bound: ``stages.boot``)."""
     soon = soon_free.copy()
     # host memory and CPUs free now (a room needs them too: on the seed cluster's T4 nodes,
     # 64 GB of host memory ran out while GPUs were still free, and such a "room" never took
     # its victim back; traced on full Philly, six resumes of 5,440-37,638 s)
     host, cpus = view.host_mem_free_gb.astype(float), view.cpus_free.astype(float)
-    avail = ~view.cordoned & ~(view.temp_c >= cfg.thermal_max_c)
+    avail = ~view.cordoned if wake is None else ~view.cordoned | wake
+    avail &= ~(view.temp_c >= cfg.thermal_max_c)
     if exclude is not None:
         avail[exclude] = False
     if avoid is not None:
