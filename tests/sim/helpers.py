@@ -63,3 +63,18 @@ def job(jid: str, submit: float, runtime: float, gpus: float = 1, **kw) -> TJ:
         **kw,
     )
     return TJ(spec, submit, by_model)
+
+
+def record_move_reasons(pol) -> list[str]:  # type: ignore[no-untyped-def]
+    """Wrap ``pol.move_step`` so every move it orders has its reason appended, in order, to
+    the list returned (the engine calls the wrapped step)."""
+    reasons: list[str] = []
+    decide = pol.move_step
+
+    def move_step(now: float):  # type: ignore[no-untyped-def]
+        out = decide(now)
+        reasons.extend(m[2] for m in out)
+        return out
+
+    pol.move_step = move_step
+    return reasons

@@ -12,7 +12,7 @@ from libs.policy.profiles import ProfileTable
 from libs.policy.stages.boot import BOOT_RULE
 from libs.sim.baselines.mosaic import Mosaic
 from libs.sim.engine import simulate
-from tests.sim.helpers import job, node
+from tests.sim.helpers import job, node, record_move_reasons
 
 COST_S = 30.0
 ARRIVE_S = 2_000.0  # the low-priority job has run 2,000 s (past min_run_s) when it arrives
@@ -27,15 +27,7 @@ def _run(boot: bool, low_ckpt: bool = True):  # type: ignore[no-untyped-def]
         CFG, preempt=pc, power_saving=True, warm_reserve=False, warm_reserve_frac=0.0
     )
     pol = Mosaic(cfg)
-    reasons: list[str] = []
-    decide = pol.move_step
-
-    def move_step(now: float):  # type: ignore[no-untyped-def]
-        out = decide(now)
-        reasons.extend(m[2] for m in out)
-        return out
-
-    pol.move_step = move_step  # type: ignore[method-assign]
+    reasons = record_move_reasons(pol)
     jobs = [
         job("low", 0.0, 20_000.0, gpus=4, checkpointable=low_ckpt, priority=1),
         job("high", ARRIVE_S, 3_000.0, gpus=4, checkpointable=True, priority=8),

@@ -12,7 +12,7 @@ from libs.policy.stages.lease import LEASE_RULE
 from libs.policy.stages.short_wait import SHORT_RULE
 from libs.sim.baselines.mosaic import Mosaic
 from libs.sim.engine import simulate
-from tests.sim.helpers import job, node
+from tests.sim.helpers import job, node, record_move_reasons
 
 COST_S = 30.0
 LONG_S = 36_000.0
@@ -26,15 +26,7 @@ def _run(short_ckpt: bool, short_true_s: float):  # type: ignore[no-untyped-def]
         PolicyConfig.default(), preempt=PreemptConfig(enabled=False), power_saving=False
     )
     pol = Mosaic(cfg)
-    reasons: list[str] = []
-    decide = pol.move_step
-
-    def move_step(now: float):  # type: ignore[no-untyped-def]
-        out = decide(now)
-        reasons.extend(m[2] for m in out)
-        return out
-
-    pol.move_step = move_step  # type: ignore[method-assign]
+    reasons = record_move_reasons(pol)
     jobs = [
         job("L", 0.0, LONG_S, gpus=4, checkpointable=True, priority=1),
         job(
