@@ -134,6 +134,45 @@ def natural_rows(r: dict) -> list[str]:
     ]
 
 
+def frontier_lines(r: dict) -> list[str]:
+    """The natural run's energy-JCT frontier (``libs.sim.energy_floor``) against fifo's energy
+    and Mosaic's point: whether the two natural-load targets can be met together at all."""
+    floors = r["bounds"].get("energy_kwh_lb_power_saving_at_jct") or {}
+    if not floors:
+        return []
+    f_kwh = r["policies"]["fifo"]["energy_kwh"]
+    m = r["policies"]["mosaic"]
+    lb = r["bounds"]["jct_mean_lb_s"]
+    at_target = floors.get("1.1")
+    verdict = (
+        "no schedule reaches a mean JCT of 1.1x the bound"
+        if at_target is None
+        else f"no schedule with a mean JCT <= 1.1x the bound draws under {at_target:,.0f} kWh, "
+        f"{at_target / f_kwh:.3f}x fifo's, so the JCT and energy targets "
+        + (
+            "can be met together only by a schedule that close to the floor"
+            if at_target <= 0.8 * f_kwh
+            else "cannot both be met by any schedule"
+        )
+    )
+    out = [
+        f"The energy-JCT frontier of this trace on this cluster (`bounds.energy_kwh_lb_power_"
+        f"saving_at_jct` in results.json, `libs.sim.energy_floor`: each job's runtime and full "
+        f"draw on each model its memory fits, waits and capacity ignored, so no schedule does "
+        f"better): {verdict}. Mosaic: mean JCT {m['jct_mean_s'] / lb:.3f}x the bound, "
+        f"{m['energy_kwh'] / f_kwh:.3f}x fifo's energy.",
+        "",
+        "| mean JCT <= x the bound | least kWh of any schedule | / fifo's kWh |",
+        "|---|---|---|",
+    ]
+    for ratio, kwh in floors.items():
+        if kwh is None:
+            out.append(f"| {ratio} | none reaches it | - |")
+        else:
+            out.append(f"| {ratio} | {kwh:,.0f} | {kwh / f_kwh:.3f} |")
+    return out
+
+
 def _table(r: dict) -> list[str]:
     pols = list(r["policies"])
     out = ["| metric | " + " | ".join(pols) + " |", "|---" * (len(pols) + 1) + "|"]
@@ -176,6 +215,8 @@ def section(runs: dict[str, dict], out: Path) -> str:
         "model that fits it).",
         "",
         *_table(natural),
+        "",
+        *frontier_lines(natural),
         "",
         END,
         "",

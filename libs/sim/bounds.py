@@ -16,14 +16,19 @@ No schedule can beat them, so a policy that does is a bug in the policy or the s
   nothing, engine.STANDBY_W_PER_GPU = 0): each job draws at least min over GPU models of GPUs x
   runtime x full active power (idle included); checked instead of ``energy_kwh_lb`` for runs
   that suspended nodes.
+- ``energy_kwh_lb_power_saving_at_jct``: {ratio: kWh}, the same floor for a run whose mean JCT
+  is at most ratio x ``jct_mean_lb_s``: the energy-JCT frontier (``libs.sim.energy_floor``),
+  so a report can say whether an energy target and a JCT target can be met together at all
+  (None: no schedule reaches that mean JCT).
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 import numpy as np
 
+from libs.sim.energy_floor import frontier_kwh
 from libs.sim.metrics import J_PER_KWH
 from libs.sim.state import COMPLETED, SimJob, SimResult
 
@@ -36,8 +41,10 @@ def compute(
     capacity_gpus: float,
     idle_power_w: float,
     profiles,
+    mem_gb_by_model: Mapping[str, float] | None = None,
 ) -> dict:
-    """Bounds for ``jobs`` (runtime rows over ``models``) on a cluster of that capacity."""
+    """Bounds for ``jobs`` (runtime rows over ``models``) on a cluster of that capacity
+    (``mem_gb_by_model``: GPU memory per model, which closes a model to a job that asks more)."""
     if not jobs:
         return {
             "jct_mean_lb_s": 0.0,
@@ -45,6 +52,7 @@ def compute(
             "work_utilization_ub": 0.0,
             "energy_kwh_lb": 0.0,
             "energy_kwh_lb_power_saving": 0.0,
+            "energy_kwh_lb_power_saving_at_jct": {},
             "demand_gpu_s": 0.0,
             "demand_over_capacity": 0.0,
         }
@@ -74,6 +82,7 @@ def compute(
         "work_utilization_ub": min(1.0, demand / (capacity_gpus * makespan_lb)),
         "energy_kwh_lb": (idle_power_w * makespan_lb + job_min_j) / J_PER_KWH,
         "energy_kwh_lb_power_saving": job_full_min_j / J_PER_KWH,
+        "energy_kwh_lb_power_saving_at_jct": frontier_kwh(jobs, models, profiles, mem_gb_by_model),
         "demand_gpu_s": demand,
         # offered load over the arrival span, on each job's fastest GPU
         "demand_over_capacity": demand / (capacity_gpus * span) if span > 0 else float("inf"),
@@ -96,10 +105,26 @@ def check(result: SimResult, metrics: dict, bounds: dict) -> list[str]:
         key = "energy_kwh_lb_power_saving" if result.idle_saved_j > 0 else "energy_kwh_lb"
         if metrics["energy_kwh"] < bounds[key] * (1 - 1e-9) - TOL:
             bad.append("energy below the bound")
+        if result.idle_saved_j > 0:
+            bad += _frontier_check(metrics, bounds)
     if metrics["work_utilization"] > bounds["work_utilization_ub"] + TOL:
         bad.append("work utilization above the bound")
     for k in ("utilization", "allocation_ratio"):
         v = metrics[k]
         if v == v and not -TOL <= v <= 1 + TOL:
             bad.append(f"{k} outside [0, 1]")
+    return bad
+
+
+def _frontier_check(metrics: dict, bounds: dict) -> list[str]:
+    """A power-saving run whose mean JCT is within a ratio of the bound draws at least that
+    ratio's floor (``energy_kwh_lb_power_saving_at_jct``)."""
+    lb = bounds["jct_mean_lb_s"]
+    bad = []
+    for ratio, floor_kwh in bounds.get("energy_kwh_lb_power_saving_at_jct", {}).items():
+        within = metrics["jct_mean_s"] <= float(ratio) * lb + TOL
+        if floor_kwh is None and within:
+            bad.append(f"mean JCT within {ratio}x the bound, which no schedule reaches")
+        elif within and metrics["energy_kwh"] < floor_kwh * (1 - 1e-9) - TOL:
+            bad.append(f"energy below the floor at mean JCT <= {ratio}x the bound")
     return bad

@@ -68,8 +68,11 @@ class PolicyRun:
         served = SimServices(self.loads, self.profiles, sharing) if self.loads else None
         engine = self._engine(policy, thermal, sharing, progress=progress, services=served)
         if not results["bounds"]:
+            mem = {}
+            for n in self.nodes:  # the most memory per GPU each model has anywhere
+                mem[n.gpu_model] = max(mem.get(n.gpu_model, 0.0), n.gpu_mem_gb)
             results["bounds"] = B.compute(
-                engine.jobs, self.models, self.capacity, self.idle_w, self.profiles
+                engine.jobs, self.models, self.capacity, self.idle_w, self.profiles, mem
             )
         run = engine.run()
         services = None

@@ -59,3 +59,21 @@ def test_the_section_replaces_only_itself(tmp_path: Path) -> None:
     text = page.read_text()
     assert "new" in text and "old" not in text
     assert text.index("before") < text.index("new") < text.index("after")
+
+
+def test_the_frontier_says_whether_the_two_natural_targets_can_be_met_together() -> None:
+    fifo = {**_pol(3.2, 0.0, 1.0, 120), "energy_kwh": 1000.0}
+    mosaic = {**_pol(3.3, 0.0, 1.0, 110), "energy_kwh": 950.0}
+    floors = {"1": None, "1.1": 830.0, "2": 500.0}
+    run = {
+        "bounds": {"jct_mean_lb_s": 3.0 * 3600, "energy_kwh_lb_power_saving_at_jct": floors},
+        "policies": {"fifo": fifo, "mosaic": mosaic},
+    }
+    text = "\n".join(BP.frontier_lines(run))
+    assert "0.830x fifo's" in text and "cannot both be met by any schedule" in text
+    assert "| 1 | none reaches it | - |" in text and "| 2 | 500 | 0.500 |" in text
+    assert "1.100x the bound, 0.950x fifo's energy" in text
+    floors["1.1"] = 790.0
+    assert "can be met together only by" in "\n".join(BP.frontier_lines(run))
+    run["bounds"].pop("energy_kwh_lb_power_saving_at_jct")
+    assert BP.frontier_lines(run) == []  # a results.json from before the frontier
