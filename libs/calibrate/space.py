@@ -70,7 +70,7 @@ BOUNDS: dict[str, Bound] = {
     "energy_guard_factor": Bound(1.0, 100.0, log=True),
     "green_worth": Bound(0.0, 1.0),
     "green_min_tolerance": Bound(0.0, 1.0),
-    "green_max_runtime_s": Bound(1 * H, 30 * DAY, log=True),
+    "green_max_runtime_s": Bound(1 * H, 365 * DAY, log=True),
     "green_min_gpus": Bound(0.0, 16.0),  # 0: every tolerant job is green (before issue 15)
     "green_energy_slack": Bound(1.0, 3.0),
     "green_wait_s": Bound(60.0, 4 * H, log=True),

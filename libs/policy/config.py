@@ -144,8 +144,8 @@ class PolicyConfig:
     # with green_min_tolerance 0.2 -> 0.7935x (hi-pri wait 0.072x, busy util 88.6%).
     energy_guard_factor: float = 30.0
     green_worth: float = 0.5
-    # a job with g >= green_min_tolerance and est runtime <= green_max_runtime_s (a longer one
-    # would set the makespan on a slow GPU) is "green": it takes a slow model that is worth
+    # a job with g >= green_min_tolerance and est runtime <= green_max_runtime_s is "green":
+    # it takes a slow model that is worth
     # it at once (no slow-GPU wait), its blocked demand wakes the greenest suspended nodes
     # first (libs.sim.baselines.mosaic), and it does not start on a model whose energy per unit
     # of work exceeds green_energy_slack x the greenest model that could hold it until it has
@@ -156,7 +156,11 @@ class PolicyConfig:
     # 0.801x -> 0.797x, high-priority wait 0.074x fifo, busy utilization 89.3%.
     # 0.2 (with energy_guard_factor 30): 0.7935x, see energy_guard_factor.
     green_min_tolerance: float = 0.2
-    green_max_runtime_s: float = 7 * 86400.0
+    # 365 days (was 7: "a longer one would set the makespan on a slow GPU"): the energy-JCT
+    # optimum (libs.sim.energy_floor) puts wide jobs on the greener model at every length, and
+    # the week-plus 8-GPU jobs are where a T4 saves most; see green_min_gpus for the figures
+    # and their cost, the makespan
+    green_max_runtime_s: float = 365 * 86400.0
     # ... and asks at least green_min_gpus GPUs (issue 15, natural load). Why: mean JCT counts
     # each job once, energy each GPU. On a slower, greener model a job saves gpus x (energy per
     # unit of work on the fast model - on the slow one) per unit of work and loses (1/slow speed
@@ -167,8 +171,18 @@ class PolicyConfig:
     # buys less than one GPU's draw per second of delay, a two-GPU one more. Measured at
     # Philly's natural load (seed cluster, 1,024 GPUs, power saving on every policy): of the
     # JCT that long jobs lost on T4s (0.46 h of the mean), one-GPU jobs were 0.21 h for 31k of
-    # their 280k T4 GPU-hours, eight-GPU jobs 0.15 h for 199k.
-    green_min_gpus: float = 2.0
+    # their 280k T4 GPU-hours, eight-GPU jobs 0.15 h for 199k. 8 (was 2), with no length cap
+    # (above): the exact optimum at a price of delay lambda takes the model of least
+    # (gpus x power + lambda) / speed, and at the lambda of a mean JCT 1.2x the bound (579 W)
+    # no one- or two-GPU job and few 4-GPU ones go to a T4 (docs/design-notes.md, "The
+    # energy-JCT frontier"). Measured, power saving on every policy (before -> after): Philly
+    # natural seed 1 mean JCT 3.231 -> 3.156 h, 209.8k -> 209.6k kWh; seed 0 3.182 -> 3.112 h,
+    # 201.6k -> 200.5k; Helios 50k 2.388 -> 2.328 h, 198.1k -> 191.4k; Philly 0.8 effective
+    # seed 1 6.04 -> 5.82 h, high-priority wait 1.29 -> 1.28 h, deadlines 92.1 -> 92.5%,
+    # $23,793 -> $23,602. Cost: makespan +8-13% at natural load, +41% at 0.8 (2.4x-slower
+    # T4s run the longest wide jobs); with a 30-day cap the makespan stays but at 0.8 every
+    # figure is worse than before (6.18 h).
+    green_min_gpus: float = 8.0
     green_energy_slack: float = 1.5
     # 1800 s (was 900 s in the runs above; with warm_reserve_frac 0: 0.7893x, see there)
     green_wait_s: float = 1800.0

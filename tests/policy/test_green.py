@@ -171,12 +171,14 @@ def test_green_demand_wakes_the_greenest_node_and_urgent_demand_the_fastest():
     assert urgent.model == "a100-80gb"
 
 
-def test_a_one_gpu_job_is_not_green():
-    """Issue 15, natural load: a one-GPU job saves less than one GPU's draw per second of delay
-    on a T4 (``PolicyConfig.green_min_gpus``), so a tolerant one-GPU job goes fast when a fast
-    GPU is free and is held off the T4 like any other job (on main it took the T4)."""
+def test_a_narrow_job_is_not_green():
+    """Issue 15, natural load: a narrow job saves little energy per second of delay on a T4
+    (``PolicyConfig.green_min_gpus``), so a tolerant one-GPU job goes fast when a fast GPU is
+    free and is held off the T4 like any other job (before the rule it took the T4)."""
     one = _green_spec(gpus=1)
-    assert not is_green(one, CFG) and is_green(_green_spec(gpus=2), CFG)
+    narrow = _green_spec(gpus=CFG.green_min_gpus - 1)
+    assert not is_green(one, CFG) and not is_green(narrow, CFG)
+    assert is_green(_green_spec(gpus=CFG.green_min_gpus), CFG)
     v = ClusterView.build([node_spec("t4", 8, "t4", 16), node_spec("a100", 8, "a100-80gb", 80)])
     r = schedule(
         [PendingJob(one, 0.0)], v.copy(), [], now=0.0, tenant_usage={}, profiles=P, cfg=CFG
