@@ -114,7 +114,7 @@ def frontier_kwh(
     profiles,
     mem_gb_by_model: Mapping[str, float] | None = None,
     ratios: Sequence[float] = FRONTIER_RATIOS,
-) -> dict[str, float]:
+) -> dict[str, float | None]:
     """{f"{ratio:g}": least kWh at mean JCT <= ratio x the lower bound} for each ratio; None
     where no schedule keeps that mean JCT (a job's fastest model lacks the memory it asks;
     None rather than inf keeps results.json plain JSON)."""
