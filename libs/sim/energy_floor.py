@@ -35,6 +35,7 @@ from collections.abc import Mapping, Sequence
 
 import numpy as np
 
+from libs.policy.cluster import EPS
 from libs.sim.metrics import J_PER_KWH
 from libs.sim.state import SimJob
 
@@ -62,7 +63,7 @@ def job_tables(
     if mem_gb_by_model:
         mem = np.array([mem_gb_by_model.get(m, np.inf) for m in models])
         ask = np.array([j.spec.gpu_mem_gb for j in jobs], dtype=float)
-        closed = ask[:, None] > mem[None, :] + 1e-9
+        closed = ask[:, None] > mem[None, :] + EPS  # the engine's fit rule (SimCluster)
         closed[closed.all(axis=1)] = False  # no model holds it: keep them all (still a floor)
         runtime = np.where(closed, np.inf, runtime)
         energy = np.where(closed, np.inf, energy)
@@ -93,11 +94,14 @@ def floor_j(runtime: np.ndarray, energy: np.ndarray, fastest: np.ndarray, ratio:
     value0, slope0 = _dual(energy, extra, budget, 0.0)
     if slope0 <= 0.0:  # every job on its greenest model already keeps the JCT
         return float(np.min(energy, axis=1).sum())
-    lo, hi = 0.0, 1.0
-    while _dual(energy, extra, budget, hi)[1] > 0.0 and hi < 1e15:
+    best, lo, hi = value0, 0.0, 1.0
+    while True:  # grow the price until the choices keep the JCT (the slope turns <= 0)
+        value, slope = _dual(energy, extra, budget, hi)
+        best = max(best, value)
+        if slope <= 0.0 or hi >= 1e15:
+            break
         lo, hi = hi, hi * 4.0
-    best = value0
-    for _ in range(_BISECTIONS):
+    for _ in range(_BISECTIONS):  # every price tried is a floor: keep the highest
         mid = 0.5 * (lo + hi)
         value, slope = _dual(energy, extra, budget, mid)
         best = max(best, value)
@@ -105,7 +109,7 @@ def floor_j(runtime: np.ndarray, energy: np.ndarray, fastest: np.ndarray, ratio:
             lo = mid
         else:
             hi = mid
-    return max(best, _dual(energy, extra, budget, hi)[0], _dual(energy, extra, budget, lo)[0])
+    return best
 
 
 def frontier_kwh(
