@@ -83,6 +83,7 @@ BOUNDS: dict[str, Bound] = {
     "warm_history_s": Bound(600.0, 24 * H, log=True),
     "warm_quantile": Bound(0.5, 1.0),
     "warm_min_nodes": Bound(0, 2),
+    "warm_high_hold_gpus": Bound(0.0, 64.0),
     # --- priority protection (moving running jobs) ---
     "preempt.protect_priority": Bound(5, 9),
     "preempt.priority_gap": Bound(1, 5),

@@ -252,6 +252,11 @@ class PolicyConfig:
     warm_quantile: float = 0.9
     warm_high_headroom: bool = True
     warm_min_nodes: int = 1
+    # the high-priority hold (libs.policy.stages.hold): a GPU model that started a
+    # high-priority job within warm_history_s keeps this many more whole GPUs awake, and
+    # while it has a node asleep or booting a job below high priority may not take them (0:
+    # off). Measured: docs/design-notes.md, "The high-priority hold"
+    warm_high_hold_gpus: float = 0.0
     power_demand_cap: int = 256  # blocked jobs (in rank order) the resume decision looks at
     max_places_per_pass: int = 1_000_000  # cap on placements per pass (live placer may lower it)
     explain_top_k: int = 5  # candidates kept in an explained placement
@@ -339,8 +344,8 @@ class PolicyConfig:
             raise ValueError("warm_reserve_frac must be in [0, 1]")
         if not 0.0 <= self.warm_quantile <= 1.0 or self.warm_history_s < 0:
             raise ValueError("need 0 <= warm_quantile <= 1 and warm_history_s >= 0")
-        if self.warm_min_nodes < 0:
-            raise ValueError("warm_min_nodes must be >= 0")
+        if self.warm_min_nodes < 0 or not self.warm_high_hold_gpus >= 0:
+            raise ValueError("warm_min_nodes and warm_high_hold_gpus must be >= 0")
         if self.reservations < 1:
             raise ValueError("reservations must be >= 1 (the head job's)")
         if not self.backfill_interval_s >= 0:

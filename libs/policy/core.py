@@ -276,6 +276,7 @@ class Scheduler(MovesMixin, PowerMixin, ScaleMixin):
             backfill=full,
             walked_limit=self.cfg.power_demand_cap,  # all the resume decision reads
             heat_memory=self.heat,
+            high_hold=self.power.high_hold(now) if cfg.power_saving else None,
         )
         self.last = res
         self.regime = res.regime

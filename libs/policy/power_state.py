@@ -24,6 +24,7 @@ from libs.policy.fast.shapes import per_shape, static_masks
 from libs.policy.gang_pass import gang_shapes
 from libs.policy.profiles import ProfileTable
 from libs.policy.queue import PendingQueue
+from libs.policy.stages.hold import hold_gpus
 from libs.policy.types import CycleResult
 from libs.policy.warm import WarmHistory
 from proto.jobs import WORKLOAD_CLASSES
@@ -214,6 +215,19 @@ class PowerState:
         if not self.cfg.warm_reserve:
             return _NO_KEEP, np.inf
         return self.warm.keep(now)
+
+    def high_hold(self, now: float) -> np.ndarray | None:
+        """int[model]: whole GPUs ``stages.hold`` keeps for high-priority jobs per GPU model,
+        or None (``warm_high_hold_gpus`` 0, no warm reserve, or nothing held)."""
+        cfg = self.cfg
+        if not (cfg.warm_high_hold_gpus > 0 and cfg.warm_reserve):
+            return None
+        view = self.view
+        sleeping = np.zeros(len(view.models), dtype=bool)
+        sleeping[view.model_idx[self.suspended | self.resuming]] = True
+        if not sleeping.any():
+            return None
+        return hold_gpus(cfg.warm_high_hold_gpus, self.warm.had_high(now), sleeping)
 
     def kept_by_reserve(self, i: int, now: float) -> str | None:
         """Why awake node ``i`` is not suspended, when the warm reserve is the reason (its

@@ -61,6 +61,7 @@ def schedule(
     backfill: bool = True,
     walked_limit: int | None = None,
     heat_memory: HeatMemory | None = None,
+    high_hold: np.ndarray | None = None,
 ) -> CycleResult:
     """Start what can start now. ``running`` feeds the reservation (expected ends).
 
@@ -70,7 +71,8 @@ def schedule(
     ``walked_limit`` of them). ``heat_memory``: how long each job waited for heat
     (``stages.heat``; none: nobody has). ``backfill=False``: this
     pass stops at the first job that cannot start (between backfill times, see
-    ``PolicyConfig.backfill_interval_s`` and ``libs.policy.cadence``).
+    ``PolicyConfig.backfill_interval_s`` and ``libs.policy.cadence``). ``high_hold``:
+    GPUs per model kept for high-priority jobs (``stages.hold``; None: none).
 
     The stages, in order: rank (``priority``; scores kept between epochs, ``fast.epochs``),
     then per row in that order (``step.Pass.try_row``) filter, guard, score and pick
@@ -97,7 +99,7 @@ def schedule(
     p = Pass(
         pending, q, view, running, walked, now=now, profiles=profiles, cfg=cfg,
         backfill=backfill, reasons=reasons, max_free=(max_whole, max_share),
-        heat_memory=heat_memory,
+        heat_memory=heat_memory, high_hold=high_hold,
     )  # fmt: skip
     stop_at = len(rr.order)
     step_behind, try_row, seen = p.behind_head_step, p.try_row, p.seen

@@ -31,8 +31,10 @@ from libs.policy.profiles import ProfileTable
 from libs.policy.queue import PendingQueue, QueueArrays
 from libs.policy.scores import SizeMix, default_mix
 from libs.policy.stages import heat as H
+from libs.policy.stages.hold import HIGH_HOLD, PassHold
 from libs.policy.step_outcomes import RowOutcomes
 from libs.policy.types import PendingJob, Placement, Refusal, Reservation, RunningJob
+from proto.jobs import HIGH_PRIORITY
 
 
 def failed_memo(view: ClusterView, cfg: PolicyConfig) -> dict[tuple, str]:
@@ -86,6 +88,7 @@ class Pass(RowOutcomes):
         "headroom",
         "heat_fail",
         "heat_memory",
+        "hold",
         "is_queue",
         "jobs",
         "max_extra",
@@ -129,6 +132,7 @@ class Pass(RowOutcomes):
         reasons: bool,
         max_free: tuple[int, float],
         heat_memory: H.HeatMemory | None = None,
+        high_hold: np.ndarray | None = None,
     ) -> None:
         self.pending, self.q, self.view, self.running = pending, q, view, running
         self.walked = walked
@@ -161,6 +165,8 @@ class Pass(RowOutcomes):
         self.cool: np.ndarray | None = ~view.heat_risky if view.heat_risky.any() else None
         self.heat_fail: set[tuple] = set()
         self.heat_memory = heat_memory  # stages.heat: each job's wait for heat so far
+        # stages.hold: the GPUs kept for high-priority jobs (None: none)
+        self.hold = None if high_hold is None else PassHold(high_hold)
         # day/night (libs.policy.daynight): whole GPUs kept free for inference jobs, and the
         # whole free GPUs of available nodes, kept in step with the pass's starts
         self.headroom = headroom_gpus(view.total_gpus(), cfg)
@@ -330,6 +336,12 @@ class Pass(RowOutcomes):
             self.ctx = place_context(
                 self.pending, self.q, self.is_queue, self.view, self.profiles, self.cfg
             )
+        allowed = None  # stages.hold: the nodes the high-priority hold leaves this row
+        if self.hold is not None and spec.priority < HIGH_PRIORITY:
+            allowed = self.hold.allowed(spec, self.view)
+            if allowed is not None and self.hold.refused(key):
+                self.waiting[spec.id] = HIGH_HOLD
+                return
         mask = self.unreserved()
         held = False  # the slow-GPU guard holds some GPU models off for this row
         too = 0
@@ -352,7 +364,13 @@ class Pass(RowOutcomes):
                 self.waiting[spec.id] = H.HOT_NODE
                 return
             mask = self.cool if mask is None else mask & self.cool
+        if allowed is not None:
+            mask = allowed if mask is None else mask & allowed
         res = place(spec, self.view, self.profiles, self.cfg, ctx=self.ctx, mask=mask)
+        if allowed is not None and isinstance(res, Refusal) and res.reason == "Reserved":
+            self.waiting[spec.id] = HIGH_HOLD  # it would take GPUs held for urgent jobs
+            self.hold.refuse(key)
+            return
         if heat and isinstance(res, Refusal) and res.reason == "Reserved":
             self.waiting[spec.id] = H.HOT_NODE  # only risky (or reserved) nodes could take it
             self.heat_fail.add(key)

@@ -17,7 +17,9 @@ The rule, per GPU model m (``PolicyConfig.warm_*``), a pure definition (``reserv
 * head-room: plus the widest high-priority request started on m within the history
   (``warm_high_headroom``), so a high-priority job that arrives at the end of a burst still
   finds its GPUs awake;
-* in whole nodes: ceil((B_m + head-room) / GPUs of m's widest node), and at least
+* the high-priority hold: plus ``warm_high_hold_gpus`` on a model that started a
+  high-priority job within the history (``stages.hold`` keeps them for such jobs);
+* in whole nodes: ceil((B_m + head-room + hold) / GPUs of m's widest node), and at least
   ``warm_min_nodes`` for a model that started any job within the history (a model nobody used
   keeps none: its first job wakes a node for it).
 
@@ -76,7 +78,8 @@ def reserve_nodes(
     k = max(0, math.ceil(cfg.warm_quantile * len(b) - EPS) - 1)
     burst = float(np.partition(b, k)[k])
     head = float(np.max(gpus[high])) if cfg.warm_high_headroom and high.any() else 0.0
-    nodes = math.ceil((burst + head) / max(node_gpus, 1.0) - EPS)
+    hold = cfg.warm_high_hold_gpus if high.any() else 0.0  # stages.hold's GPUs, kept awake
+    nodes = math.ceil((burst + head + hold) / max(node_gpus, 1.0) - EPS)
     return max(cfg.warm_min_nodes, nodes), burst, head
 
 
@@ -158,6 +161,12 @@ class WarmHistory:
             self._keep = keep
         return self._keep, nxt
 
+    def had_high(self, now: float) -> np.ndarray:
+        """bool[model]: the model started a high-priority job within the history (the
+        models ``stages.hold`` keeps GPUs on)."""
+        self.keep(now)
+        return np.array([bool(w) for w in self._widest], dtype=bool)
+
     def _recompute(self, m: int, now: float) -> None:
         """Model ``m``'s reserve from its starts within the history as of ``now``."""
         horizon = now - self.cfg.warm_history_s
@@ -198,7 +207,8 @@ class WarmHistory:
         head = 0.0
         if cfg.warm_high_headroom and self._widest[m]:
             head = self._widest[m][0][1]
-        nodes = math.ceil((burst + head) / max(float(self.node_gpus[m]), 1.0) - EPS)
+        hold = cfg.warm_high_hold_gpus if self._widest[m] else 0.0  # stages.hold's GPUs
+        nodes = math.ceil((burst + head + hold) / max(float(self.node_gpus[m]), 1.0) - EPS)
         return max(cfg.warm_min_nodes, nodes), burst, head
 
     def describe(self, model: int, now: float) -> str:
@@ -211,5 +221,11 @@ class WarmHistory:
             f"{self.models[model]} keeps {int(keep[model])} empty node(s) awake: "
             f"q{self.cfg.warm_quantile:g} burst {burst:g} GPUs started within a boot "
             f"({self.cfg.resume_s:.0f} s) over the last {self.cfg.warm_history_s:.0f} s, "
-            f"+{head:g} GPUs high-priority head-room, at least {self.cfg.warm_min_nodes}"
+            f"+{head:g} GPUs high-priority head-room{self._hold_words(model)}, "
+            f"at least {self.cfg.warm_min_nodes}"
         )
+
+    def _hold_words(self, model: int) -> str:
+        """The hold's part of ``describe`` ("" when it keeps nothing on the model)."""
+        hold = self.cfg.warm_high_hold_gpus
+        return f" +{hold:g} GPUs held for high priority" if hold and self._widest[model] else ""
