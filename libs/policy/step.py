@@ -364,12 +364,14 @@ class Pass(RowOutcomes):
                 self.waiting[spec.id] = H.HOT_NODE
                 return
             mask = self.cool if mask is None else mask & self.cool
+        alone = mask is None  # the hold alone masks this row (its refusal holds per shape)
         if allowed is not None:
             mask = allowed if mask is None else mask & allowed
         res = place(spec, self.view, self.profiles, self.cfg, ctx=self.ctx, mask=mask)
         if allowed is not None and isinstance(res, Refusal) and res.reason == "Reserved":
             self.waiting[spec.id] = HIGH_HOLD  # it would take GPUs held for urgent jobs
-            self.hold.refuse(key)
+            if alone:
+                self.hold.refuse(key)
             return
         if heat and isinstance(res, Refusal) and res.reason == "Reserved":
             self.waiting[spec.id] = H.HOT_NODE  # only risky (or reserved) nodes could take it

@@ -64,8 +64,8 @@ def held_nodes(
 
 class PassHold:
     """One pass's use of the hold: ``held_nodes`` per GPU count asked, and the request shapes
-    refused on held GPUs, both for the view's current state (``view.gen``: a start or an end
-    changes what is free, so neither outlives a change)."""
+    the hold alone refused (no other mask on the row), both for the view's current state
+    (``view.gen``: a start or an end changes what is free, so neither outlives a change)."""
 
     __slots__ = ("_fail", "_gen", "_memo", "hold")
 
