@@ -12,11 +12,10 @@ from hypothesis import strategies as st
 
 from libs.policy.config import PolicyConfig
 from libs.policy.core import Scheduler
-from libs.policy.profiles import ProfileTable
 from libs.policy.stages.hold import HIGH_HOLD, held_nodes, hold_gpus
 from libs.policy.types import PendingJob
 from proto.jobs import JobSpec
-from tests.policy.test_warm import _cluster
+from tests.policy.test_warm import _idle_scheduler as idle_scheduler
 
 
 def test_hold_is_kept_on_models_with_urgent_starts_and_a_node_asleep():
@@ -63,19 +62,7 @@ def _idle_scheduler(cfg: PolicyConfig) -> tuple[Scheduler, float]:
     """Five A100 nodes that ran an ordinary and a high-priority whole-node job and then
     idled for an hour: the 16-GPU burst and the 8-GPU head-room keep three awake, and the
     hold (if any) its GPUs more."""
-    s = Scheduler(_cluster(5, 0), cfg=cfg, profiles=ProfileTable.default())
-    for i, prio in enumerate((5, 9)):
-        s.queue_job(PendingJob(JobSpec(id=f"w{i}", gpus=8.0, gpu_mem_gb=40.0, priority=prio), 0))
-    d = s.tick(0.0)
-    assert len(d.places) == 2
-    for p in d.places:
-        s.start_job(p.job.spec.id, p.allocation, p.job.spec, 0.0)
-        s.end_job(p.job.spec.id, 600.0)
-    now = 600.0
-    while now < 4200.0:
-        d = s.tick(now, woke=False)
-        now = d.next_tick_s if d.next_tick_s is not None and d.next_tick_s > now else now + 60
-    return s, 4200.0
+    return idle_scheduler(cfg, n_a100=5, n_t4=0, priorities=(5, 9))
 
 
 def test_scheduler_keeps_the_hold_for_the_urgent_job():

@@ -135,12 +135,16 @@ def test_wakes_when_a_start_eats_the_reserve():
     assert suspended[p.resume[0]]
 
 
-def _idle_scheduler(cfg: PolicyConfig) -> tuple[Scheduler, float]:
-    """A scheduler whose A100 nodes ran two short whole-node jobs and then idled for an hour
-    (long past ``suspend_after_s``), the T4 nodes never used: (scheduler, now)."""
-    s = Scheduler(_cluster(3, 2), cfg=cfg, profiles=ProfileTable.default())
-    for i in range(2):
-        s.queue_job(PendingJob(JobSpec(id=f"w{i}", gpus=8.0, gpu_mem_gb=40.0), 0.0))
+def _idle_scheduler(
+    cfg: PolicyConfig, n_a100: int = 3, n_t4: int = 2, priorities: tuple[int, ...] = (5, 5)
+) -> tuple[Scheduler, float]:
+    """A scheduler whose A100 nodes ran two short whole-node jobs (of these priorities) and
+    then idled for an hour (long past ``suspend_after_s``), the T4 nodes never used:
+    (scheduler, now)."""
+    s = Scheduler(_cluster(n_a100, n_t4), cfg=cfg, profiles=ProfileTable.default())
+    for i, prio in enumerate(priorities):
+        spec = JobSpec(id=f"w{i}", gpus=8.0, gpu_mem_gb=40.0, priority=prio)
+        s.queue_job(PendingJob(spec, 0.0))
     d = s.tick(0.0)
     assert len(d.places) == 2
     for p in d.places:
