@@ -210,12 +210,16 @@ def test_reserve_quantile_is_numpys_inverted_cdf(bursts_gpus, q):
     ),
     st.floats(0.0, 1.0),
     st.floats(100.0, 3000.0),
+    st.sampled_from([0.0, 4.0, 16.0]),
 )
-def test_history_keeps_the_reserve_of_the_definition(starts, q, history_s):
+def test_history_keeps_the_reserve_of_the_definition(starts, q, history_s, hold):
     """``WarmHistory`` (bursts kept as starts are appended, recomputed per model only when it
     changed) gives at every instant what ``reserve_nodes`` gives for the starts then within
-    the history."""
-    cfg = dataclasses.replace(CFG, warm_quantile=q, warm_history_s=history_s, resume_s=300.0)
+    the history, the high-priority hold's GPUs included, and says a model had a
+    high-priority start exactly when one lies within the history (``stages.hold``)."""
+    cfg = dataclasses.replace(
+        CFG, warm_quantile=q, warm_history_s=history_s, resume_s=300.0, warm_high_hold_gpus=hold
+    )
     view = ClusterView.build(_cluster(2, 2))
     h = WarmHistory(view, cfg)
     a100 = view.models.index("a100-80gb")
@@ -227,6 +231,7 @@ def test_history_keeps_the_reserve_of_the_definition(starts, q, history_s):
         want = reserve_nodes(t, g, hi, now=now, node_gpus=8.0, cfg=cfg)
         h.keep(now)
         assert h._detail[a100] == (want if inside.any() else (0, 0.0, 0.0))
+        assert h.had_high(now)[a100] == bool((hi.astype(bool) & inside).any())
 
     for dt, gpus, high in starts:
         clock += dt  # starts come in time order, the instants asked too

@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from libs.policy.cluster import EPS
 from libs.policy.filters import whole_gpus
 from proto.jobs import JobSpec
 
@@ -42,7 +43,7 @@ def hold_gpus(hold: float, had_high: np.ndarray, sleeping: np.ndarray) -> np.nda
     ``had_high``: bool, the model started a high-priority job within the reserve's history;
     ``sleeping``: bool, it has a node asleep or booting), or None when nothing is held."""
     on = np.asarray(had_high, dtype=bool) & np.asarray(sleeping, dtype=bool)
-    h = np.where(on, int(np.ceil(hold - 1e-9)), 0).astype(np.int64)
+    h = np.where(on, int(np.ceil(hold - EPS)), 0).astype(np.int64)
     return h if (h > 0).any() else None
 
 
