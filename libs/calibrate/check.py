@@ -30,12 +30,13 @@ def score_policy(
     ref = run_simulation(policies=[*PEERS, "mosaic"], out_dir=None, **run_kwargs)["policies"]
     mine = run_simulation(policies=["mosaic"], out_dir=None, base_cfg=cfg, **run_kwargs)
     peers = {n: ref[n] for n in PEERS}
-    default, default_terms = objective.score(ref["mosaic"], peers)
-    calibrated, calibrated_terms = objective.score(mine["policies"]["mosaic"], peers)
+    own = ref["mosaic"]  # the default config's run: the starvation cap
+    default, default_terms = objective.score(own, peers, own)
+    calibrated, calibrated_terms = objective.score(mine["policies"]["mosaic"], peers, own)
     return {
         "default": default,
         "calibrated": calibrated,
-        "peers": {n: objective.score(ref[n], peers)[0] for n in PEERS},
+        "peers": {n: objective.score(ref[n], peers, own)[0] for n in PEERS},
         "terms": {"default": default_terms, "calibrated": calibrated_terms},
     }
 
@@ -56,6 +57,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--load", type=float, default=None)
     ap.add_argument("--load-basis", default="fastest")
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--power-saving", default="all", help="mosaic, all or none (as calibrate)")
     ap.add_argument("--out", type=Path, default=None, help="write the scores here (JSON)")
     a = ap.parse_args(argv)
     try:
@@ -71,6 +73,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 "load": a.load,
                 "load_basis": a.load_basis,
                 "seed": a.seed,
+                "power_saving": a.power_saving,
             },
         )
     except (ValueError, FileNotFoundError) as exc:

@@ -30,6 +30,9 @@ def calibrate(
         "fastest"
     ),
     seed: Annotated[int, typer.Option("--seed", help="trace fill seed")] = 0,
+    power_saving: Annotated[
+        str, typer.Option("--power-saving", help="who may suspend nodes: all, mosaic or none")
+    ] = "all",
     traces_dir: Annotated[Path | None, typer.Option("--traces-dir")] = None,
     trials: Annotated[int, typer.Option("--trials", help="trials in the study, in all")] = 40,
     workers: Annotated[
@@ -62,6 +65,7 @@ def calibrate(
                 load_basis=load_basis,
                 seed=seed,
                 holdout_frac=holdout_frac,
+                power_saving=power_saving,
                 traces_dir=str(traces_dir) if traces_dir is not None else None,
                 objective=parse_objective(objective).as_dict(),
             ),

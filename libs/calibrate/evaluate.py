@@ -34,12 +34,17 @@ class Setup:
     seed: int = 0
     holdout_frac: float = 0.3
     traces_dir: str | None = None
+    # who may suspend idle nodes (libs.sim.power_saving): "all", so the energy term compares
+    # decisions; the peers of a "mosaic" setting draw idle power Mosaic is allowed to save
+    power_saving: str = "all"
     objective: dict[str, Any] | None = None  # Objective.as_dict(): trials scored alike
 
     def __post_init__(self) -> None:
+        # checked before setup.json is written: a folder must not keep a setting that cannot run
+        from libs.sim.power_saving import check_mode
         from libs.sim.runner import LOAD_BASES
 
-        # checked before setup.json is written: a folder must not keep a setting that cannot run
+        check_mode(self.power_saving)
         if self.load_basis not in LOAD_BASES:
             raise ValueError(f"--load-basis must be one of {LOAD_BASES}, got {self.load_basis!r}")
         if self.max_jobs is not None and self.max_jobs < 2:
@@ -68,6 +73,7 @@ def replay(
         traces_dir=Path(setup.traces_dir) if setup.traces_dir else None,
         base_cfg=cfg,
         window_s=split.window(part),
+        power_saving=setup.power_saving,
     )
     return res["policies"]
 

@@ -40,12 +40,13 @@ def calibrate(
     terms: dict[str, Any] = {}
     for part, calibrated_run in (("train", None), ("holdout", held)):
         peers_part = baselines_of(ref[part])
-        default, default_terms = objective.score(ref[part]["mosaic"], peers_part)
+        own = ref[part]["mosaic"]  # the default config's run: the starvation cap
+        default, default_terms = objective.score(own, peers_part, own)
         if calibrated_run is None:
             calibrated, calibrated_terms = float(best.value), best.user_attrs.get("terms")
         else:
-            calibrated, calibrated_terms = objective.score(calibrated_run, peers_part)
-        peer_scores = {n: objective.score(ref[part][n], peers_part)[0] for n in PEERS}
+            calibrated, calibrated_terms = objective.score(calibrated_run, peers_part, own)
+        peer_scores = {n: objective.score(ref[part][n], peers_part, own)[0] for n in PEERS}
         parts[part] = {"default": default, "calibrated": calibrated, "peers": peer_scores}
         terms[part] = {"default": default_terms, "calibrated": calibrated_terms}
     report = {

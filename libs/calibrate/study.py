@@ -120,7 +120,8 @@ def _work(plan: Plan, worker: int, after_trial: Callable[[], None] | None = None
     the number of trials it ran. ``after_trial`` is called after each (one worker, inline)."""
     objective = objective_of(plan)
     split = open_dir(plan.out, plan.setup)
-    ref = baselines_of(peers(plan.out, plan.setup, split)["train"])
+    train = peers(plan.out, plan.setup, split)["train"]
+    ref, default = baselines_of(train), train["mosaic"]
     probe = open_study(plan.out, plan.sampler_seed)
     # a seed per worker and per history: two workers, or a resumed run, do not draw the same
     seed = plan.sampler_seed * 1000 + worker * 100_003 + len(probe.trials)
@@ -130,7 +131,7 @@ def _work(plan: Plan, worker: int, after_trial: Callable[[], None] | None = None
         trial = study.ask()
         cfg = config_of(suggest(trial), where=f"trial {trial.number}")
         run = replay(plan.setup, split, "train", ["mosaic"], cfg)["mosaic"]
-        score, terms = objective.score(run, ref)
+        score, terms = objective.score(run, ref, default)
         trial.set_user_attr("terms", terms)
         study.tell(trial, score)
         ran += 1

@@ -44,6 +44,11 @@ def test_calibrate_writes_the_report_and_resumes_the_trial_count(tmp_path: Path)
     assert states == {0: "COMPLETE", 1: "COMPLETE", 2: "FAIL", 3: "COMPLETE"}
     assert {t.number: t.value for t in study.trials if t.number < 2} == first
     assert isinstance(cfg, PolicyConfig)
+    # every replay gives the peers Mosaic's node power saving (Setup.power_saving "all")
+    peers = json.loads((out / "peers.json").read_text())
+    assert {n: m["power_saving"] for n, m in peers["train"].items()} == dict.fromkeys(
+        ("fifo", "drf", "tiresias", "gavel", "mosaic"), True
+    )
 
 
 def _flat(path: Path) -> dict:
@@ -66,6 +71,7 @@ def test_a_folder_made_for_another_setting_is_refused(tmp_path: Path) -> None:
         (["--holdout-frac", "1.5"], "holdout_frac"),
         (["--load-basis", "fast"], "--load-basis"),
         (["--trials", "0"], "--trials"),
+        (["--power-saving", "sometimes"], "power_saving must be one of"),
     ],
 )
 def test_mosaic_calibrate_names_bad_input(

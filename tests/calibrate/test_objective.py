@@ -63,12 +63,32 @@ def test_starvation_penalty_grows_past_the_bound() -> None:
     assert fixed.score(_m(0, 4000.0, 1, 100.0, 300.0), PEERS)[1]["starvation"]["bound_s"] == 100.0
 
 
-def test_energy_is_compared_over_the_longest_window() -> None:
-    long_run = _m(0, 4000.0, 1, 100.0, 0.0) | {"makespan_s": 36_000.0 + 7200.0}
+def test_energy_is_each_runs_own_and_does_not_move_with_the_run_s_makespan() -> None:
     obj = Objective(weights={"energy_kwh": 1.0}, starvation_weight=0.0)
-    _, terms = obj.score(long_run, PEERS)
-    # the peers are charged their idle draw (1 kW) for the run's extra 2 h: best 102 kWh
-    assert terms["energy_kwh"]["best_peer"] == pytest.approx(102.0)
+    short = _m(0, 4000.0, 1, 150.0, 0.0)
+    long_run = short | {"makespan_s": 36_000.0 + 7200.0}
+    _, a = obj.score(short, PEERS)
+    _, b = obj.score(long_run, PEERS)
+    # the simulator's energy_kwh is over the trace's window already: the best peer stays 100
+    assert a["energy_kwh"] == b["energy_kwh"] == {"value": 150.0, "best_peer": 100.0, "ratio": 1.5}
+
+
+def test_the_default_config_s_own_starvation_caps_the_bound() -> None:
+    obj = Objective(weights={"jct_mean_s": 1.0}, starvation_weight=0.5)
+    default = _m(0, 4000.0, 1, 100.0, 5000.0)
+    # peers: 2 x 3,600 s = 7,200 s; the default waited 5,000 s, which caps it
+    assert obj.starvation_bound_s_of(PEERS) == 7200.0
+    assert obj.starvation_bound_s_of(PEERS, default) == 5000.0
+    run = _m(0, 4000.0, 1, 100.0, 10_000.0)
+    _, terms = obj.score(run, PEERS, default)
+    assert terms["starvation"] == {"max_wait_s": 10_000.0, "bound_s": 5000.0, "penalty": 0.5}
+    assert obj.score(default, PEERS, default)[1]["starvation"]["penalty"] == 0.0
+    # a default that starves longer than the peers allow does not loosen the bound
+    assert obj.starvation_bound_s_of(PEERS, _m(0, 1, 1, 1, 50_000.0)) == 7200.0
+    off = Objective(weights={"jct_mean_s": 1.0}, starvation_vs_default=0.0)
+    assert off.starvation_bound_s_of(PEERS, default) == 7200.0
+    tiny = _m(0, 1, 1, 1, 60.0)  # never below the floor of an hour
+    assert obj.starvation_bound_s_of(PEERS, tiny) == 3600.0
 
 
 def test_a_term_nobody_measured_is_left_out_and_a_missing_one_counts_ten() -> None:
@@ -96,6 +116,7 @@ def test_parse_objective_json_and_pairs() -> None:
         ("jct_mean_s=-1", "jct_mean_s: weight must be"),
         ("jct_mean_s=0", "at least one term"),
         ("starvation_bound_s=0", "starvation_bound_s"),
+        ("starvation_vs_default=-1", "starvation_vs_default"),
         ("{bad", "not JSON"),
         ("jct_mean_s", "KEY=VALUE"),
     ],
