@@ -33,6 +33,12 @@ def calibrate(
     power_saving: Annotated[
         str, typer.Option("--power-saving", help="who may suspend nodes: all, mosaic or none")
     ] = "all",
+    radius: Annotated[
+        float, typer.Option("--radius", help="share of each range searched around the default")
+    ] = 1.0,
+    train_seeds: Annotated[
+        int, typer.Option("--train-seeds", help="fill seeds each config is scored on (mean)")
+    ] = 1,
     traces_dir: Annotated[Path | None, typer.Option("--traces-dir")] = None,
     trials: Annotated[int, typer.Option("--trials", help="trials in the study, in all")] = 40,
     workers: Annotated[
@@ -66,6 +72,8 @@ def calibrate(
                 seed=seed,
                 holdout_frac=holdout_frac,
                 power_saving=power_saving,
+                radius=radius,
+                train_seeds=train_seeds,
                 traces_dir=str(traces_dir) if traces_dir is not None else None,
                 objective=parse_objective(objective).as_dict(),
             ),

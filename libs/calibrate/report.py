@@ -13,7 +13,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from libs.calibrate.evaluate import PEERS, baselines_of, open_dir, peers, replay
+from libs.calibrate.evaluate import PEERS, mean_score, open_dir, replay, seed_peers
 from libs.calibrate.study import Plan, config_of, done, objective_of, search
 from libs.policy_io.policy_file import load_policy_file, policy_diff, write_policy_file
 
@@ -28,26 +28,39 @@ def calibrate(
     t0 = time.perf_counter()
     objective = objective_of(plan)
     split = open_dir(plan.out, plan.setup)
-    ref = peers(plan.out, plan.setup, split)  # before the workers: they read the cache
+    refs = seed_peers(plan.out, plan.setup, split)  # before the workers: they read the cache
     study = search(plan, on_progress)
     best = study.best_trial
     policy_path = write_policy_file(
         plan.out / POLICY_FILE, config_of(best.params, where=f"trial {best.number}")
     )
     cfg = load_policy_file(policy_path)
-    held = replay(plan.setup, split, "holdout", ["mosaic"], cfg)["mosaic"]
+    held = [
+        replay(plan.setup, split, "holdout", ["mosaic"], cfg, s)["mosaic"]
+        for s in plan.setup.fill_seeds
+    ]
     parts: dict[str, Any] = {}
     terms: dict[str, Any] = {}
-    for part, calibrated_run in (("train", None), ("holdout", held)):
-        peers_part = baselines_of(ref[part])
-        own = ref[part]["mosaic"]  # the default config's run: the starvation cap
-        default, default_terms = objective.score(own, peers_part, own)
-        if calibrated_run is None:
+    for part, calibrated_runs in (("train", None), ("holdout", held)):
+        own = [ref[part]["mosaic"] for ref in refs]  # the default config's runs
+        default, default_terms, default_seeds = mean_score(objective, own, refs, part)
+        if calibrated_runs is None:
             calibrated, calibrated_terms = float(best.value), best.user_attrs.get("terms")
+            calibrated_seeds = best.user_attrs.get("by_seed", [calibrated])
         else:
-            calibrated, calibrated_terms = objective.score(calibrated_run, peers_part, own)
-        peer_scores = {n: objective.score(ref[part][n], peers_part, own)[0] for n in PEERS}
-        parts[part] = {"default": default, "calibrated": calibrated, "peers": peer_scores}
+            calibrated, calibrated_terms, calibrated_seeds = mean_score(
+                objective, calibrated_runs, refs, part
+            )
+        peer_scores = {
+            n: mean_score(objective, [ref[part][n] for ref in refs], refs, part)[0] for n in PEERS
+        }
+        parts[part] = {
+            "default": default,
+            "calibrated": calibrated,
+            "peers": peer_scores,
+            "by_seed": {"seeds": plan.setup.fill_seeds, "default": default_seeds},
+        }
+        parts[part]["by_seed"]["calibrated"] = calibrated_seeds
         terms[part] = {"default": default_terms, "calibrated": calibrated_terms}
     report = {
         "objective": objective.as_dict(),

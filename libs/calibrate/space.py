@@ -17,6 +17,7 @@ The three regimes' weights (``weights_low`` ...) are sampled raw in [0, 1] and s
 from __future__ import annotations
 
 import dataclasses
+import math
 import typing
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
@@ -228,6 +229,38 @@ def default_params() -> dict[str, float | int]:
     """The defaults as a point of the space (the study's first trial)."""
     d = _defaults()
     return {k: d[k] for k in BOUNDS}
+
+
+def near_defaults(radius: float) -> dict[str, Bound]:
+    """``BOUNDS`` cut to a region around the defaults: ``radius`` of each range on each side
+    (a log range by that share of its decades), within the range; 1 (or more): the whole space.
+
+    Why: with tens of trials in 50 dimensions, a search over whole ranges finds points that fit
+    the train part by moves no hold-out supports (the first calibrations: speed weight 0.11,
+    deadline jobs on slow GPUs, 14.6 % of deadlines missed on the holdout against 0.9 % at the
+    defaults). A region around the hand-set defaults keeps every coefficient within a factor
+    of its measured value, so a calibration refines the defaults rather than replacing them.
+    """
+    if not radius > 0:
+        raise ValueError(f"--radius must be > 0 (a share of each range), got {radius}")
+    if radius >= 1.0:
+        return dict(BOUNDS)
+    d = _defaults()
+    out: dict[str, Bound] = {}
+    for name, b in BOUNDS.items():
+        x = float(d[name])
+        if b.log:
+            f = (b.high / b.low) ** radius
+            lo, hi = max(b.low, x / f), min(b.high, x * f)
+        else:
+            w = radius * (b.high - b.low)
+            lo, hi = max(b.low, x - w), min(b.high, x + w)
+        if kind_of(name) is int:
+            lo, hi = float(math.floor(lo)), float(math.ceil(hi))  # whole numbers, outward
+            if lo == hi:
+                lo, hi = (lo, lo + 1) if lo + 1 <= b.high else (lo - 1, lo)
+        out[name] = Bound(lo, hi, b.log)
+    return out
 
 
 def to_values(params: Mapping[str, float | int]) -> dict[str, float | int]:

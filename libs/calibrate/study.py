@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from libs.calibrate import space
-from libs.calibrate.evaluate import Setup, baselines_of, open_dir, peers, replay
+from libs.calibrate.evaluate import Setup, mean_score, open_dir, replay, seed_peers
 from libs.calibrate.objective import Objective, objective_from_dict
 from libs.policy.config import PolicyConfig
 from libs.policy_io.overrides import apply_values
@@ -99,10 +99,11 @@ def fail_stale(study: Any) -> int:
     return len(stale)
 
 
-def suggest(trial: Any) -> dict[str, float | int]:
-    """A point of the space from ``trial`` (ints as ints; log or linear as declared)."""
+def suggest(trial: Any, bounds: dict[str, space.Bound] | None = None) -> dict[str, float | int]:
+    """A point of the space from ``trial`` (ints as ints; log or linear as declared), within
+    ``bounds`` (``space.near_defaults``; None: ``space.BOUNDS``)."""
     out: dict[str, float | int] = {}
-    for name, b in space.BOUNDS.items():
+    for name, b in (space.BOUNDS if bounds is None else bounds).items():
         if space.kind_of(name) is int:
             out[name] = trial.suggest_int(name, int(b.low), int(b.high), log=b.log)
         else:
@@ -120,19 +121,23 @@ def _work(plan: Plan, worker: int, after_trial: Callable[[], None] | None = None
     the number of trials it ran. ``after_trial`` is called after each (one worker, inline)."""
     objective = objective_of(plan)
     split = open_dir(plan.out, plan.setup)
-    train = peers(plan.out, plan.setup, split)["train"]
-    ref, default = baselines_of(train), train["mosaic"]
+    refs = seed_peers(plan.out, plan.setup, split)
     probe = open_study(plan.out, plan.sampler_seed)
     # a seed per worker and per history: two workers, or a resumed run, do not draw the same
     seed = plan.sampler_seed * 1000 + worker * 100_003 + len(probe.trials)
     study = open_study(plan.out, seed)
+    bounds = space.near_defaults(plan.setup.radius)
     ran = 0
     while counted(study) < plan.trials:
         trial = study.ask()
-        cfg = config_of(suggest(trial), where=f"trial {trial.number}")
-        run = replay(plan.setup, split, "train", ["mosaic"], cfg)["mosaic"]
-        score, terms = objective.score(run, ref, default)
+        cfg = config_of(suggest(trial, bounds), where=f"trial {trial.number}")
+        runs = [
+            replay(plan.setup, split, "train", ["mosaic"], cfg, s)["mosaic"]
+            for s in plan.setup.fill_seeds
+        ]
+        score, terms, by_seed = mean_score(objective, runs, refs, "train")
         trial.set_user_attr("terms", terms)
+        trial.set_user_attr("by_seed", by_seed)
         study.tell(trial, score)
         ran += 1
         if after_trial is not None:

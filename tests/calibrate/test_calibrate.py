@@ -72,6 +72,7 @@ def test_a_folder_made_for_another_setting_is_refused(tmp_path: Path) -> None:
         (["--load-basis", "fast"], "--load-basis"),
         (["--trials", "0"], "--trials"),
         (["--power-saving", "sometimes"], "power_saving must be one of"),
+        (["--radius", "0"], "--radius"),
     ],
 )
 def test_mosaic_calibrate_names_bad_input(
@@ -109,3 +110,24 @@ def _no_saving() -> PolicyConfig:
     import dataclasses
 
     return dataclasses.replace(PolicyConfig.default(), power_saving=False)
+
+
+def test_several_fill_seeds_score_each_config_by_their_mean(tmp_path: Path) -> None:
+    import dataclasses
+
+    out = tmp_path / "cal"
+    setup = dataclasses.replace(SETUP, train_seeds=2, radius=0.2)
+    report = calibrate(Plan(setup, out, trials=2), None)
+    assert (out / "peers.json").exists() and (out / "peers.seed1.json").exists()
+    one = json.loads((out / "peers.json").read_text())["train"]["mosaic"]
+    other = json.loads((out / "peers.seed1.json").read_text())["train"]["mosaic"]
+    assert one != other  # the second seed drew other priorities and deadlines
+    for part in ("train", "holdout"):
+        seeds = report[part]["by_seed"]
+        assert seeds["seeds"] == [0, 1]
+        for who in ("default", "calibrated"):
+            assert len(seeds[who]) == 2
+            assert report[part][who] == pytest.approx(sum(seeds[who]) / 2)
+    assert report["train"]["calibrated"] <= report["train"]["default"] + 1e-12
+    with pytest.raises(ValueError, match="--train-seeds"):
+        Setup(trace="synthetic:40", cluster="seed", train_seeds=0)

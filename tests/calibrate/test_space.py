@@ -78,3 +78,44 @@ def test_the_shipped_calibration_loads_and_lies_in_the_space() -> None:
     for key, value in flatten(json.loads(CALIBRATED_FILE.read_text()), "t").items():
         b = space.BOUNDS[key]  # a shipped value is a coefficient the search may set
         assert b.low <= value <= b.high, key
+
+
+@pytest.mark.parametrize("radius", [0.05, 0.15, 0.5])
+def test_the_region_near_the_defaults_holds_them_inside_the_whole_ranges(radius: float) -> None:
+    near = space.near_defaults(radius)
+    d = space.default_params()
+    assert set(near) == set(space.BOUNDS)
+    for name, b in near.items():
+        whole = space.BOUNDS[name]
+        assert whole.low <= b.low <= d[name] <= b.high <= whole.high, name
+        if space.kind_of(name) is int:
+            assert b.low == int(b.low) and b.high == int(b.high) and b.low < b.high
+        elif whole.log:  # radius of the decades on each side, unless a range end cuts it
+            f = (whole.high / whole.low) ** radius
+            assert b.high == pytest.approx(min(whole.high, d[name] * f))
+        else:
+            w = radius * (whole.high - whole.low)
+            assert b.low == pytest.approx(max(whole.low, d[name] - w))
+    # a narrower region sits inside a wider one; the whole space is radius 1
+    wide = space.near_defaults(min(1.0, 2 * radius))
+    assert all(wide[n].low <= b.low and b.high <= wide[n].high for n, b in near.items())
+    assert space.near_defaults(1.0) == space.BOUNDS
+
+
+def test_a_radius_of_nothing_is_refused() -> None:
+    with pytest.raises(ValueError, match="--radius"):
+        space.near_defaults(0.0)
+
+
+def test_a_trial_of_a_region_stays_in_it() -> None:
+    import optuna
+
+    from libs.calibrate.study import suggest
+
+    near = space.near_defaults(0.1)
+    study = optuna.create_study(sampler=optuna.samplers.RandomSampler(seed=3))
+    for _ in range(5):
+        p = suggest(study.ask(), near)
+        assert all(near[n].low <= v <= near[n].high for n, v in p.items())
+    whole = suggest(optuna.create_study(sampler=optuna.samplers.RandomSampler(seed=3)).ask())
+    assert any(not (near[n].low <= v <= near[n].high) for n, v in whole.items())
